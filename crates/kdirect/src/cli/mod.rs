@@ -1,0 +1,62 @@
+//! Command-line interface: one file per subcommand.
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod decode;
+mod metadata;
+mod offsets;
+
+/// kdirect: read Kafka fast, never lose or double-count a record.
+#[derive(Debug, Parser)]
+#[command(name = "kdirect", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show brokers, topics, partitions, leaders and leader epochs (like `kcat -L`).
+    Metadata(metadata::Args),
+    /// Partition offsets: list earliest/latest/by-timestamp offsets.
+    #[command(subcommand)]
+    Offsets(offsets::Command),
+    /// Decode a file of record batches (a Fetch response partition's `records` bytes).
+    Decode(decode::Args),
+}
+
+/// An error the CLI prints as one line and exits non-zero on.
+#[derive(Debug)]
+pub struct CliError(pub String);
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<E: std::error::Error> From<E> for CliError {
+    fn from(e: E) -> Self {
+        CliError(e.to_string())
+    }
+}
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
+    match cli.command {
+        Command::Metadata(a) => block_on(metadata::run(a)),
+        Command::Offsets(c) => block_on(offsets::run(c)),
+        Command::Decode(a) => decode::run(a),
+    }
+}
+
+fn block_on<F: std::future::Future<Output = Result<ExitCode, CliError>>>(
+    f: F,
+) -> Result<ExitCode, CliError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError(format!("cannot start the async runtime: {e}")))?
+        .block_on(f)
+}

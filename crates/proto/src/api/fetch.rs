@@ -1,0 +1,224 @@
+//! Fetch (key 1), versions 4–17: read record batches from partition leaders.
+//!
+//! v4 brought the isolation level, the last stable offset and aborted transactions (KIP-98);
+//! v5 the log start offset; v7 fetch sessions (KIP-227 — kdirect sends session id 0 and epoch
+//! -1: every request is a full, sessionless fetch); v9 the current leader epoch (KIP-320);
+//! v11 the preferred read replica (KIP-392); v12 is the first flexible version (KIP-482);
+//! v13 replaces topic names by topic ids (KIP-516); v15 moves the replica id into
+//! `replica_state` (KIP-903). The `records` of each partition are a slice of the response
+//! frame, never a copy: decode the frame as [`bytes::Bytes`].
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
+
+pub use kafka_protocol::messages::{FetchRequest, FetchResponse};
+
+use super::{api, topic_name, IsolationLevel};
+use crate::code::ErrorCode;
+use crate::error::ProtoError;
+use crate::message::Api;
+
+api!(
+    /// Fetch: read record batches.
+    Fetch, Fetch, FetchRequest, FetchResponse, 4, 17
+);
+
+/// The first version that names topics by id instead of by name.
+pub const FIRST_TOPIC_ID_VERSION: i16 = 13;
+
+/// Request-wide fetch settings (the Java client's names and defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetchParams {
+    /// `fetch.max.wait.ms` (default 500).
+    pub max_wait_ms: i32,
+    /// `fetch.min.bytes` (default 1).
+    pub min_bytes: i32,
+    /// `fetch.max.bytes` (default 52428800).
+    pub max_bytes: i32,
+    /// `isolation.level`.
+    pub isolation: IsolationLevel,
+}
+
+impl Default for FetchParams {
+    fn default() -> Self {
+        Self {
+            max_wait_ms: 500,
+            min_bytes: 1,
+            max_bytes: 52_428_800,
+            isolation: IsolationLevel::ReadUncommitted,
+        }
+    }
+}
+
+/// One partition to fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionFetch {
+    /// Partition index.
+    pub partition: i32,
+    /// The offset to start at.
+    pub fetch_offset: i64,
+    /// `max.partition.fetch.bytes` (default 1048576).
+    pub partition_max_bytes: i32,
+    /// The leader epoch the client knows, -1 if none.
+    pub current_leader_epoch: i32,
+}
+
+/// One topic to fetch. `id` is needed from v13 on; `name` below it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicFetch {
+    /// Topic name.
+    pub name: String,
+    /// Topic id from Metadata v10+, all zeros if unknown.
+    pub id: [u8; 16],
+    /// Partitions.
+    pub partitions: Vec<PartitionFetch>,
+}
+
+/// Builds a request for `version` (names or ids are chosen by version).
+pub fn request(
+    params: &FetchParams,
+    topics: &[TopicFetch],
+    version: i16,
+) -> Result<FetchRequest, ProtoError> {
+    let by_id = version >= FIRST_TOPIC_ID_VERSION;
+    let mut out = Vec::with_capacity(topics.len());
+    for t in topics {
+        if by_id && t.id == [0; 16] {
+            return Err(ProtoError::Encode {
+                api: Fetch::KEY,
+                version,
+                reason: format!("topic '{}' has no topic id, which Fetch v13+ needs", t.name),
+            });
+        }
+        let ft = FetchTopic::default()
+            .with_topic(if by_id { Default::default() } else { topic_name(&t.name) })
+            .with_topic_id(if by_id { Uuid::from_bytes(t.id) } else { Uuid::nil() })
+            .with_partitions(
+                t.partitions
+                    .iter()
+                    .map(|p| {
+                        FetchPartition::default()
+                            .with_partition(p.partition)
+                            .with_fetch_offset(p.fetch_offset)
+                            .with_partition_max_bytes(p.partition_max_bytes)
+                            .with_current_leader_epoch(if version >= 9 {
+                                p.current_leader_epoch
+                            } else {
+                                -1
+                            })
+                            .with_log_start_offset(-1)
+                    })
+                    .collect(),
+            );
+        out.push(ft);
+    }
+    Ok(FetchRequest::default()
+        .with_replica_id((-1).into())
+        .with_max_wait_ms(params.max_wait_ms)
+        .with_min_bytes(params.min_bytes)
+        .with_max_bytes(params.max_bytes)
+        .with_isolation_level(params.isolation.as_i8())
+        .with_session_id(0)
+        .with_session_epoch(-1)
+        .with_rack_id(StrBytes::from_static_str(""))
+        .with_topics(out))
+}
+
+/// An aborted transaction reported under read_committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AbortedTxn {
+    /// The producer id.
+    pub producer_id: i64,
+    /// The first offset of the aborted transaction in this partition.
+    pub first_offset: i64,
+}
+
+/// One partition of a Fetch response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchedPartition {
+    /// Topic name (resolved from the id at v13+).
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// Partition-level error.
+    pub error: ErrorCode,
+    /// High watermark.
+    pub high_watermark: i64,
+    /// Last stable offset (-1 if unknown).
+    pub last_stable_offset: i64,
+    /// Log start offset (-1 if unknown).
+    pub log_start_offset: i64,
+    /// Aborted transactions overlapping the returned data (read_committed only; never trust
+    /// the order, and ignore them under read_uncommitted).
+    pub aborted_transactions: Vec<AbortedTxn>,
+    /// Preferred read replica, -1 if none.
+    pub preferred_read_replica: i32,
+    /// The new leader id and epoch when the broker says it is not the leader (v12+), -1 if
+    /// not sent.
+    pub current_leader: (i32, i32),
+    /// The record batches as sent: a slice of the response frame (may end in a partial batch).
+    pub records: Bytes,
+}
+
+/// A Fetch response in kdirect's terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchView {
+    /// Top-level error (v7+).
+    pub error: ErrorCode,
+    /// Throttle time the broker asked for.
+    pub throttle_time_ms: i32,
+    /// Partitions in response order.
+    pub partitions: Vec<FetchedPartition>,
+}
+
+/// Flattens a response. From v13 on, topics are named by id: `names` maps ids to names, and an
+/// id the request did not name is an [`ProtoError::Inconsistent`] error.
+pub fn view(
+    resp: FetchResponse,
+    version: i16,
+    names: &HashMap<[u8; 16], String>,
+) -> Result<FetchView, ProtoError> {
+    let mut partitions = Vec::new();
+    for t in resp.responses {
+        let topic = if version >= FIRST_TOPIC_ID_VERSION {
+            let id = *t.topic_id.as_bytes();
+            names.get(&id).cloned().ok_or_else(|| ProtoError::Inconsistent {
+                api: Fetch::KEY,
+                reason: format!("response names topic id {} that was not fetched", t.topic_id),
+            })?
+        } else {
+            t.topic.0.to_string()
+        };
+        for p in t.partitions {
+            partitions.push(FetchedPartition {
+                topic: topic.clone(),
+                partition: p.partition_index,
+                error: ErrorCode(p.error_code),
+                high_watermark: p.high_watermark,
+                last_stable_offset: p.last_stable_offset,
+                log_start_offset: p.log_start_offset,
+                aborted_transactions: p
+                    .aborted_transactions
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|a| AbortedTxn {
+                        producer_id: a.producer_id.0,
+                        first_offset: a.first_offset,
+                    })
+                    .collect(),
+                preferred_read_replica: p.preferred_read_replica.0,
+                current_leader: (p.current_leader.leader_id.0, p.current_leader.leader_epoch),
+                records: p.records.unwrap_or_default(),
+            });
+        }
+    }
+    Ok(FetchView {
+        error: ErrorCode(resp.error_code),
+        throttle_time_ms: resp.throttle_time_ms,
+        partitions,
+    })
+}

@@ -1,0 +1,80 @@
+//! OffsetCommit (key 8), versions 2–9: store a group's committed offsets in
+//! `__consumer_offsets`.
+//!
+//! kdirect commits as a standalone consumer: generation -1 and an empty member id, which the
+//! broker accepts for a group with no active members (the "simple consumer" path of the Java
+//! client's `commitSync` without `subscribe`). The commit metadata carries kdirect's batch id.
+//! v2–v4 carry a retention time (-1 = broker default); v5 drops it; v6 adds the leader epoch;
+//! v8 is the first flexible version.
+
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::GroupId;
+use kafka_protocol::protocol::StrBytes;
+
+pub use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
+
+use super::{api, topic_name};
+use crate::code::ErrorCode;
+
+api!(
+    /// OffsetCommit: store committed offsets.
+    OffsetCommit, OffsetCommit, OffsetCommitRequest, OffsetCommitResponse, 2, 9
+);
+
+/// One partition's offset to commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitEntry {
+    /// Partition index.
+    pub partition: i32,
+    /// The next offset to read.
+    pub offset: i64,
+    /// Leader epoch of the last consumed record, -1 if unknown.
+    pub leader_epoch: i32,
+    /// Free-form metadata (kdirect writes its batch id here).
+    pub metadata: Option<String>,
+}
+
+/// A standalone-consumer commit for `group`.
+pub fn request(group: &str, topics: &[(&str, Vec<CommitEntry>)]) -> OffsetCommitRequest {
+    OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
+        .with_generation_id_or_member_epoch(-1)
+        .with_member_id(StrBytes::from_static_str(""))
+        .with_retention_time_ms(-1)
+        .with_topics(
+            topics
+                .iter()
+                .map(|(t, es)| {
+                    OffsetCommitRequestTopic::default()
+                        .with_name(topic_name(t))
+                        .with_partitions(
+                            es.iter()
+                                .map(|e| {
+                                    OffsetCommitRequestPartition::default()
+                                        .with_partition_index(e.partition)
+                                        .with_committed_offset(e.offset)
+                                        .with_committed_leader_epoch(e.leader_epoch)
+                                        .with_committed_metadata(
+                                            e.metadata.as_ref().map(|m| StrBytes::from_string(m.clone())),
+                                        )
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        )
+}
+
+/// Per-partition results: (topic, partition, error).
+pub fn view(resp: &OffsetCommitResponse) -> Vec<(String, i32, ErrorCode)> {
+    resp.topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(move |p| (t.name.0.to_string(), p.partition_index, ErrorCode(p.error_code)))
+        })
+        .collect()
+}
