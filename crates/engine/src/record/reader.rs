@@ -1,0 +1,241 @@
+//! Fetch semantics over the batch walk: fetch offset, `until`, control batches, read_committed,
+//! and the offset where the next fetch starts.
+use bytes::Bytes;
+
+use super::batch::{Batch, Batches, Tail};
+use super::compression::Scratch;
+use super::error::DecodeError;
+use super::records::Records;
+use super::txn::{AbortedTransaction, ControlRecordType, TxnFilter};
+
+/// Which records a consumer may see (Kafka's `isolation.level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Isolation {
+    /// Every data record, aborted transactions included (the Java client's default). Aborted
+    /// transaction lists are ignored: some brokers send them anyway.
+    #[default]
+    ReadUncommitted,
+    /// Skip the batches of aborted transactions (KIP-98).
+    ReadCommitted,
+}
+
+/// Options for [`RecordBatchReader`]. Build with [`DecodeOptions::new`] and the setters.
+#[derive(Debug, Clone)]
+pub struct DecodeOptions {
+    check_crc: bool,
+    max_decompressed: usize,
+    fetch_offset: i64,
+    until: i64,
+    isolation: Isolation,
+}
+
+impl Default for DecodeOptions {
+    fn default() -> Self {
+        DecodeOptions::new()
+    }
+}
+
+impl DecodeOptions {
+    /// The default decompressed-size cap: 128 MiB per batch.
+    pub const DEFAULT_MAX_DECOMPRESSED: usize = 128 << 20;
+
+    /// CRC checked, 128 MiB cap, fetch offset 0, no `until`, read_uncommitted.
+    pub fn new() -> DecodeOptions {
+        DecodeOptions {
+            check_crc: true,
+            max_decompressed: Self::DEFAULT_MAX_DECOMPRESSED,
+            fetch_offset: 0,
+            until: i64::MAX,
+            isolation: Isolation::ReadUncommitted,
+        }
+    }
+    /// Verify each batch's CRC32C (default true, like the Java client's `check.crcs`).
+    pub fn check_crc(mut self, check: bool) -> Self {
+        self.check_crc = check;
+        self
+    }
+    /// The most bytes one batch may decompress to; more is a typed error.
+    pub fn max_decompressed(mut self, cap: usize) -> Self {
+        self.max_decompressed = cap;
+        self
+    }
+    /// The offset the fetch asked for: records below it are skipped (a fetch can return a batch
+    /// that starts earlier).
+    pub fn fetch_offset(mut self, offset: i64) -> Self {
+        self.fetch_offset = offset;
+        self
+    }
+    /// Exclusive end: records at or past it are not returned, and reading stops at the first
+    /// batch that starts there.
+    pub fn until(mut self, offset: i64) -> Self {
+        self.until = offset;
+        self
+    }
+    /// The isolation level.
+    pub fn isolation(mut self, isolation: Isolation) -> Self {
+        self.isolation = isolation;
+        self
+    }
+    /// Whether CRCs are checked.
+    pub fn checks_crc(&self) -> bool {
+        self.check_crc
+    }
+    /// The decompressed-size cap.
+    pub fn decompressed_cap(&self) -> usize {
+        self.max_decompressed
+    }
+}
+
+/// Reads the data batches of one partition's `records` bytes with fetch semantics:
+///
+/// - records below the fetch offset and at or past `until` are skipped;
+/// - control batches are never returned but advance the position;
+/// - with [`Isolation::ReadCommitted`], batches of aborted transactions are skipped whole;
+/// - a truncated final batch ends the read without error ([`tail`](Self::tail));
+/// - [`next_offset`](Self::next_offset) says where the next fetch starts, assuming every
+///   returned batch is consumed.
+///
+/// It owns a [`Scratch`] for decompression; move one in and out with
+/// [`with_scratch`](Self::with_scratch) / [`into_scratch`](Self::into_scratch) to reuse it
+/// across fetch responses.
+#[derive(Debug)]
+pub struct RecordBatchReader {
+    batches: Batches,
+    opts: DecodeOptions,
+    txn: TxnFilter,
+    scratch: Scratch,
+    next_offset: i64,
+    reached_until: bool,
+    failed: bool,
+}
+
+impl RecordBatchReader {
+    /// A reader over `records` (a Fetch response partition's `records` bytes).
+    pub fn new(records: Bytes, opts: DecodeOptions) -> RecordBatchReader {
+        RecordBatchReader {
+            batches: Batches::new(records, opts.check_crc),
+            next_offset: opts.fetch_offset,
+            opts,
+            txn: TxnFilter::default(),
+            scratch: Scratch::new(),
+            reached_until: false,
+            failed: false,
+        }
+    }
+
+    /// The partition's aborted transactions from the Fetch response; used only with
+    /// [`Isolation::ReadCommitted`]. Their order does not matter.
+    pub fn with_aborted_transactions(
+        mut self,
+        aborted: impl IntoIterator<Item = AbortedTransaction>,
+    ) -> Self {
+        if self.opts.isolation == Isolation::ReadCommitted {
+            self.txn = TxnFilter::new(aborted);
+        }
+        self
+    }
+
+    /// Uses `scratch` (e.g. from the previous response) for decompression.
+    pub fn with_scratch(mut self, scratch: Scratch) -> Self {
+        self.scratch = scratch;
+        self
+    }
+
+    /// Gives the scratch buffer back for the next response.
+    pub fn into_scratch(self) -> Scratch {
+        self.scratch
+    }
+
+    /// The offset where the next fetch starts: after the last whole batch read (data, control
+    /// or aborted), capped at `until`; the fetch offset if no batch was read.
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset
+    }
+
+    /// How the buffer ended, once [`next_batch`](Self::next_batch) returned `None` (and not
+    /// because of `until`).
+    pub fn tail(&self) -> Option<Tail> {
+        self.batches.tail()
+    }
+
+    /// Whether reading stopped at a batch starting at or past `until`.
+    pub fn reached_until(&self) -> bool {
+        self.reached_until
+    }
+
+    /// Byte position of the next batch in the buffer.
+    pub fn position(&self) -> usize {
+        self.batches.position()
+    }
+
+    fn advance(&mut self, next: i64) {
+        let next = next.min(self.opts.until);
+        if next > self.next_offset {
+            self.next_offset = next;
+        }
+    }
+
+    /// The next data batch, or `Ok(None)` when the buffer (or the range) is done. After an
+    /// error, returns `Ok(None)`.
+    pub fn next_batch(&mut self) -> Result<Option<Batch>, DecodeError> {
+        if self.failed {
+            return Ok(None);
+        }
+        let res = self.next_batch_inner();
+        self.failed = res.is_err();
+        res
+    }
+
+    fn next_batch_inner(&mut self) -> Result<Option<Batch>, DecodeError> {
+        loop {
+            if self.reached_until {
+                return Ok(None);
+            }
+            let Some(mut batch) = self.batches.next_batch()? else {
+                return Ok(None);
+            };
+            let h = *batch.header();
+            if h.base_offset >= self.opts.until {
+                self.reached_until = true;
+                return Ok(None);
+            }
+            if self.opts.isolation == Isolation::ReadCommitted && h.has_producer_id() {
+                self.txn.consume_up_to(h.last_offset());
+                if h.is_control() {
+                    if self.control_type(&batch)? == Some(ControlRecordType::Abort) {
+                        self.txn.abort_marker(h.producer_id);
+                    }
+                } else if self.txn.is_aborted(&h) {
+                    self.advance(h.next_offset());
+                    continue;
+                }
+            }
+            if h.is_control() || h.next_offset() <= self.opts.fetch_offset {
+                self.advance(h.next_offset());
+                continue;
+            }
+            batch.skip_below = self.opts.fetch_offset;
+            batch.until = self.opts.until;
+            self.advance(h.next_offset());
+            return Ok(Some(batch));
+        }
+    }
+
+    /// The type of a control batch's first record, `None` for an empty batch.
+    fn control_type(&mut self, batch: &Batch) -> Result<Option<ControlRecordType>, DecodeError> {
+        let mut records = batch.records(&mut self.scratch, self.opts.max_decompressed)?;
+        match records.next() {
+            None => Ok(None),
+            Some(Err(e)) => Err(e),
+            Some(Ok(r)) => ControlRecordType::parse(r.key()).map(Some).map_err(|kind| {
+                DecodeError::new(kind, batch.position(), Some(batch.header().base_offset))
+            }),
+        }
+    }
+
+    /// The records of a batch from [`next_batch`](Self::next_batch), decompressed into the
+    /// reader's scratch buffer when compressed.
+    pub fn records<'a>(&'a mut self, batch: &'a Batch) -> Result<Records<'a>, DecodeError> {
+        batch.records(&mut self.scratch, self.opts.max_decompressed)
+    }
+}
