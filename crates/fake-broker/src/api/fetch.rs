@@ -1,0 +1,295 @@
+//! Fetch v4–v16, hand-encoded so that stored batches go to the socket without being copied.
+//!
+//! Per partition, whole batches are returned from the batch holding the fetch offset, while
+//! they fit in `partition_max_bytes` and the response's `max_bytes`; the first batch of the
+//! response is returned even when it is larger than either limit (KIP-74). Under
+//! read_committed (isolation level 1) data stops at the last stable offset and the aborted
+//! transactions overlapping the returned range are listed (KIP-98). Responses wait for
+//! `min_bytes` up to `max_wait_ms`. Fetch sessions (KIP-227) are declined: the response's
+//! session id is always 0, which tells clients to send full requests.
+//!
+//! Response layout (protocol guide, FetchResponse): flexible from v12 (compact arrays and
+//! strings, tagged fields), topic ids instead of names from v13.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, FetchRequest};
+use tokio::sync::watch;
+use tokio::time::{Duration, Instant};
+use uuid::Uuid;
+
+use super::list_offsets::check_leader;
+use super::Ctx;
+use crate::codes;
+use crate::log::AbortedTxn;
+use crate::state::State;
+use crate::wire::{Chunks, PutKafka, WireError};
+
+/// One partition's part of the answer.
+struct PartPlan {
+    index: i32,
+    error: i16,
+    high_watermark: i64,
+    last_stable_offset: i64,
+    log_start: i64,
+    /// `None` for read_uncommitted (null on the wire).
+    aborted: Option<Vec<AbortedTxn>>,
+    /// (base offset, body) of each batch.
+    batches: Vec<(i64, Bytes)>,
+    /// Fault: cut the records field to this many bytes (inside the last batch).
+    truncate_to: Option<usize>,
+}
+
+impl PartPlan {
+    fn records_len(&self) -> usize {
+        let full: usize = self.batches.iter().map(|(_, b)| 8 + b.len()).sum();
+        self.truncate_to.map_or(full, |t| t.min(full))
+    }
+}
+
+struct TopicPlan {
+    name: String,
+    id: Uuid,
+    parts: Vec<PartPlan>,
+}
+
+struct Plan {
+    top_error: i16,
+    topics: Vec<TopicPlan>,
+    bytes: usize,
+    any_error: bool,
+}
+
+pub(crate) async fn handle(
+    ctx: &Ctx<'_>,
+    correlation_id: i32,
+    req: FetchRequest,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<Chunks, WireError> {
+    let shared: &Arc<_> = ctx.shared;
+    let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
+    let plan = loop {
+        let changed = shared.data_changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        let plan = plan(&mut shared.lock(), ctx, &req);
+        if plan.any_error
+            || plan.top_error != codes::NONE
+            || plan.bytes >= req.min_bytes.max(0) as usize
+            || Instant::now() >= deadline
+        {
+            break plan;
+        }
+        tokio::select! {
+            _ = changed => {}
+            _ = tokio::time::sleep_until(deadline) => {}
+            _ = shutdown.changed() => return Err(WireError::new("broker stopping")),
+        }
+    };
+    encode(ctx.version, correlation_id, plan)
+}
+
+fn plan(st: &mut State, ctx: &Ctx<'_>, req: &FetchRequest) -> Plan {
+    let v = ctx.version;
+    let read_committed = req.isolation_level == 1;
+    let mut out = Plan {
+        top_error: codes::NONE,
+        topics: Vec::with_capacity(req.topics.len()),
+        bytes: 0,
+        any_error: false,
+    };
+    if v >= 7 && req.session_id != 0 {
+        out.top_error = codes::FETCH_SESSION_ID_NOT_FOUND;
+        return out;
+    }
+    let ids: HashMap<Uuid, String> = if v >= 13 {
+        st.topics.iter().map(|(n, t)| (t.id, n.clone())).collect()
+    } else {
+        HashMap::new()
+    };
+    let mut remaining = if req.max_bytes > 0 {
+        req.max_bytes as usize
+    } else {
+        usize::MAX
+    };
+    let mut first_batch_taken = false;
+    for t in &req.topics {
+        let (name, unknown_code) = if v >= 13 {
+            match ids.get(&t.topic_id) {
+                Some(n) => (n.clone(), codes::NONE),
+                None => (String::new(), codes::UNKNOWN_TOPIC_ID),
+            }
+        } else {
+            (t.topic.0.to_string(), codes::NONE)
+        };
+        let mut tp = TopicPlan {
+            name: name.clone(),
+            id: t.topic_id,
+            parts: Vec::with_capacity(t.partitions.len()),
+        };
+        for p in &t.partitions {
+            let mut pp = PartPlan {
+                index: p.partition,
+                error: codes::NONE,
+                high_watermark: -1,
+                last_stable_offset: -1,
+                log_start: -1,
+                aborted: None,
+                batches: Vec::new(),
+                truncate_to: None,
+            };
+            let part = if unknown_code != codes::NONE {
+                Err(unknown_code)
+            } else {
+                st.partition_mut(&name, p.partition)
+                    .map_err(|_| codes::UNKNOWN_TOPIC_OR_PARTITION)
+            };
+            let part = match part {
+                Ok(part) => part,
+                Err(code) => {
+                    pp.error = code;
+                    out.any_error = true;
+                    tp.parts.push(pp);
+                    continue;
+                }
+            };
+            let log = &part.log;
+            pp.high_watermark = log.high_watermark();
+            pp.last_stable_offset = log.last_stable_offset();
+            pp.log_start = log.log_start;
+            let err = check_leader(part, ctx.broker, p.current_leader_epoch, v >= 9)
+                .or_else(|| part.take_error(ApiKey::Fetch))
+                .or_else(|| {
+                    (p.fetch_offset < part.log.log_start
+                        || p.fetch_offset > part.log.high_watermark())
+                    .then_some(codes::OFFSET_OUT_OF_RANGE)
+                });
+            if let Some(code) = err {
+                pp.error = code;
+                out.any_error = true;
+                tp.parts.push(pp);
+                continue;
+            }
+            let log = &part.log;
+            let limit = if read_committed {
+                pp.last_stable_offset
+            } else {
+                pp.high_watermark
+            };
+            let mut part_left = p.partition_max_bytes.max(0) as usize;
+            let mut last_offset = None;
+            for b in &log.batches[log.first_batch_at(p.fetch_offset)..] {
+                if b.base_offset >= limit {
+                    break;
+                }
+                let size = b.wire_len();
+                if (size > part_left || size > remaining) && first_batch_taken {
+                    break;
+                }
+                first_batch_taken = true;
+                part_left = part_left.saturating_sub(size);
+                remaining = remaining.saturating_sub(size);
+                pp.batches.push((b.base_offset, b.body.clone()));
+                last_offset = Some(b.last_offset);
+            }
+            if read_committed {
+                pp.aborted = Some(match last_offset {
+                    Some(last) => log.aborted_in(p.fetch_offset, last),
+                    None => Vec::new(),
+                });
+            }
+            if part.truncate_fetches > 0 && !pp.batches.is_empty() {
+                part.truncate_fetches -= 1;
+                let full: usize = pp.batches.iter().map(|(_, b)| 8 + b.len()).sum();
+                let last = pp.batches.last().map_or(0, |(_, b)| 8 + b.len());
+                pp.truncate_to = Some(full - last + last / 2);
+            }
+            out.bytes += pp.records_len();
+            tp.parts.push(pp);
+        }
+        out.topics.push(tp);
+    }
+    out
+}
+
+fn encode(v: i16, correlation_id: i32, plan: Plan) -> Result<Chunks, WireError> {
+    let flexible = v >= 12;
+    let mut parts: Vec<Bytes> = Vec::with_capacity(8);
+    let mut buf = BytesMut::with_capacity(256);
+    // Body first; the size prefix and header go in front once the length is known.
+    buf.put_i32(0); // throttle_time_ms
+    if v >= 7 {
+        buf.put_i16(plan.top_error);
+        buf.put_i32(0); // session_id: sessions declined
+    }
+    buf.put_array_len(flexible, plan.topics.len());
+    for t in &plan.topics {
+        if v >= 13 {
+            buf.put_slice(t.id.as_bytes());
+        } else {
+            buf.put_string(flexible, &t.name);
+        }
+        buf.put_array_len(flexible, t.parts.len());
+        for p in &t.parts {
+            buf.put_i32(p.index);
+            buf.put_i16(p.error);
+            buf.put_i64(p.high_watermark);
+            buf.put_i64(p.last_stable_offset);
+            if v >= 5 {
+                buf.put_i64(p.log_start);
+            }
+            buf.put_nullable_array_len(flexible, p.aborted.as_ref().map(Vec::len));
+            for a in p.aborted.iter().flatten() {
+                buf.put_i64(a.producer_id);
+                buf.put_i64(a.first_offset);
+                if flexible {
+                    buf.put_no_tags();
+                }
+            }
+            if v >= 11 {
+                buf.put_i32(-1); // preferred_read_replica
+            }
+            let mut left = p.records_len();
+            buf.put_bytes_len(flexible, left);
+            for (base, body) in &p.batches {
+                if left == 0 {
+                    break;
+                }
+                let base = base.to_be_bytes();
+                let n = left.min(8);
+                buf.put_slice(&base[..n]);
+                left -= n;
+                let n = left.min(body.len());
+                if n > 0 {
+                    parts.push(buf.split().freeze());
+                    parts.push(body.slice(..n));
+                    left -= n;
+                }
+            }
+            if flexible {
+                buf.put_no_tags();
+            }
+        }
+        if flexible {
+            buf.put_no_tags();
+        }
+    }
+    if flexible {
+        buf.put_no_tags();
+    }
+    parts.push(buf.freeze());
+    let body_len: usize = parts.iter().map(Bytes::len).sum();
+    let header_len = if flexible { 5 } else { 4 };
+    let size = i32::try_from(body_len + header_len)
+        .map_err(|_| WireError::new("fetch response exceeds 2 GiB"))?;
+    let mut head = BytesMut::with_capacity(9);
+    head.put_i32(size);
+    head.put_i32(correlation_id);
+    if flexible {
+        head.put_no_tags();
+    }
+    parts.insert(0, head.freeze());
+    Ok(Chunks { parts })
+}

@@ -1,0 +1,584 @@
+//! The public handle: build a cluster, load data, script faults.
+//!
+//! The cluster runs on its own tokio runtime (its own threads), so every control method is a
+//! plain synchronous call that works from `#[test]`, `#[tokio::test]` and a CLI alike, and a
+//! blocking client (librdkafka's `BaseConsumer`) cannot starve the brokers.
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
+use tokio::runtime::{Handle, Runtime};
+
+use crate::batch::{
+    encode_batch, encode_control_batch, split_batches, BatchOptions, Codec, ControlType, FakeRecord,
+};
+use crate::error::FakeError;
+use crate::server::{spawn_broker, BrokerTask};
+use crate::state::{BrokerState, InjectedError, Shared, State};
+
+/// Builds a [`FakeCluster`].
+#[derive(Debug, Clone)]
+pub struct FakeClusterBuilder {
+    brokers: i32,
+    topics: Vec<(String, i32)>,
+    host: String,
+    first_port: u16,
+    worker_threads: usize,
+    cluster_id: String,
+}
+
+impl Default for FakeClusterBuilder {
+    fn default() -> Self {
+        Self {
+            brokers: 1,
+            topics: Vec::new(),
+            host: "127.0.0.1".into(),
+            first_port: 0,
+            worker_threads: 2,
+            cluster_id: "kdirect-fake-cluster".into(),
+        }
+    }
+}
+
+impl FakeClusterBuilder {
+    /// Number of brokers (ids 1..=n), each with its own listener. Default 1.
+    pub fn brokers(mut self, n: i32) -> Self {
+        self.brokers = n.max(1);
+        self
+    }
+
+    /// Declares a topic; partition leaders go round-robin over the brokers.
+    pub fn topic(mut self, name: impl Into<String>, partitions: i32) -> Self {
+        self.topics.push((name.into(), partitions));
+        self
+    }
+
+    /// Loopback address to listen on. Default 127.0.0.1.
+    pub fn host(mut self, host: impl Into<String>) -> Self {
+        self.host = host.into();
+        self
+    }
+
+    /// Port of broker 1; broker k listens on `port + k - 1`. Default 0: every port OS-chosen.
+    pub fn port(mut self, port: u16) -> Self {
+        self.first_port = port;
+        self
+    }
+
+    /// Threads of the cluster's own runtime. Default 2.
+    pub fn worker_threads(mut self, n: usize) -> Self {
+        self.worker_threads = n.max(1);
+        self
+    }
+
+    /// Starts the cluster (binds every listener). Usable from async code; the cluster still
+    /// runs on its own runtime.
+    pub async fn build(self) -> Result<FakeCluster, FakeError> {
+        self.start()
+    }
+
+    /// Starts the cluster from synchronous code.
+    pub fn start(self) -> Result<FakeCluster, FakeError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(self.worker_threads)
+            .thread_name("kdirect-fake-broker")
+            .enable_all()
+            .build()
+            .map_err(|e| FakeError::Io {
+                broker: 0,
+                source: e,
+            })?;
+        let mut state = State::new(self.cluster_id);
+        let mut listeners = Vec::new();
+        for k in 0..self.brokers {
+            let id = k + 1;
+            let port = if self.first_port == 0 {
+                0
+            } else {
+                self.first_port.saturating_add(k as u16)
+            };
+            let l = TcpListener::bind((self.host.as_str(), port)).map_err(|e| FakeError::Io {
+                broker: id,
+                source: e,
+            })?;
+            let addr = l.local_addr().map_err(|e| FakeError::Io {
+                broker: id,
+                source: e,
+            })?;
+            state.brokers.push(BrokerState {
+                id,
+                host: self.host.clone(),
+                port: addr.port(),
+                running: true,
+                drop_after: None,
+                delay: Duration::ZERO,
+                connections_accepted: 0,
+                requests: 0,
+            });
+            listeners.push((id, l));
+        }
+        for (name, parts) in &self.topics {
+            state.create_topic(name, *parts)?;
+        }
+        let shared = Arc::new(Shared {
+            state: Mutex::new(state),
+            data_changed: tokio::sync::Notify::new(),
+        });
+        let handle = runtime.handle().clone();
+        let mut tasks = Vec::new();
+        for (id, l) in listeners {
+            let task = spawn_broker(&handle, shared.clone(), id, l).map_err(|e| FakeError::Io {
+                broker: id,
+                source: e,
+            })?;
+            tasks.push(Mutex::new(Some(task)));
+        }
+        Ok(FakeCluster {
+            shared,
+            handle,
+            tasks,
+            runtime: Some(runtime),
+        })
+    }
+}
+
+/// Per-broker counters, for tests that assert on reconnects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BrokerStats {
+    /// Connections accepted since the cluster started.
+    pub connections_accepted: u64,
+    /// Requests received since the cluster started.
+    pub requests: u64,
+    /// Whether the broker is serving.
+    pub running: bool,
+}
+
+/// An open transaction: batches appended with it stay invisible to read_committed readers
+/// until [`FakeCluster::commit_transaction`]; [`FakeCluster::abort_transaction`] hides them.
+#[derive(Debug)]
+pub struct Transaction {
+    producer_id: i64,
+    producer_epoch: i16,
+    /// (topic, partition, next sequence) touched so far.
+    partitions: Vec<(String, i32, i32)>,
+}
+
+impl Transaction {
+    /// The transaction's producer id.
+    pub fn producer_id(&self) -> i64 {
+        self.producer_id
+    }
+}
+
+/// A fake Kafka cluster: in-memory brokers on loopback ports. See the crate docs.
+#[derive(Debug)]
+pub struct FakeCluster {
+    shared: Arc<Shared>,
+    handle: Handle,
+    tasks: Vec<Mutex<Option<BrokerTask>>>,
+    runtime: Option<Runtime>,
+}
+
+impl Drop for FakeCluster {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl FakeCluster {
+    /// A builder: one broker, no topics, OS-chosen ports.
+    pub fn builder() -> FakeClusterBuilder {
+        FakeClusterBuilder::default()
+    }
+
+    /// `host:port` of every broker, comma-separated (a `bootstrap.servers` value).
+    pub fn bootstrap(&self) -> String {
+        let st = self.shared.lock();
+        st.brokers
+            .iter()
+            .map(|b| format!("{}:{}", b.host, b.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Broker ids (1..=n).
+    pub fn broker_ids(&self) -> Vec<i32> {
+        self.shared.lock().brokers.iter().map(|b| b.id).collect()
+    }
+
+    /// A broker's listening address.
+    pub fn broker_addr(&self, broker: i32) -> Result<SocketAddr, FakeError> {
+        let st = self.shared.lock();
+        let b = st.broker(broker)?;
+        format!("{}:{}", b.host, b.port)
+            .parse()
+            .map_err(|_| FakeError::UnknownBroker { broker })
+    }
+
+    /// A broker's counters.
+    pub fn stats(&self, broker: i32) -> Result<BrokerStats, FakeError> {
+        let st = self.shared.lock();
+        let b = st.broker(broker)?;
+        Ok(BrokerStats {
+            connections_accepted: b.connections_accepted,
+            requests: b.requests,
+            running: b.running,
+        })
+    }
+
+    /// Creates a topic after start.
+    pub fn create_topic(&self, name: &str, partitions: i32) -> Result<(), FakeError> {
+        self.shared.lock().create_topic(name, partitions)
+    }
+
+    /// The topic's id (Metadata v10+, Fetch v13+).
+    pub fn topic_id(&self, topic: &str) -> Result<uuid::Uuid, FakeError> {
+        let st = self.shared.lock();
+        st.topics
+            .get(topic)
+            .map(|t| t.id)
+            .ok_or_else(|| FakeError::UnknownTopic {
+                topic: topic.to_string(),
+            })
+    }
+
+    fn with_log<T>(
+        &self,
+        topic: &str,
+        partition: i32,
+        f: impl FnOnce(&mut crate::state::PartitionState) -> Result<T, FakeError>,
+    ) -> Result<T, FakeError> {
+        let r = {
+            let mut st = self.shared.lock();
+            f(st.partition_mut(topic, partition)?)
+        };
+        self.shared.data_changed.notify_waiters();
+        r
+    }
+
+    /// Appends every v2 batch in `batches` at the log end, rewriting base offsets; returns the
+    /// first batch's new base offset. Transactional batches open a transaction for their
+    /// producer id; COMMIT/ABORT control batches close it.
+    pub fn append_batch(
+        &self,
+        topic: &str,
+        partition: i32,
+        batches: Bytes,
+    ) -> Result<i64, FakeError> {
+        self.with_log(topic, partition, |p| p.log.append(&batches).map(|(b, _)| b))
+    }
+
+    /// Appends the same encoded batch `times` times at consecutive offsets, sharing its bytes
+    /// (one copy in memory however many times it is served). Returns the new log end.
+    pub fn append_batch_repeated(
+        &self,
+        topic: &str,
+        partition: i32,
+        batch: Bytes,
+        times: usize,
+    ) -> Result<i64, FakeError> {
+        let mut split = split_batches(&batch)?;
+        if split.len() != 1 {
+            return Err(FakeError::MalformedBatch {
+                position: 0,
+                reason: format!("expected exactly one batch, found {}", split.len()),
+            });
+        }
+        let (header, bytes) = split.remove(0);
+        if header.is_transactional() || header.is_control() {
+            return Err(FakeError::MalformedBatch {
+                position: 0,
+                reason: "only non-transactional batches can be repeated".into(),
+            });
+        }
+        let body = bytes.slice(8..);
+        self.with_log(topic, partition, |p| {
+            for _ in 0..times {
+                p.log.push(header, body.clone(), None);
+            }
+            Ok(p.log.end)
+        })
+    }
+
+    /// Encodes `records` as one batch with `codec` and appends it; returns its base offset.
+    pub fn append_records(
+        &self,
+        topic: &str,
+        partition: i32,
+        records: &[FakeRecord],
+        codec: Codec,
+    ) -> Result<i64, FakeError> {
+        let batch = encode_batch(records, &BatchOptions::codec(codec))?;
+        self.append_batch(topic, partition, batch)
+    }
+
+    /// Moves the log end forward by `n` offsets with no data, as compaction leaves gaps.
+    pub fn skip_offsets(&self, topic: &str, partition: i32, n: i64) -> Result<i64, FakeError> {
+        self.with_log(topic, partition, |p| {
+            p.log.skip(n);
+            Ok(p.log.end)
+        })
+    }
+
+    /// High watermark (= log end offset; there are no followers).
+    pub fn high_watermark(&self, topic: &str, partition: i32) -> Result<i64, FakeError> {
+        Ok(self
+            .shared
+            .lock()
+            .partition(topic, partition)?
+            .log
+            .high_watermark())
+    }
+
+    /// Last stable offset (first offset of the oldest open transaction, else the HW).
+    pub fn last_stable_offset(&self, topic: &str, partition: i32) -> Result<i64, FakeError> {
+        Ok(self
+            .shared
+            .lock()
+            .partition(topic, partition)?
+            .log
+            .last_stable_offset())
+    }
+
+    /// Log start offset.
+    pub fn log_start(&self, topic: &str, partition: i32) -> Result<i64, FakeError> {
+        Ok(self
+            .shared
+            .lock()
+            .partition(topic, partition)?
+            .log
+            .log_start)
+    }
+
+    /// Opens a transaction with a fresh producer id.
+    pub fn begin_transaction(&self) -> Transaction {
+        let mut st = self.shared.lock();
+        let producer_id = st.next_producer_id;
+        st.next_producer_id += 1;
+        Transaction {
+            producer_id,
+            producer_epoch: 0,
+            partitions: Vec::new(),
+        }
+    }
+
+    /// Appends `records` as one transactional batch of `txn`; returns its base offset.
+    pub fn append_transactional(
+        &self,
+        txn: &mut Transaction,
+        topic: &str,
+        partition: i32,
+        records: &[FakeRecord],
+        codec: Codec,
+    ) -> Result<i64, FakeError> {
+        let i = match txn
+            .partitions
+            .iter()
+            .position(|(t, p, _)| t == topic && *p == partition)
+        {
+            Some(i) => i,
+            None => {
+                txn.partitions.push((topic.to_string(), partition, 0));
+                txn.partitions.len() - 1
+            }
+        };
+        let seq = txn.partitions[i].2;
+        let batch = encode_batch(
+            records,
+            &BatchOptions {
+                codec,
+                producer_id: txn.producer_id,
+                producer_epoch: txn.producer_epoch,
+                base_sequence: seq,
+                transactional: true,
+            },
+        )?;
+        let base = self.append_batch(topic, partition, batch)?;
+        txn.partitions[i].2 = seq.wrapping_add(records.len() as i32);
+        Ok(base)
+    }
+
+    /// Writes COMMIT markers to every partition the transaction touched.
+    pub fn commit_transaction(&self, txn: Transaction) -> Result<(), FakeError> {
+        self.end_transaction(txn, ControlType::Commit)
+    }
+
+    /// Writes ABORT markers to every partition the transaction touched; read_committed readers
+    /// never see its records.
+    pub fn abort_transaction(&self, txn: Transaction) -> Result<(), FakeError> {
+        self.end_transaction(txn, ControlType::Abort)
+    }
+
+    fn end_transaction(&self, txn: Transaction, kind: ControlType) -> Result<(), FakeError> {
+        let marker = encode_control_batch(txn.producer_id, txn.producer_epoch, kind, now_ms())?;
+        for (topic, partition, _) in &txn.partitions {
+            self.append_batch(topic, *partition, marker.clone())?;
+        }
+        Ok(())
+    }
+
+    // ---- Fault injection -------------------------------------------------------------------
+
+    /// The `n`th request `broker` receives from now on (1 = the next) is not answered: its
+    /// connection is closed instead. One-shot.
+    pub fn drop_connection_after(&self, broker: i32, n: u32) -> Result<(), FakeError> {
+        self.shared.lock().broker_mut(broker)?.drop_after = Some(n.max(1));
+        Ok(())
+    }
+
+    /// Answers `api` requests for this partition with `code`: for the next `times` requests,
+    /// or until [`clear_errors`](Self::clear_errors) when `times` is `None`. Applies to
+    /// Fetch, ListOffsets and Metadata (partition-level error code).
+    pub fn inject_error(
+        &self,
+        topic: &str,
+        partition: i32,
+        api: ApiKey,
+        code: i16,
+        times: Option<u32>,
+    ) -> Result<(), FakeError> {
+        let mut st = self.shared.lock();
+        let p = st.partition_mut(topic, partition)?;
+        if times != Some(0) {
+            p.errors.push(InjectedError {
+                api,
+                code,
+                remaining: times,
+            });
+        }
+        Ok(())
+    }
+
+    /// Removes every injected error and pending truncation for the partition.
+    pub fn clear_errors(&self, topic: &str, partition: i32) -> Result<(), FakeError> {
+        let mut st = self.shared.lock();
+        let p = st.partition_mut(topic, partition)?;
+        p.errors.clear();
+        p.truncate_fetches = 0;
+        Ok(())
+    }
+
+    /// The partition's leader id and leader epoch.
+    pub fn leader(&self, topic: &str, partition: i32) -> Result<(i32, i32), FakeError> {
+        let st = self.shared.lock();
+        let p = st.partition(topic, partition)?;
+        Ok((p.leader, p.leader_epoch))
+    }
+
+    /// Moves the partition's leadership to `broker` and bumps the leader epoch. The old
+    /// leader answers NOT_LEADER_OR_FOLLOWER from now on.
+    pub fn move_leader(&self, topic: &str, partition: i32, broker: i32) -> Result<i32, FakeError> {
+        let mut st = self.shared.lock();
+        st.broker(broker)?;
+        let p = st.partition_mut(topic, partition)?;
+        p.leader = broker;
+        p.leader_epoch += 1;
+        let epoch = p.leader_epoch;
+        drop(st);
+        self.shared.data_changed.notify_waiters();
+        Ok(epoch)
+    }
+
+    /// Delays every response of `broker` by `delay` (zero to stop).
+    pub fn set_response_delay(&self, broker: i32, delay: Duration) -> Result<(), FakeError> {
+        self.shared.lock().broker_mut(broker)?.delay = delay;
+        Ok(())
+    }
+
+    /// The next `times` Fetch responses carrying data for this partition end inside a batch:
+    /// the records field is cut halfway through its last batch.
+    pub fn truncate_fetches(
+        &self,
+        topic: &str,
+        partition: i32,
+        times: u32,
+    ) -> Result<(), FakeError> {
+        self.shared
+            .lock()
+            .partition_mut(topic, partition)?
+            .truncate_fetches = times;
+        Ok(())
+    }
+
+    /// Retention: the log now starts at `offset` (clamped to the high watermark); fetches
+    /// below it get OFFSET_OUT_OF_RANGE and ListOffsets earliest answers it.
+    pub fn set_log_start(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<i64, FakeError> {
+        self.with_log(topic, partition, |p| {
+            p.log.advance_start(offset);
+            Ok(p.log.log_start)
+        })
+    }
+
+    /// Stops a broker: closes its listener and every connection. Its partitions keep their
+    /// leader (clients retry it); [`restart_broker`](Self::restart_broker) brings it back on
+    /// the same port.
+    pub fn stop_broker(&self, broker: i32) -> Result<(), FakeError> {
+        let slot = self.task_slot(broker)?;
+        let task = slot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or(FakeError::BrokerState {
+                broker,
+                state: "stopped",
+            })?;
+        task.stop();
+        self.shared.lock().broker_mut(broker)?.running = false;
+        Ok(())
+    }
+
+    /// Restarts a stopped broker on its old port.
+    pub fn restart_broker(&self, broker: i32) -> Result<(), FakeError> {
+        let slot = self.task_slot(broker)?;
+        let mut guard = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.is_some() {
+            return Err(FakeError::BrokerState {
+                broker,
+                state: "running",
+            });
+        }
+        let addr = self.broker_addr(broker)?;
+        let listener = TcpListener::bind(addr).map_err(|e| FakeError::Io { broker, source: e })?;
+        let task = spawn_broker(&self.handle, self.shared.clone(), broker, listener)
+            .map_err(|e| FakeError::Io { broker, source: e })?;
+        *guard = Some(task);
+        self.shared.lock().broker_mut(broker)?.running = true;
+        Ok(())
+    }
+
+    fn task_slot(&self, broker: i32) -> Result<&Mutex<Option<BrokerTask>>, FakeError> {
+        usize::try_from(broker - 1)
+            .ok()
+            .and_then(|i| self.tasks.get(i))
+            .ok_or(FakeError::UnknownBroker { broker })
+    }
+
+    /// Stops every broker and the cluster's runtime.
+    pub fn shutdown(mut self) {
+        for slot in &self.tasks {
+            if let Some(t) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                t.stop();
+            }
+        }
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

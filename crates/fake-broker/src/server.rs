@@ -1,0 +1,276 @@
+//! Broker tasks: one loopback listener per broker, one task per connection.
+//!
+//! A connection handles one request at a time, in order, as a Kafka broker does. A request
+//! that cannot be parsed (bad frame, unknown API, unsupported version, undecodable body) closes
+//! that connection with a log line on stderr; nothing a client sends can stop the process.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
+use kdirect_proto::frame::FrameDecoder;
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::runtime::Handle;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::api;
+use crate::state::Shared;
+use crate::wire::{encode_response, write_chunks, Chunks, WireError};
+
+/// Largest request a fake broker accepts (Produce included).
+const MAX_REQUEST_SIZE: usize = 64 * 1024 * 1024;
+
+/// A running broker's listener task.
+#[derive(Debug)]
+pub(crate) struct BrokerTask {
+    shutdown: watch::Sender<bool>,
+    done: mpsc::Receiver<()>,
+}
+
+impl BrokerTask {
+    /// Stops accepting, closes every connection, and waits until the port is released.
+    pub fn stop(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.done.recv_timeout(std::time::Duration::from_secs(10));
+    }
+}
+
+/// Starts serving `listener` as broker `id` on `handle`'s runtime.
+pub(crate) fn spawn_broker(
+    handle: &Handle,
+    shared: Arc<Shared>,
+    id: i32,
+    listener: std::net::TcpListener,
+) -> io::Result<BrokerTask> {
+    listener.set_nonblocking(true)?;
+    let listener = {
+        let _guard = handle.enter();
+        TcpListener::from_std(listener)?
+    };
+    let (shutdown, rx) = watch::channel(false);
+    let (done_tx, done) = mpsc::channel();
+    handle.spawn(accept_loop(shared, id, listener, rx, done_tx));
+    Ok(BrokerTask { shutdown, done })
+}
+
+async fn accept_loop(
+    shared: Arc<Shared>,
+    id: i32,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+    done: mpsc::Sender<()>,
+) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            r = listener.accept() => match r {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    if let Ok(b) = shared.lock().broker_mut(id) {
+                        b.connections_accepted += 1;
+                    }
+                    conns.spawn(serve(shared.clone(), id, stream, peer, shutdown.clone()));
+                }
+                Err(e) => {
+                    eprintln!("kdirect-fake-broker: broker {id}: accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            },
+            _ = shutdown.changed() => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    drop(listener);
+    conns.shutdown().await;
+    let _ = done.send(());
+}
+
+/// What to do after a request.
+pub(crate) enum Outcome {
+    Reply(Chunks),
+    /// Produce with acks=0.
+    NoReply,
+    /// Fault injection: close without answering.
+    Close,
+}
+
+async fn serve(
+    shared: Arc<Shared>,
+    id: i32,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let decoder = FrameDecoder::new(MAX_REQUEST_SIZE);
+    let mut rbuf = BytesMut::with_capacity(64 * 1024);
+    loop {
+        let frame = match decoder.decode(&mut rbuf) {
+            Ok(Some(frame)) => frame,
+            Ok(None) => {
+                tokio::select! {
+                    r = stream.read_buf(&mut rbuf) => match r {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => continue,
+                    },
+                    _ = shutdown.changed() => return,
+                }
+            }
+            Err(e) => {
+                eprintln!("kdirect-fake-broker: broker {id}: closing {peer}: {e}");
+                return;
+            }
+        };
+        let outcome = match handle_request(&shared, id, frame, &mut shutdown).await {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("kdirect-fake-broker: broker {id}: closing {peer}: {e}");
+                return;
+            }
+        };
+        match outcome {
+            Outcome::Reply(chunks) => {
+                let delay = shared
+                    .lock()
+                    .broker(id)
+                    .map(|b| b.delay)
+                    .unwrap_or_default();
+                if !delay.is_zero() {
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = shutdown.changed() => return,
+                    }
+                }
+                if write_chunks(&mut stream, &chunks).await.is_err() {
+                    return;
+                }
+            }
+            Outcome::NoReply => {}
+            Outcome::Close => return,
+        }
+    }
+}
+
+fn peek_header(frame: &[u8]) -> Result<(i16, i16, i32), WireError> {
+    if frame.len() < 8 {
+        return Err(WireError::new(format!(
+            "request of {} bytes is shorter than a header",
+            frame.len()
+        )));
+    }
+    Ok((
+        i16::from_be_bytes([frame[0], frame[1]]),
+        i16::from_be_bytes([frame[2], frame[3]]),
+        i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]),
+    ))
+}
+
+async fn handle_request(
+    shared: &Arc<Shared>,
+    id: i32,
+    frame: Bytes,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<Outcome, WireError> {
+    let (key, version, correlation_id) = peek_header(&frame)?;
+    {
+        let mut st = shared.lock();
+        let b = st.broker_mut(id).map_err(WireError::new)?;
+        b.requests += 1;
+        if let Some(n) = b.drop_after.as_mut() {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                b.drop_after = None;
+                return Ok(Outcome::Close);
+            }
+        }
+    }
+    let api_key =
+        ApiKey::try_from(key).map_err(|_| WireError::new(format!("unknown API key {key}")))?;
+    if api_key == ApiKey::ApiVersions {
+        return api::api_versions::handle(correlation_id, version).map(Outcome::Reply);
+    }
+    let range = api::supported(api_key).ok_or_else(|| {
+        WireError::new(format!("{api_key:?} is not implemented by the fake broker"))
+    })?;
+    if version < range.0 || version > range.1 {
+        return Err(WireError::new(format!(
+            "{api_key:?} v{version} is not supported (v{}–v{})",
+            range.0, range.1
+        )));
+    }
+    let mut body = frame;
+    RequestHeader::decode(&mut body, api_key.request_header_version(version))
+        .map_err(|e| WireError::new(format!("{api_key:?} v{version} header: {e}")))?;
+    let ctx = api::Ctx {
+        shared,
+        broker: id,
+        version,
+    };
+    match api_key {
+        ApiKey::Fetch => {
+            let req = decode(&mut body, version, api_key)?;
+            api::fetch::handle(&ctx, correlation_id, req, shutdown)
+                .await
+                .map(Outcome::Reply)
+        }
+        ApiKey::Metadata => reply(
+            correlation_id,
+            version,
+            &api::metadata::handle(&ctx, decode(&mut body, version, api_key)?),
+        ),
+        ApiKey::ListOffsets => reply(
+            correlation_id,
+            version,
+            &api::list_offsets::handle(&ctx, decode(&mut body, version, api_key)?),
+        ),
+        ApiKey::FindCoordinator => reply(
+            correlation_id,
+            version,
+            &api::group::find_coordinator(&ctx, decode(&mut body, version, api_key)?),
+        ),
+        ApiKey::OffsetCommit => reply(
+            correlation_id,
+            version,
+            &api::group::offset_commit(&ctx, decode(&mut body, version, api_key)?),
+        ),
+        ApiKey::OffsetFetch => reply(
+            correlation_id,
+            version,
+            &api::group::offset_fetch(&ctx, decode(&mut body, version, api_key)?),
+        ),
+        ApiKey::OffsetForLeaderEpoch => reply(
+            correlation_id,
+            version,
+            &api::list_offsets::offset_for_leader_epoch(&ctx, decode(&mut body, version, api_key)?),
+        ),
+        ApiKey::Produce => {
+            let req: kafka_protocol::messages::ProduceRequest =
+                decode(&mut body, version, api_key)?;
+            let acks = req.acks;
+            let resp = api::produce::handle(&ctx, req);
+            if acks == 0 {
+                Ok(Outcome::NoReply)
+            } else {
+                reply(correlation_id, version, &resp)
+            }
+        }
+        other => Err(WireError::new(format!("{other:?} has no handler"))),
+    }
+}
+
+fn decode<T: Decodable>(body: &mut Bytes, version: i16, key: ApiKey) -> Result<T, WireError> {
+    T::decode(body, version).map_err(|e| WireError::new(format!("{key:?} v{version} body: {e}")))
+}
+
+fn reply<R: Encodable + HeaderVersion>(
+    correlation_id: i32,
+    version: i16,
+    body: &R,
+) -> Result<Outcome, WireError> {
+    encode_response(correlation_id, version, body).map(Outcome::Reply)
+}
