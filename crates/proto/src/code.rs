@@ -259,7 +259,11 @@ mod tests {
     #[test]
     fn codes_are_unique() {
         for (i, a) in TABLE.iter().enumerate() {
-            assert!(TABLE[i + 1..].iter().all(|b| b.code != a.code), "{}", a.name);
+            assert!(
+                TABLE[i + 1..].iter().all(|b| b.code != a.code),
+                "{}",
+                a.name
+            );
         }
     }
 }

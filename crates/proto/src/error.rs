@@ -38,7 +38,9 @@ pub enum ProtoError {
         reason: String,
     },
     /// A response could not be decoded.
-    #[error("malformed {api:?} v{version} response ({len} bytes, failed at byte {position}): {reason}")]
+    #[error(
+        "malformed {api:?} v{version} response ({len} bytes, failed at byte {position}): {reason}"
+    )]
     Decode {
         /// The API.
         api: ApiKey,

@@ -82,7 +82,10 @@ mod tests {
     #[test]
     fn picks_highest_common() {
         // librdkafka 2.12's mock cluster advertises Fetch 0..16 and ListOffsets 0..7.
-        let b = BrokerVersions::from_ranges([(ApiKey::Fetch, r(0, 16)), (ApiKey::ListOffsets, r(0, 7))]);
+        let b = BrokerVersions::from_ranges([
+            (ApiKey::Fetch, r(0, 16)),
+            (ApiKey::ListOffsets, r(0, 7)),
+        ]);
         assert_eq!(b.negotiate::<Fetch>().unwrap(), 16);
         assert_eq!(b.negotiate::<ListOffsets>().unwrap(), 7);
     }
@@ -100,7 +103,10 @@ mod tests {
             }
         );
         let msg = e.to_string();
-        assert!(msg.contains("Fetch") && msg.contains("0..3") && msg.contains("4..17"), "{msg}");
+        assert!(
+            msg.contains("Fetch") && msg.contains("0..3") && msg.contains("4..17"),
+            "{msg}"
+        );
         let missing = b.negotiate::<ListOffsets>().unwrap_err().to_string();
         assert!(missing.contains("does not support it"), "{missing}");
     }

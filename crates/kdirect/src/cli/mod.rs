@@ -3,6 +3,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod common;
 mod decode;
 mod metadata;
 mod offsets;

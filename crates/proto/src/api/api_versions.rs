@@ -14,7 +14,7 @@ pub use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 use super::api;
 use crate::code::ErrorCode;
 use crate::error::ProtoError;
-use crate::message::{decode_response_with_header, Api};
+use crate::message::{decode_response_with_header, peek_correlation_id, Api};
 
 api!(
     /// ApiVersions: which versions of each API the broker speaks.
@@ -44,17 +44,60 @@ pub fn decode(frame: Bytes, version: i16) -> Result<(i32, ApiVersionsOutcome), P
         .get(4..6)
         .map(|b| ErrorCode(i16::from_be_bytes([b[0], b[1]])));
     if error == Some(ErrorCode::UNSUPPORTED_VERSION) && version > 0 {
-        let (cid, v0) = decode_response_with_header::<ApiVersions>(frame, 0, 0)?;
+        // Kafka brokers write this answer v0-shaped; librdkafka's mock cluster (2.12) writes
+        // it in the requested version's shape with a wrong array count. Read whichever
+        // parses, and take the broker's ApiVersions range from it if it is there.
+        let cid = peek_correlation_id(&frame).unwrap_or(-1);
+        let listed = decode_response_with_header::<ApiVersions>(frame.clone(), 0, 0)
+            .or_else(|_| decode_response_with_header::<ApiVersions>(frame, version, 0))
+            .ok()
+            .and_then(|(_, body)| {
+                body.api_keys
+                    .iter()
+                    .find(|k| k.api_key == ApiVersions::KEY as i16)
+                    .map(|k| k.max_version)
+            });
         let ours = ApiVersions::VERSIONS;
-        let retry = v0
-            .api_keys
-            .iter()
-            .find(|k| k.api_key == ApiVersions::KEY as i16)
-            .map_or(0, |k| k.max_version.min(ours.max).max(0));
+        let retry = listed.map_or(0, |max| max.min(ours.max).max(0));
         // Never ask again at the same or a higher version: that would loop.
         let retry = if retry >= version { 0 } else { retry };
         return Ok((cid, ApiVersionsOutcome::RetryAt(retry)));
     }
     let (cid, resp) = decode_response_with_header::<ApiVersions>(frame, version, 0)?;
     Ok((cid, ApiVersionsOutcome::Supported(resp)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes librdkafka 2.12.1's mock cluster sent in answer to an ApiVersions v4 request
+    /// (captured by kdirect's connection in `tests/it/cluster.rs`): header v0 with
+    /// correlation id 0, error 35, a one-byte array count of 1 (which says "0 entries" in
+    /// compact encoding) followed by one entry (ApiVersions 0..2), tags, throttle time.
+    const MOCK_UNSUPPORTED: &[u8] = &[
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x23, 0x01, 0x00, 0x12, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00,
+        0x00, 0x00,
+    ];
+
+    #[test]
+    fn unsupported_version_from_librdkafka_mock_retries_lower() {
+        let (cid, out) = decode(Bytes::from_static(MOCK_UNSUPPORTED), 4).unwrap();
+        assert_eq!(cid, 0);
+        assert_eq!(out, ApiVersionsOutcome::RetryAt(0));
+    }
+
+    /// A v0-shaped UNSUPPORTED_VERSION answer, as the Java broker writes it
+    /// (`ApiVersionsResponse` v0 per the protocol guide: error_code, [api_key min max]):
+    /// correlation id 7, error 35, one entry ApiVersions 0..3.
+    #[test]
+    fn unsupported_version_v0_shaped_retries_at_brokers_max() {
+        let bytes: &[u8] = &[0, 0, 0, 7, 0, 35, 0, 0, 0, 1, 0, 18, 0, 0, 0, 3];
+        let (cid, out) = decode(Bytes::from_static(bytes), 4).unwrap();
+        assert_eq!(cid, 7);
+        assert_eq!(out, ApiVersionsOutcome::RetryAt(3));
+        // Asked at 3 already: go to 0 rather than loop.
+        let (_, out) = decode(Bytes::from_static(bytes), 3).unwrap();
+        assert_eq!(out, ApiVersionsOutcome::RetryAt(0));
+    }
 }

@@ -95,8 +95,16 @@ pub fn request(
             });
         }
         let ft = FetchTopic::default()
-            .with_topic(if by_id { Default::default() } else { topic_name(&t.name) })
-            .with_topic_id(if by_id { Uuid::from_bytes(t.id) } else { Uuid::nil() })
+            .with_topic(if by_id {
+                Default::default()
+            } else {
+                topic_name(&t.name)
+            })
+            .with_topic_id(if by_id {
+                Uuid::from_bytes(t.id)
+            } else {
+                Uuid::nil()
+            })
             .with_partitions(
                 t.partitions
                     .iter()
@@ -186,10 +194,16 @@ pub fn view(
     for t in resp.responses {
         let topic = if version >= FIRST_TOPIC_ID_VERSION {
             let id = *t.topic_id.as_bytes();
-            names.get(&id).cloned().ok_or_else(|| ProtoError::Inconsistent {
-                api: Fetch::KEY,
-                reason: format!("response names topic id {} that was not fetched", t.topic_id),
-            })?
+            names
+                .get(&id)
+                .cloned()
+                .ok_or_else(|| ProtoError::Inconsistent {
+                    api: Fetch::KEY,
+                    reason: format!(
+                        "response names topic id {} that was not fetched",
+                        t.topic_id
+                    ),
+                })?
         } else {
             t.topic.0.to_string()
         };

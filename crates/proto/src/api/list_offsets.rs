@@ -55,7 +55,10 @@ pub struct OffsetQuery {
 }
 
 /// A request for several partitions of several topics, sent to their common leader.
-pub fn request(isolation: IsolationLevel, topics: &[(&str, Vec<OffsetQuery>)]) -> ListOffsetsRequest {
+pub fn request(
+    isolation: IsolationLevel,
+    topics: &[(&str, Vec<OffsetQuery>)],
+) -> ListOffsetsRequest {
     ListOffsetsRequest::default()
         .with_replica_id((-1).into())
         .with_isolation_level(isolation.as_i8())

@@ -57,7 +57,9 @@ pub fn request(group: &str, topics: &[(&str, Vec<CommitEntry>)]) -> OffsetCommit
                                         .with_committed_offset(e.offset)
                                         .with_committed_leader_epoch(e.leader_epoch)
                                         .with_committed_metadata(
-                                            e.metadata.as_ref().map(|m| StrBytes::from_string(m.clone())),
+                                            e.metadata
+                                                .as_ref()
+                                                .map(|m| StrBytes::from_string(m.clone())),
                                         )
                                 })
                                 .collect(),
@@ -72,9 +74,13 @@ pub fn view(resp: &OffsetCommitResponse) -> Vec<(String, i32, ErrorCode)> {
     resp.topics
         .iter()
         .flat_map(|t| {
-            t.partitions
-                .iter()
-                .map(move |p| (t.name.0.to_string(), p.partition_index, ErrorCode(p.error_code)))
+            t.partitions.iter().map(move |p| {
+                (
+                    t.name.0.to_string(),
+                    p.partition_index,
+                    ErrorCode(p.error_code),
+                )
+            })
         })
         .collect()
 }

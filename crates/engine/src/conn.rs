@@ -1,0 +1,387 @@
+//! One TCP connection to one broker.
+//!
+//! [`BrokerConnection::connect`] opens the socket and does the ApiVersions handshake (retrying
+//! at the version the broker names when it answers `UNSUPPORTED_VERSION`, and at v0 when an old
+//! broker just closes the socket). [`BrokerConnection::request`] then sends any API at the
+//! negotiated version. Several requests may be in flight at once: each gets a correlation id
+//! and a waiting slot; a reader task matches responses to slots. A request without an answer
+//! after `request.timeout.ms` fails with [`ErrorKind::Timeout`] and, as in the Java client,
+//! closes the connection (a late answer would otherwise arrive on a stream nobody trusts).
+//! When the socket drops, every request in flight fails with [`ErrorKind::Disconnected`]
+//! naming the broker.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kdirect_proto::api::api_versions::{self, ApiVersions, ApiVersionsOutcome};
+use kdirect_proto::frame::FrameDecoder;
+use kdirect_proto::message::{decode_response, encode_request, Api};
+use kdirect_proto::{BrokerVersions, ErrorCode};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+
+use crate::error::{BrokerName, Error, ErrorKind};
+
+/// Connection settings (Java client names).
+#[derive(Debug, Clone)]
+pub struct ConnConfig {
+    /// `client.id`, sent in every request header.
+    pub client_id: String,
+    /// `request.timeout.ms` (default 30 s).
+    pub request_timeout: Duration,
+    /// `socket.connection.setup.timeout.ms` (default 10 s).
+    pub connect_timeout: Duration,
+    /// Largest response frame accepted (default 100 MiB).
+    pub max_frame_size: usize,
+}
+
+impl Default for ConnConfig {
+    fn default() -> Self {
+        Self {
+            client_id: "kdirect".to_owned(),
+            request_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            max_frame_size: kdirect_proto::frame::DEFAULT_MAX_FRAME_SIZE,
+        }
+    }
+}
+
+type Slot = oneshot::Sender<Result<Bytes, Error>>;
+
+struct Shared {
+    broker: BrokerName,
+    pending: Mutex<HashMap<i32, Slot>>,
+    closed: AtomicBool,
+    /// Why the connection closed, for requests that arrive after.
+    close_reason: Mutex<Option<String>>,
+}
+
+impl Shared {
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<i32, Slot>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Marks the connection closed and fails every request in flight.
+    fn fail_all(&self, reason: &str) {
+        self.closed.store(true, Ordering::SeqCst);
+        {
+            let mut r = self.close_reason.lock().unwrap_or_else(PoisonError::into_inner);
+            if r.is_none() {
+                *r = Some(reason.to_owned());
+            }
+        }
+        let slots: Vec<Slot> = self.pending().drain().map(|(_, s)| s).collect();
+        for slot in slots {
+            let _ = slot.send(Err(ErrorKind::Disconnected {
+                broker: self.broker.clone(),
+                reason: reason.to_owned(),
+            }
+            .into()));
+        }
+    }
+
+    fn disconnected(&self) -> Error {
+        let reason = self
+            .close_reason
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .unwrap_or_else(|| "connection closed".to_owned());
+        ErrorKind::Disconnected {
+            broker: self.broker.clone(),
+            reason,
+        }
+        .into()
+    }
+}
+
+/// A connection to one broker, cheap to clone (clones share the socket).
+#[derive(Clone)]
+pub struct BrokerConnection {
+    shared: Arc<Shared>,
+    writer: Arc<tokio::sync::Mutex<OwnedWriteHalf>>,
+    next_correlation_id: Arc<AtomicI32>,
+    versions: Arc<BrokerVersions>,
+    config: Arc<ConnConfig>,
+    reader: Arc<ReaderGuard>,
+}
+
+/// Stops the reader task when the last clone of a connection is dropped.
+struct ReaderGuard(tokio::task::AbortHandle);
+
+impl Drop for ReaderGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl std::fmt::Debug for BrokerConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokerConnection")
+            .field("broker", &self.shared.broker)
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
+impl BrokerConnection {
+    /// Connects to `addr` and does the ApiVersions handshake.
+    pub async fn connect(
+        addr: &str,
+        node_id: Option<i32>,
+        config: &ConnConfig,
+    ) -> Result<BrokerConnection, Error> {
+        let broker = BrokerName {
+            node_id,
+            addr: addr.to_owned(),
+        };
+        let mut version = ApiVersions::VERSIONS.max;
+        // At most: the first try, one retry at the version the broker names, one at v0.
+        for _ in 0..3 {
+            let conn = Self::open(&broker, config, BrokerVersions::default()).await?;
+            match conn.api_versions(version).await {
+                Ok(ApiVersionsOutcome::Supported(resp)) => {
+                    if let Some(code) = ErrorCode(resp.error_code).err() {
+                        conn.close("handshake failed");
+                        return Err(ErrorKind::Broker {
+                            broker,
+                            api: ApiVersions::KEY,
+                            code,
+                        }
+                        .into());
+                    }
+                    let versions = BrokerVersions::from_response(&resp);
+                    // Same socket, now with the broker's versions known.
+                    return Ok(BrokerConnection {
+                        versions: Arc::new(versions),
+                        ..conn
+                    });
+                }
+                Ok(ApiVersionsOutcome::RetryAt(v)) => {
+                    conn.close("retrying ApiVersions at a lower version");
+                    version = v;
+                }
+                // Brokers older than KIP-35's flexible versions close the socket on a version
+                // they do not know: try once more at v0.
+                Err(e) if version > 0 && matches!(e.kind(), ErrorKind::Disconnected { .. }) => {
+                    version = 0;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(ErrorKind::Disconnected {
+            broker,
+            reason: "ApiVersions handshake did not settle on a version".to_owned(),
+        }
+        .into())
+    }
+
+    async fn open(
+        broker: &BrokerName,
+        config: &ConnConfig,
+        versions: BrokerVersions,
+    ) -> Result<BrokerConnection, Error> {
+        let connect = TcpStream::connect(broker.addr.as_str());
+        let stream = match tokio::time::timeout(config.connect_timeout, connect).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(source)) => {
+                return Err(ErrorKind::Connect {
+                    broker: broker.clone(),
+                    source,
+                }
+                .into())
+            }
+            Err(_) => {
+                return Err(ErrorKind::Connect {
+                    broker: broker.clone(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no connection after {} ms", config.connect_timeout.as_millis()),
+                    ),
+                }
+                .into())
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let (read, write) = stream.into_split();
+        let shared = Arc::new(Shared {
+            broker: broker.clone(),
+            pending: Mutex::new(HashMap::new()),
+            closed: AtomicBool::new(false),
+            close_reason: Mutex::new(None),
+        });
+        let task = tokio::spawn(read_loop(read, shared.clone(), FrameDecoder::new(config.max_frame_size)));
+        Ok(BrokerConnection {
+            shared,
+            writer: Arc::new(tokio::sync::Mutex::new(write)),
+            next_correlation_id: Arc::new(AtomicI32::new(0)),
+            versions: Arc::new(versions),
+            config: Arc::new(config.clone()),
+            reader: Arc::new(ReaderGuard(task.abort_handle())),
+        })
+    }
+
+    async fn api_versions(&self, version: i16) -> Result<ApiVersionsOutcome, Error> {
+        let frame = self
+            .round_trip::<ApiVersions>(&api_versions::request(), version)
+            .await?;
+        api_versions::decode(frame, version)
+            .map(|(_, outcome)| outcome)
+            .map_err(|source| self.protocol_error(source))
+    }
+
+    /// The broker this connection talks to.
+    pub fn broker(&self) -> &BrokerName {
+        &self.shared.broker
+    }
+
+    /// The versions the broker advertised.
+    pub fn versions(&self) -> &BrokerVersions {
+        &self.versions
+    }
+
+    /// The highest version of `A` both sides speak.
+    pub fn version<A: Api>(&self) -> Result<i16, Error> {
+        self.versions
+            .negotiate::<A>()
+            .map_err(|source| self.protocol_error(source))
+    }
+
+    /// True once the socket dropped or the connection was closed.
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::SeqCst)
+    }
+
+    /// Closes the connection; requests in flight fail with `reason`.
+    pub fn close(&self, reason: &str) {
+        self.reader.0.abort();
+        self.shared.fail_all(reason);
+    }
+
+    /// Sends `request` at the negotiated version of `A` and decodes the answer.
+    /// Returns the version used along with the response.
+    pub async fn request<A: Api>(&self, request: &A::Request) -> Result<(i16, A::Response), Error> {
+        let version = self.version::<A>()?;
+        let resp = self.request_at::<A>(request, version).await?;
+        Ok((version, resp))
+    }
+
+    /// Sends `request` at an explicit `version` and decodes the answer.
+    pub async fn request_at<A: Api>(
+        &self,
+        request: &A::Request,
+        version: i16,
+    ) -> Result<A::Response, Error> {
+        let frame = self.round_trip::<A>(request, version).await?;
+        decode_response::<A>(frame, version)
+            .map(|(_, body)| body)
+            .map_err(|source| self.protocol_error(source))
+    }
+
+    /// Sends `request` and returns the raw response frame body (header included), for callers
+    /// that decode it themselves.
+    pub async fn round_trip<A: Api>(&self, request: &A::Request, version: i16) -> Result<Bytes, Error> {
+        if self.is_closed() {
+            return Err(self.shared.disconnected());
+        }
+        let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed) & i32::MAX;
+        let frame = encode_request::<A>(request, version, correlation_id, Some(&self.config.client_id))
+            .map_err(|source| self.protocol_error(source))?;
+        let (tx, rx) = oneshot::channel();
+        self.shared.pending().insert(correlation_id, tx);
+        let written = {
+            let mut w = self.writer.lock().await;
+            w.write_all(&frame).await
+        };
+        if let Err(e) = written {
+            self.shared.pending().remove(&correlation_id);
+            let reason = format!("write failed: {e}");
+            self.close(&reason);
+            return Err(self.shared.disconnected());
+        }
+        match tokio::time::timeout(self.config.request_timeout, rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(self.shared.disconnected()),
+            Err(_) => {
+                self.shared.pending().remove(&correlation_id);
+                self.close(&format!(
+                    "{:?} request timed out after {} ms",
+                    A::KEY,
+                    self.config.request_timeout.as_millis()
+                ));
+                Err(ErrorKind::Timeout {
+                    broker: self.shared.broker.clone(),
+                    api: A::KEY,
+                    after: self.config.request_timeout,
+                }
+                .into())
+            }
+        }
+    }
+
+    fn protocol_error(&self, source: kdirect_proto::ProtoError) -> Error {
+        ErrorKind::Protocol {
+            broker: self.shared.broker.clone(),
+            source,
+        }
+        .into()
+    }
+}
+
+async fn read_loop(mut read: OwnedReadHalf, shared: Arc<Shared>, frames: FrameDecoder) {
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let reason = loop {
+        // Hand out every whole frame already buffered.
+        loop {
+            match frames.decode(&mut buf) {
+                Ok(Some(frame)) => {
+                    let Some(cid) = kdirect_proto::message::peek_correlation_id(&frame) else {
+                        shared.fail_all("response shorter than its header");
+                        return;
+                    };
+                    let slot = shared.pending().remove(&cid);
+                    match slot {
+                        Some(slot) => {
+                            let _ = slot.send(Ok(frame));
+                        }
+                        // A response to a request that timed out is dropped by closing the
+                        // connection before it can arrive; anything else is a broker bug.
+                        None => {
+                            shared.fail_all(&format!("response with unknown correlation id {cid}"));
+                            return;
+                        }
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    let err = ErrorKind::Frame {
+                        broker: shared.broker.clone(),
+                        source: e,
+                    };
+                    shared.fail_all(&err.to_string());
+                    return;
+                }
+            }
+        }
+        if buf.capacity() - buf.len() < 8 * 1024 {
+            buf.reserve(64 * 1024);
+        }
+        match read.read_buf(&mut buf).await {
+            Ok(0) => {
+                break if buf.is_empty() {
+                    "closed by the broker".to_owned()
+                } else {
+                    format!("closed by the broker in the middle of a response ({} bytes buffered)", buf.len())
+                }
+            }
+            Ok(_) => {}
+            Err(e) => break format!("read failed: {e}"),
+        }
+    };
+    shared.fail_all(&reason);
+}

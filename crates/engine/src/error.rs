@@ -1,0 +1,179 @@
+//! The engine's error type: `Error(Box<ErrorKind>)` with [`Error::kind`], so that a `Result`
+//! stays one pointer wide on the hot path and the kinds can grow (`#[non_exhaustive]`).
+//!
+//! Every kind names where it happened: the broker (`node 1 at 127.0.0.1:9092`), and the
+//! topic and partition where there is one.
+
+use std::fmt;
+use std::time::Duration;
+
+use kdirect_proto::kafka_protocol::messages::ApiKey;
+use kdirect_proto::{ErrorCode, FrameError, ProtoError};
+
+/// An engine error. See [`ErrorKind`].
+#[derive(Debug)]
+pub struct Error(Box<ErrorKind>);
+
+impl Error {
+    /// What went wrong.
+    pub fn kind(&self) -> &ErrorKind {
+        &self.0
+    }
+
+    /// Consumes the error, giving its kind.
+    pub fn into_kind(self) -> ErrorKind {
+        *self.0
+    }
+
+    /// Whether retrying the same operation (possibly after a metadata refresh or reconnect)
+    /// may succeed.
+    pub fn is_retriable(&self) -> bool {
+        match self.kind() {
+            ErrorKind::Connect { .. }
+            | ErrorKind::Disconnected { .. }
+            | ErrorKind::Timeout { .. }
+            | ErrorKind::NoLeader { .. } => true,
+            ErrorKind::Partition { code, .. } | ErrorKind::Broker { code, .. } => code.is_retriable(),
+            _ => false,
+        }
+    }
+}
+
+impl From<ErrorKind> for Error {
+    fn from(k: ErrorKind) -> Self {
+        Error(Box::new(k))
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// A broker as errors name it: node id (if known) and address.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BrokerName {
+    /// Node id; `None` for a bootstrap address before Metadata named it.
+    pub node_id: Option<i32>,
+    /// `host:port`.
+    pub addr: String,
+}
+
+impl fmt::Display for BrokerName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.node_id {
+            Some(id) => write!(f, "broker {id} at {}", self.addr),
+            None => write!(f, "bootstrap broker {}", self.addr),
+        }
+    }
+}
+
+/// What went wrong.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The TCP connection could not be made.
+    #[error("cannot connect to {broker}: {source}")]
+    Connect {
+        /// The broker.
+        broker: BrokerName,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The connection dropped (or was closed) with the request in flight.
+    #[error("connection to {broker} lost: {reason}")]
+    Disconnected {
+        /// The broker.
+        broker: BrokerName,
+        /// Why, as far as known.
+        reason: String,
+    },
+    /// No response within `request.timeout.ms`.
+    #[error("{api:?} request to {broker} timed out after {} ms", after.as_millis())]
+    Timeout {
+        /// The broker.
+        broker: BrokerName,
+        /// The API of the request.
+        api: ApiKey,
+        /// The timeout that expired.
+        after: Duration,
+    },
+    /// Bytes from the broker could not be framed.
+    #[error("bad frame from {broker}: {source}")]
+    Frame {
+        /// The broker.
+        broker: BrokerName,
+        /// The framing error.
+        source: FrameError,
+    },
+    /// A request could not be encoded or a response decoded, or versions do not match.
+    #[error("{broker}: {source}")]
+    Protocol {
+        /// The broker.
+        broker: BrokerName,
+        /// The protocol error.
+        source: ProtoError,
+    },
+    /// The broker answered with an error code for the whole request.
+    #[error("{broker} answered {api:?} with {code}")]
+    Broker {
+        /// The broker.
+        broker: BrokerName,
+        /// The API.
+        api: ApiKey,
+        /// The error code.
+        code: ErrorCode,
+    },
+    /// The broker answered with an error code for one partition.
+    #[error("{broker} answered {api:?} for {topic}-{partition} with {code}")]
+    Partition {
+        /// The broker.
+        broker: BrokerName,
+        /// The API.
+        api: ApiKey,
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: i32,
+        /// The error code.
+        code: ErrorCode,
+    },
+    /// No bootstrap broker could be reached.
+    #[error("no bootstrap broker reachable: {}", tried.iter().map(|(a, e)| format!("{a}: {e}")).collect::<Vec<_>>().join("; "))]
+    Bootstrap {
+        /// Each address tried, with why it failed.
+        tried: Vec<(String, String)>,
+    },
+    /// The topic does not exist.
+    #[error("unknown topic '{topic}'")]
+    UnknownTopic {
+        /// The topic.
+        topic: String,
+    },
+    /// The partition does not exist.
+    #[error("unknown partition {topic}-{partition}")]
+    UnknownPartition {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+    },
+    /// The partition has no leader right now, or its leader is not among the known brokers.
+    #[error("no leader for {topic}-{partition}")]
+    NoLeader {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+    },
+    /// A configuration value is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}

@@ -1,0 +1,22 @@
+//! `kdirect-engine`: everything between the sans-IO protocol layer and the user's batches.
+//!
+//! What it does:
+//! - [`conn`]: one TCP connection to one broker — the ApiVersions handshake and version
+//!   negotiation, several requests in flight matched by correlation id, `request.timeout.ms`,
+//!   and failing every request in flight with the broker's name when the socket drops.
+//! - [`cluster`]: the cluster view built from Metadata (brokers, topics, partitions, leaders and
+//!   leader epochs), refreshed on demand, and `list_offsets` for many partitions at once, one
+//!   request per leader.
+//! - [`record`]: the zero-copy record-batch decoder, the hot path (sans-IO: no tokio in it).
+//!
+//! What it does not do: it never knows where offsets are stored (that is `kdirect-commit`, which
+//! depends on this crate, never the other way round), and it never parses protocol bytes itself
+//! outside the record decoder (that is `kdirect-proto`).
+#![forbid(unsafe_code)]
+
+pub mod cluster;
+pub mod conn;
+pub mod error;
+pub mod record;
+
+pub use error::{Error, ErrorKind};

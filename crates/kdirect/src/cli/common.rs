@@ -1,0 +1,36 @@
+//! Pieces shared by the subcommands that talk to brokers.
+use std::time::Duration;
+
+use kdirect_engine::cluster::Cluster;
+use kdirect_engine::conn::ConnConfig;
+
+use super::CliError;
+
+/// Broker connection options common to every networked subcommand.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConnectArgs {
+    /// Bootstrap broker(s), `HOST:PORT[,HOST:PORT…]` (like kcat's -b).
+    #[arg(short = 'b', long, value_name = "HOST:PORT", env = "KDIRECT_BOOTSTRAP")]
+    pub bootstrap: String,
+    /// request.timeout.ms
+    #[arg(long, default_value_t = 30_000, value_name = "MS")]
+    pub request_timeout_ms: u64,
+}
+
+impl ConnectArgs {
+    /// Connects to the cluster.
+    pub async fn connect(&self) -> Result<Cluster, CliError> {
+        let bootstrap: Vec<String> = self
+            .bootstrap
+            .split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect();
+        let config = ConnConfig {
+            request_timeout: Duration::from_millis(self.request_timeout_ms),
+            connect_timeout: Duration::from_millis(self.request_timeout_ms.min(10_000)),
+            ..ConnConfig::default()
+        };
+        Ok(Cluster::connect(&bootstrap, config).await?)
+    }
+}

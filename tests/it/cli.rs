@@ -1,0 +1,160 @@
+//! The `kdirect` binary as a person runs it, against librdkafka's mock cluster.
+
+use std::process::{Command, Output};
+
+use crate::support::{dead_addr, Mock};
+
+fn kdirect(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kdirect"))
+        .args(args)
+        .env_remove("KDIRECT_BOOTSTRAP")
+        .output()
+        .expect("run kdirect")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn offsets_list_json_earliest_and_latest() {
+    let mock = Mock::new(2);
+    mock.create_topic("cli", 3);
+    mock.produce("cli", 3, 7, 1_700_000_000_000);
+    let boot = mock.bootstrap();
+    let o = kdirect(&[
+        "offsets",
+        "list",
+        "--bootstrap",
+        &boot,
+        "--topic",
+        "cli",
+        "--at",
+        "latest",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["topic"], "cli");
+    let parts = v["partitions"].as_array().unwrap();
+    assert_eq!(parts.len(), 3);
+    for (i, p) in parts.iter().enumerate() {
+        assert_eq!(p["partition"], i as i64);
+        assert_eq!(p["offset"], 7);
+        assert!(p["timestamp"].is_i64());
+    }
+    let o = kdirect(&[
+        "offsets", "list", "-b", &boot, "-t", "cli", "--at", "earliest", "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert!(v["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p["offset"] == 0));
+    // By timestamp: the mock answers -1 to every lookup (it does not implement them), and
+    // the CLI prints the broker's answer as it is.
+    let o = kdirect(&[
+        "offsets",
+        "list",
+        "-b",
+        &boot,
+        "-t",
+        "cli",
+        "--at",
+        "1700000003000",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["partitions"].as_array().unwrap().len(), 3);
+    // Text output: one tab-separated line per partition.
+    let o = kdirect(&[
+        "offsets", "list", "-b", &boot, "-t", "cli", "--at", "latest",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<String> = stdout(&o).lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 3);
+    assert!(lines[2].starts_with("cli\t2\t7\t"), "{lines:?}");
+}
+
+#[test]
+fn metadata_text_and_json() {
+    let mock = Mock::new(3);
+    mock.create_topic("m", 4);
+    let boot = mock.bootstrap();
+    let o = kdirect(&["metadata", "--bootstrap", &boot, "--topic", "m", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["brokers"].as_array().unwrap().len(), 3);
+    assert_eq!(v["topics"][0]["topic"], "m");
+    assert_eq!(v["topics"][0]["partitions"].as_array().unwrap().len(), 4);
+    let o = kdirect(&["metadata", "-b", &boot]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("3 brokers") && text.contains("topic \"m\" with 4 partitions"),
+        "{text}"
+    );
+}
+
+#[test]
+fn errors_are_one_actionable_line() {
+    // Connection refused names the broker.
+    let dead = dead_addr();
+    let o = kdirect(&["offsets", "list", "--bootstrap", &dead, "--topic", "x"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&dead) && err.to_lowercase().contains("refused"),
+        "{err}"
+    );
+
+    // Unknown topic.
+    let mock = Mock::new(1);
+    let boot = mock.bootstrap();
+    let o = kdirect(&["offsets", "list", "--bootstrap", &boot, "--topic", "nope"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("unknown topic 'nope'"), "{err}");
+
+    // A bad --at value is refused by the argument parser, non-zero.
+    let o = kdirect(&[
+        "offsets",
+        "list",
+        "--bootstrap",
+        &boot,
+        "--topic",
+        "t",
+        "--at",
+        "yesterday",
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("yesterday"));
+}
+
+#[test]
+fn timeout_is_one_line() {
+    // A listener that accepts but never answers: the handshake times out.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let o = kdirect(&[
+        "metadata",
+        "--bootstrap",
+        &addr,
+        "--request-timeout-ms",
+        "300",
+    ]);
+    drop(l);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("timed out") && err.contains(&addr), "{err}");
+}

@@ -1,0 +1,5 @@
+//! Integration tests, compiled as one binary. Real peers first: librdkafka's mock cluster
+//! (through the `rdkafka` dev-dependency) is an independent implementation of the protocol.
+mod cli;
+mod cluster;
+mod support;

@@ -1,0 +1,88 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer};
+
+/// librdkafka's mock cluster with a few helpers.
+pub struct Mock {
+    pub cluster: MockCluster<'static, DefaultProducerContext>,
+}
+
+impl Mock {
+    /// A mock cluster of `brokers` brokers.
+    pub fn new(brokers: i32) -> Mock {
+        Mock {
+            cluster: MockCluster::new(brokers).expect("start librdkafka mock cluster"),
+        }
+    }
+
+    pub fn bootstrap(&self) -> String {
+        self.cluster.bootstrap_servers()
+    }
+
+    pub fn create_topic(&self, topic: &str, partitions: i32) {
+        self.cluster
+            .create_topic(topic, partitions, 1)
+            .expect("create topic on mock");
+    }
+
+    /// A librdkafka producer for this cluster, with extra settings.
+    pub fn producer(&self, extra: &[(&str, &str)]) -> BaseProducer {
+        let mut cfg = ClientConfig::new();
+        cfg.set("bootstrap.servers", self.bootstrap())
+            .set("linger.ms", "5")
+            .set("message.timeout.ms", "10000");
+        for (k, v) in extra {
+            cfg.set(*k, *v);
+        }
+        cfg.create().expect("create producer")
+    }
+
+    /// Produces `per_partition` records into each of `partitions` partitions of `topic`, the
+    /// i-th record of a partition with timestamp `ts0 + i * 1000`, and waits for delivery.
+    pub fn produce(&self, topic: &str, partitions: i32, per_partition: usize, ts0: i64) {
+        let p = self.producer(&[]);
+        for part in 0..partitions {
+            for i in 0..per_partition {
+                let key = format!("k{part}-{i}");
+                let value = format!("value {part}-{i}");
+                let mut rec = BaseRecord::to(topic)
+                    .partition(part)
+                    .key(&key)
+                    .payload(&value)
+                    .timestamp(ts0 + i as i64 * 1000);
+                loop {
+                    match p.send(rec) {
+                        Ok(()) => break,
+                        Err((_, r)) => {
+                            p.poll(Duration::from_millis(10));
+                            rec = r;
+                        }
+                    }
+                }
+            }
+        }
+        p.flush(Duration::from_secs(30)).expect("flush producer");
+    }
+}
+
+/// A fresh current-thread runtime for one test.
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A loopback address nobody listens on.
+pub fn dead_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    drop(l);
+    addr
+}
