@@ -128,3 +128,119 @@ pub fn record(partition: i32, i: usize) -> FakeRecord {
     .with_header("null-header", None)
     .with_timestamp(1_700_000_000_000 + i as i64 * 10)
 }
+
+/// A minimal blocking Kafka client over kafka-protocol's types, for asserting on raw
+/// responses (error codes, limits, aborted lists) that a full client would hide.
+pub struct RawClient {
+    stream: std::net::TcpStream,
+    correlation_id: i32,
+}
+
+impl RawClient {
+    pub fn connect(addr: std::net::SocketAddr) -> Self {
+        let stream = std::net::TcpStream::connect(addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        RawClient {
+            stream,
+            correlation_id: 0,
+        }
+    }
+
+    /// Sends one request; returns the raw response body (header stripped).
+    pub fn send_raw<Req>(
+        &mut self,
+        key: kafka_protocol::messages::ApiKey,
+        version: i16,
+        req: &Req,
+    ) -> std::io::Result<(i32, Bytes)>
+    where
+        Req: kafka_protocol::protocol::Encodable,
+    {
+        use kafka_protocol::protocol::Encodable;
+        use std::io::{Read, Write};
+        self.correlation_id += 1;
+        let header = kafka_protocol::messages::RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation_id)
+            .with_client_id(Some(kafka_protocol::protocol::StrBytes::from_static_str(
+                "raw-test",
+            )));
+        let mut buf = bytes::BytesMut::new();
+        header
+            .encode(&mut buf, key.request_header_version(version))
+            .unwrap();
+        req.encode(&mut buf, version).unwrap();
+        let mut frame = (buf.len() as i32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&buf);
+        self.stream.write_all(&frame)?;
+        let mut len = [0u8; 4];
+        self.stream.read_exact(&mut len)?;
+        let mut body = vec![0u8; i32::from_be_bytes(len) as usize];
+        self.stream.read_exact(&mut body)?;
+        Ok((self.correlation_id, Bytes::from(body)))
+    }
+
+    /// Sends one request and decodes the response with kafka-protocol.
+    pub fn send<Req, Resp>(
+        &mut self,
+        key: kafka_protocol::messages::ApiKey,
+        version: i16,
+        req: &Req,
+    ) -> std::io::Result<Resp>
+    where
+        Req: kafka_protocol::protocol::Encodable,
+        Resp: kafka_protocol::protocol::Decodable + kafka_protocol::protocol::HeaderVersion,
+    {
+        let (corr, mut body) = self.send_raw(key, version, req)?;
+        let header = kafka_protocol::messages::ResponseHeader::decode(
+            &mut body,
+            Resp::header_version(version),
+        )
+        .unwrap();
+        assert_eq!(header.correlation_id, corr);
+        let resp = Resp::decode(&mut body, version).unwrap();
+        assert!(body.is_empty(), "{} trailing bytes", body.len());
+        Ok(resp)
+    }
+}
+
+use kafka_protocol::protocol::Decodable as _;
+
+/// A Fetch request for one partition.
+pub fn fetch_request(
+    topic: &str,
+    topic_id: uuid::Uuid,
+    partitions: &[(i32, i64)],
+    partition_max_bytes: i32,
+    max_bytes: i32,
+    isolation_level: i8,
+) -> kafka_protocol::messages::FetchRequest {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{FetchRequest, TopicName};
+    FetchRequest::default()
+        .with_replica_id((-1).into())
+        .with_max_wait_ms(0)
+        .with_min_bytes(0)
+        .with_max_bytes(max_bytes)
+        .with_isolation_level(isolation_level)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(kafka_protocol::protocol::StrBytes::from_string(
+                topic.to_string(),
+            )))
+            .with_topic_id(topic_id)
+            .with_partitions(
+                partitions
+                    .iter()
+                    .map(|(p, o)| {
+                        FetchPartition::default()
+                            .with_partition(*p)
+                            .with_fetch_offset(*o)
+                            .with_partition_max_bytes(partition_max_bytes)
+                    })
+                    .collect(),
+            )])
+}
