@@ -3,3 +3,4 @@
 mod cli;
 mod cluster;
 mod support;
+mod wire;

@@ -7,7 +7,9 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use dashmap::DashMap;
-use kdirect_proto::api::list_offsets::{self, ListOffsets, OffsetQuery, OffsetSpec, PartitionOffset};
+use kdirect_proto::api::list_offsets::{
+    self, ListOffsets, OffsetQuery, OffsetSpec, PartitionOffset,
+};
 use kdirect_proto::api::metadata::{self, BrokerInfo, Metadata, TopicInfo};
 use kdirect_proto::message::Api;
 use kdirect_proto::{ErrorCode, IsolationLevel};
@@ -107,7 +109,10 @@ impl Cluster {
 
     /// The current metadata snapshot.
     pub fn view(&self) -> Arc<ClusterView> {
-        self.view.read().unwrap_or_else(PoisonError::into_inner).clone()
+        self.view
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Refreshes metadata for `topics` (`None`: every topic, replacing the topic list) and the
@@ -165,7 +170,9 @@ impl Cluster {
             }
         }
         let addr = self.view().broker_addr(node_id).ok_or_else(|| {
-            Error::from(ErrorKind::Config(format!("broker {node_id} is not in the metadata")))
+            Error::from(ErrorKind::Config(format!(
+                "broker {node_id} is not in the metadata"
+            )))
         })?;
         let conn = BrokerConnection::connect(&addr, Some(node_id), &self.config).await?;
         self.conns.insert(node_id, conn.clone());
@@ -257,15 +264,18 @@ impl Cluster {
             }
             let mut tasks = tokio::task::JoinSet::new();
             for (leader, topics) in by_leader {
-                let conn = match self.connection(leader).await {
-                    Ok(c) => c,
-                    Err(e) if e.is_retriable() => {
-                        retry.extend(topics.iter().flat_map(|(t, qs)| qs.iter().map(move |q| (t.clone(), q.partition))));
-                        last_err = Some(e);
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                };
+                let conn =
+                    match self.connection(leader).await {
+                        Ok(c) => c,
+                        Err(e) if e.is_retriable() => {
+                            retry.extend(topics.iter().flat_map(|(t, qs)| {
+                                qs.iter().map(move |q| (t.clone(), q.partition))
+                            }));
+                            last_err = Some(e);
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    };
                 tasks.spawn(async move {
                     let asked: Vec<(String, i32)> = topics
                         .iter()
@@ -278,8 +288,10 @@ impl Cluster {
                             conn.broker()
                         ))));
                     }
-                    let req_topics: Vec<(&str, Vec<OffsetQuery>)> =
-                        topics.iter().map(|(t, qs)| (t.as_str(), qs.clone())).collect();
+                    let req_topics: Vec<(&str, Vec<OffsetQuery>)> = topics
+                        .iter()
+                        .map(|(t, qs)| (t.as_str(), qs.clone()))
+                        .collect();
                     let req = list_offsets::request(isolation, &req_topics);
                     let result = conn.request_at::<ListOffsets>(&req, version).await;
                     Ok((conn, asked, result))
@@ -300,7 +312,10 @@ impl Cluster {
                 };
                 let mut answered = 0;
                 for p in list_offsets::view(&resp) {
-                    if !asked.iter().any(|(t, n)| *t == p.topic && *n == p.partition) {
+                    if !asked
+                        .iter()
+                        .any(|(t, n)| *t == p.topic && *n == p.partition)
+                    {
                         continue;
                     }
                     answered += 1;
@@ -336,7 +351,9 @@ impl Cluster {
                 }
             }
             if retry.is_empty() {
-                done.sort_by(|a, b| (a.topic.as_str(), a.partition).cmp(&(b.topic.as_str(), b.partition)));
+                done.sort_by(|a, b| {
+                    (a.topic.as_str(), a.partition).cmp(&(b.topic.as_str(), b.partition))
+                });
                 return Ok(done);
             }
             attempt += 1;

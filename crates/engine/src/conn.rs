@@ -70,7 +70,10 @@ impl Shared {
     fn fail_all(&self, reason: &str) {
         self.closed.store(true, Ordering::SeqCst);
         {
-            let mut r = self.close_reason.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut r = self
+                .close_reason
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             if r.is_none() {
                 *r = Some(reason.to_owned());
             }
@@ -201,7 +204,10 @@ impl BrokerConnection {
                     broker: broker.clone(),
                     source: std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
-                        format!("no connection after {} ms", config.connect_timeout.as_millis()),
+                        format!(
+                            "no connection after {} ms",
+                            config.connect_timeout.as_millis()
+                        ),
                     ),
                 }
                 .into())
@@ -215,7 +221,11 @@ impl BrokerConnection {
             closed: AtomicBool::new(false),
             close_reason: Mutex::new(None),
         });
-        let task = tokio::spawn(read_loop(read, shared.clone(), FrameDecoder::new(config.max_frame_size)));
+        let task = tokio::spawn(read_loop(
+            read,
+            shared.clone(),
+            FrameDecoder::new(config.max_frame_size),
+        ));
         Ok(BrokerConnection {
             shared,
             writer: Arc::new(tokio::sync::Mutex::new(write)),
@@ -285,13 +295,22 @@ impl BrokerConnection {
 
     /// Sends `request` and returns the raw response frame body (header included), for callers
     /// that decode it themselves.
-    pub async fn round_trip<A: Api>(&self, request: &A::Request, version: i16) -> Result<Bytes, Error> {
+    pub async fn round_trip<A: Api>(
+        &self,
+        request: &A::Request,
+        version: i16,
+    ) -> Result<Bytes, Error> {
         if self.is_closed() {
             return Err(self.shared.disconnected());
         }
         let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed) & i32::MAX;
-        let frame = encode_request::<A>(request, version, correlation_id, Some(&self.config.client_id))
-            .map_err(|source| self.protocol_error(source))?;
+        let frame = encode_request::<A>(
+            request,
+            version,
+            correlation_id,
+            Some(&self.config.client_id),
+        )
+        .map_err(|source| self.protocol_error(source))?;
         let (tx, rx) = oneshot::channel();
         self.shared.pending().insert(correlation_id, tx);
         let written = {
@@ -376,7 +395,10 @@ async fn read_loop(mut read: OwnedReadHalf, shared: Arc<Shared>, frames: FrameDe
                 break if buf.is_empty() {
                     "closed by the broker".to_owned()
                 } else {
-                    format!("closed by the broker in the middle of a response ({} bytes buffered)", buf.len())
+                    format!(
+                        "closed by the broker in the middle of a response ({} bytes buffered)",
+                        buf.len()
+                    )
                 }
             }
             Ok(_) => {}

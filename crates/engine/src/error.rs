@@ -33,7 +33,9 @@ impl Error {
             | ErrorKind::Disconnected { .. }
             | ErrorKind::Timeout { .. }
             | ErrorKind::NoLeader { .. } => true,
-            ErrorKind::Partition { code, .. } | ErrorKind::Broker { code, .. } => code.is_retriable(),
+            ErrorKind::Partition { code, .. } | ErrorKind::Broker { code, .. } => {
+                code.is_retriable()
+            }
             _ => false,
         }
     }
