@@ -240,7 +240,7 @@ fn unknown_topic_is_a_typed_error() {
 fn connection_refused_names_the_broker() {
     let addr = dead_addr();
     rt().block_on(async {
-        let err = Cluster::connect(&[addr.clone()], ConnConfig::default())
+        let err = Cluster::connect(std::slice::from_ref(&addr), ConnConfig::default())
             .await
             .unwrap_err();
         let msg = err.to_string();
