@@ -29,3 +29,8 @@
 pub use kdirect_commit as commit;
 pub use kdirect_engine as engine;
 pub use kdirect_proto as proto;
+
+/// The README's Rust examples, compiled as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
