@@ -45,7 +45,30 @@ impl Mock {
     /// Produces `per_partition` records into each of `partitions` partitions of `topic`, the
     /// i-th record of a partition with timestamp `ts0 + i * 1000`, and waits for delivery.
     pub fn produce(&self, topic: &str, partitions: i32, per_partition: usize, ts0: i64) {
-        let p = self.producer(&[]);
+        self.produce_at(topic, partitions, per_partition, ts0, &[]);
+    }
+
+    /// Like [`Mock::produce`] with producer settings (codec, batch size…): the record at
+    /// offset i of partition p has key `k{p}-{i}` and value `value {p}-{i}`.
+    pub fn produce_with(
+        &self,
+        topic: &str,
+        partitions: i32,
+        per_partition: usize,
+        extra: &[(&str, &str)],
+    ) {
+        self.produce_at(topic, partitions, per_partition, 1_700_000_000_000, extra);
+    }
+
+    fn produce_at(
+        &self,
+        topic: &str,
+        partitions: i32,
+        per_partition: usize,
+        ts0: i64,
+        extra: &[(&str, &str)],
+    ) {
+        let p = self.producer(extra);
         for part in 0..partitions {
             for i in 0..per_partition {
                 let key = format!("k{part}-{i}");

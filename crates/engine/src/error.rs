@@ -175,6 +175,36 @@ pub enum ErrorKind {
         /// The partition.
         partition: i32,
     },
+    /// Fetching a range failed with a partition error.
+    #[error("{broker} answered Fetch for {topic}-{partition} at offset {at} (range [{from}, {until})) with {code}")]
+    Range {
+        /// The broker.
+        broker: BrokerName,
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: i32,
+        /// The range's first offset.
+        from: i64,
+        /// The range's end (exclusive).
+        until: i64,
+        /// The offset the failing request fetched at.
+        at: i64,
+        /// The error code.
+        code: ErrorCode,
+    },
+    /// Fetched bytes could not be decoded.
+    #[error("bad record data from {broker} for {topic}-{partition}: {source}")]
+    Decode {
+        /// The broker.
+        broker: BrokerName,
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: i32,
+        /// The decoder's error (byte position, base offset, what failed).
+        source: crate::record::DecodeError,
+    },
     /// A configuration value is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),

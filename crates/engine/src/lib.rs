@@ -17,6 +17,7 @@
 pub mod cluster;
 pub mod conn;
 pub mod error;
+pub mod fetch;
 pub mod record;
 
 pub use error::{Error, ErrorKind};
