@@ -2,5 +2,6 @@
 //! (through the `rdkafka` dev-dependency) is an independent implementation of the protocol.
 mod cli;
 mod cluster;
+mod decode;
 mod support;
 mod wire;

@@ -99,7 +99,7 @@ fn word(src: &[u8], pos: usize) -> Option<[u8; 4]> {
 const INITIAL: usize = 64 * 1024;
 
 /// Errors from a codec, before the caller adds positions.
-pub(crate) type CodecResult<T> = Result<T, DecodeErrorKind>;
+type CodecResult<T> = Result<T, DecodeErrorKind>;
 
 impl Scratch {
     /// An empty scratch buffer; it grows on first use.
@@ -116,9 +116,10 @@ impl Scratch {
         self.buf.get(..self.used).unwrap_or(&[])
     }
 
-    /// Decompresses `deflated` (a records section) with `codec`, replacing the previous
-    /// contents; at most `cap` bytes of output.
-    pub(crate) fn inflate(
+    /// Decompresses `deflated` (a batch's records section) with `codec`, replacing the previous
+    /// contents; at most `cap` bytes of output. [`Batch::records`](super::Batch::records) calls
+    /// this; it is public for tools that want the inflated bytes themselves.
+    pub fn inflate(
         &mut self,
         codec: Compression,
         deflated: &[u8],

@@ -1,0 +1,236 @@
+//! `kdirect decode FILE`: decode a records byte stream (concatenated record batches, as in a
+//! Fetch response partition's `records`) with the engine's record decoder.
+//!
+//! Output, one JSON line per data record:
+//! `{"offset":0,"timestamp":1700000000000,"key":"…"|null,"value":"…"|null,"headers":[{"key":"k","value":"…"|null}]}`
+//! with keys, values and header values in the `--bytes` encoding (header keys are strings on
+//! the wire and are printed as UTF-8). Control batches are not printed (they are not data);
+//! `--batches` prints one line per batch header instead, control batches included.
+//! A file that ends inside a batch is not an error (a fetch response cut at its byte limit): a
+//! note on stderr says where. A malformed file exits non-zero with the byte position and reason.
+use std::fmt::Write as _;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use bytes::Bytes;
+use kdirect_engine::record::{
+    Batch, Batches, DecodeOptions, RecordBatchReader, Tail, TimestampType,
+};
+
+use super::CliError;
+
+/// How to print key, value and header-value bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BytesFormat {
+    /// Standard base64 with padding (lossless; the default).
+    Base64,
+    /// UTF-8 text; invalid sequences become U+FFFD (lossy).
+    Utf8,
+    /// Lowercase hex.
+    Hex,
+}
+
+/// Arguments of `kdirect decode`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A file holding concatenated record batches, as in a Fetch response partition's `records`.
+    pub file: PathBuf,
+    /// Encoding of keys, values and header values in the output.
+    #[arg(long = "bytes", value_enum, default_value_t = BytesFormat::Base64)]
+    pub bytes: BytesFormat,
+    /// Do not verify each batch's CRC32C.
+    #[arg(long)]
+    pub no_crc: bool,
+    /// Print one line per batch header instead of one per record.
+    #[arg(long)]
+    pub batches: bool,
+}
+
+pub fn run(args: Args) -> Result<ExitCode, CliError> {
+    let data = std::fs::read(&args.file)
+        .map_err(|e| CliError(format!("{}: {e}", args.file.display())))?;
+    let data = Bytes::from(data);
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    let file = args.file.display().to_string();
+    let fail = |e: kdirect_engine::record::DecodeError| CliError(format!("{file}: {e}"));
+    let io = |e: std::io::Error| CliError(format!("writing output: {e}"));
+    let mut line = String::with_capacity(256);
+    let tail;
+    let mut next_offset = None;
+    if args.batches {
+        let mut batches = Batches::new(data, !args.no_crc);
+        while let Some(batch) = batches.next_batch().map_err(fail)? {
+            line.clear();
+            batch_line(&batch, &mut line);
+            out.write_all(line.as_bytes()).map_err(io)?;
+        }
+        tail = batches.tail();
+    } else {
+        let opts = DecodeOptions::new().check_crc(!args.no_crc);
+        let mut reader = RecordBatchReader::new(data, opts);
+        while let Some(batch) = reader.next_batch().map_err(fail)? {
+            for record in reader.records(&batch).map_err(fail)? {
+                let r = record.map_err(fail)?;
+                line.clear();
+                let _ = write!(
+                    line,
+                    "{{\"offset\":{},\"timestamp\":{},\"key\":",
+                    r.offset(),
+                    r.timestamp()
+                );
+                push_bytes(&mut line, r.key(), args.bytes);
+                line.push_str(",\"value\":");
+                push_bytes(&mut line, r.value(), args.bytes);
+                line.push_str(",\"headers\":[");
+                for (i, h) in r.headers().enumerate() {
+                    if i > 0 {
+                        line.push(',');
+                    }
+                    line.push_str("{\"key\":");
+                    push_json_str(&mut line, &String::from_utf8_lossy(h.key()));
+                    line.push_str(",\"value\":");
+                    push_bytes(&mut line, h.value(), args.bytes);
+                    line.push('}');
+                }
+                line.push_str("]}\n");
+                out.write_all(line.as_bytes()).map_err(io)?;
+            }
+        }
+        tail = reader.tail();
+        next_offset = Some(reader.next_offset());
+    }
+    out.flush().map_err(io)?;
+    if let Some(Tail::Truncated {
+        position,
+        needed,
+        available,
+    }) = tail
+    {
+        let needed = needed.map_or_else(|| "at least 12".to_owned(), |n| n.to_string());
+        let next = next_offset.map_or_else(String::new, |o| {
+            format!("; the next fetch would start at offset {o}")
+        });
+        eprintln!(
+            "note: {file} ends inside a batch at byte {position} ({available} of {needed} bytes){next}"
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn batch_line(batch: &Batch, line: &mut String) {
+    let h = batch.header();
+    let ts_type = match h.timestamp_type() {
+        TimestampType::CreateTime => "create_time",
+        TimestampType::LogAppendTime => "log_append_time",
+    };
+    let _ = writeln!(
+        line,
+        "{{\"position\":{},\"base_offset\":{},\"last_offset\":{},\"batch_length\":{},\
+         \"partition_leader_epoch\":{},\"magic\":{},\"crc\":{},\"compression\":\"{}\",\
+         \"timestamp_type\":\"{}\",\"transactional\":{},\"control\":{},\"producer_id\":{},\
+         \"producer_epoch\":{},\"base_sequence\":{},\"base_timestamp\":{},\"max_timestamp\":{},\
+         \"record_count\":{}}}",
+        batch.position(),
+        h.base_offset,
+        h.last_offset(),
+        h.batch_length,
+        h.partition_leader_epoch,
+        h.magic,
+        h.crc,
+        h.compression,
+        ts_type,
+        h.is_transactional(),
+        h.is_control(),
+        h.producer_id,
+        h.producer_epoch,
+        h.base_sequence,
+        h.base_timestamp,
+        h.max_timestamp,
+        h.record_count,
+    );
+}
+
+fn push_bytes(line: &mut String, b: Option<&[u8]>, format: BytesFormat) {
+    let Some(b) = b else {
+        line.push_str("null");
+        return;
+    };
+    match format {
+        BytesFormat::Utf8 => push_json_str(line, &String::from_utf8_lossy(b)),
+        BytesFormat::Hex => {
+            line.push('"');
+            for byte in b {
+                let _ = write!(line, "{byte:02x}");
+            }
+            line.push('"');
+        }
+        BytesFormat::Base64 => {
+            line.push('"');
+            base64(b, line);
+            line.push('"');
+        }
+    }
+}
+
+fn push_json_str(line: &mut String, s: &str) {
+    // serde_json escapes exactly what JSON needs.
+    match serde_json::to_string(s) {
+        Ok(q) => line.push_str(&q),
+        Err(_) => line.push_str("null"),
+    }
+}
+
+/// Standard base64 (RFC 4648) with padding.
+fn base64(b: &[u8], out: &mut String) {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let sym = |i: u32| char::from(ALPHABET[(i & 63) as usize]);
+    for chunk in b.chunks(3) {
+        let n = match *chunk {
+            [a, b, c] => (u32::from(a) << 16) | (u32::from(b) << 8) | u32::from(c),
+            [a, b] => (u32::from(a) << 16) | (u32::from(b) << 8),
+            [a] => u32::from(a) << 16,
+            _ => 0,
+        };
+        out.push(sym(n >> 18));
+        out.push(sym(n >> 12));
+        out.push(if chunk.len() > 1 { sym(n >> 6) } else { '=' });
+        out.push(if chunk.len() > 2 { sym(n) } else { '=' });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_rfc4648_vectors() {
+        for (input, want) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            let mut s = String::new();
+            base64(input.as_bytes(), &mut s);
+            assert_eq!(s, want);
+        }
+    }
+
+    #[test]
+    fn bytes_formats() {
+        let mut s = String::new();
+        push_bytes(&mut s, Some(b"a\"\n\xff"), BytesFormat::Utf8);
+        assert_eq!(s, "\"a\\\"\\n\u{fffd}\"");
+        s.clear();
+        push_bytes(&mut s, Some(&[0, 255]), BytesFormat::Hex);
+        assert_eq!(s, "\"00ff\"");
+        s.clear();
+        push_bytes(&mut s, None, BytesFormat::Base64);
+        assert_eq!(s, "null");
+    }
+}
