@@ -87,12 +87,20 @@ pub struct Cluster {
 
 impl Cluster {
     /// Connects to the first reachable bootstrap address and reads the brokers (no topics yet).
+    /// Each entry may itself be a comma-separated list, as `bootstrap.servers` is.
     pub async fn connect(bootstrap: &[String], config: ConnConfig) -> Result<Cluster, Error> {
+        let bootstrap: Vec<String> = bootstrap
+            .iter()
+            .flat_map(|b| b.split(','))
+            .map(str::trim)
+            .filter(|b| !b.is_empty())
+            .map(str::to_owned)
+            .collect();
         if bootstrap.is_empty() {
             return Err(ErrorKind::Config("bootstrap.servers is empty".to_owned()).into());
         }
         let cluster = Cluster {
-            bootstrap: bootstrap.to_vec(),
+            bootstrap,
             config,
             conns: DashMap::new(),
             bootstrap_conn: tokio::sync::Mutex::new(None),

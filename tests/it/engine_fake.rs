@@ -1,0 +1,278 @@
+//! kdirect's cluster view, ListOffsets and fetcher against kdirect's own fake broker: what
+//! librdkafka's mock cannot do — transactions with markers, compaction gaps, truncated
+//! responses, retention, lookups by timestamp, scripted faults.
+
+use bytes::Bytes;
+use kdirect::engine::cluster::Cluster;
+use kdirect::engine::conn::ConnConfig;
+use kdirect::engine::fetch::{fetch_ranges, FetchConfig, FetchRange, RangeData};
+use kdirect::engine::ErrorKind;
+use kdirect::proto::api::list_offsets::OffsetSpec;
+use kdirect::proto::kafka_protocol::messages::ApiKey;
+use kdirect::proto::{ErrorCode, IsolationLevel};
+use kdirect_fake_broker::{Codec, FakeCluster, FakeRecord};
+
+use crate::support::rt;
+
+fn cfg(iso: IsolationLevel) -> FetchConfig {
+    let mut c = FetchConfig::default();
+    c.params.max_wait_ms = 20;
+    c.params.isolation = iso;
+    c.partition_max_bytes = 2048;
+    c.retry_backoff = std::time::Duration::from_millis(10);
+    c
+}
+
+fn rec(p: i32, i: i64, ts: i64) -> FakeRecord {
+    FakeRecord::value(Bytes::from(format!("v{p}-{i}")))
+        .with_key(Bytes::from(format!("k{p}-{i}")))
+        .with_timestamp(ts)
+}
+
+fn offsets_and_values(d: &RangeData) -> Vec<(i64, String)> {
+    let mut out = Vec::new();
+    d.for_each_record(|r| {
+        out.push((
+            r.offset(),
+            String::from_utf8(r.value().unwrap().to_vec()).unwrap(),
+        ))
+    })
+    .unwrap();
+    out
+}
+
+async fn connect(fake: &FakeCluster) -> Cluster {
+    Cluster::connect(&[fake.bootstrap()], ConnConfig::default())
+        .await
+        .unwrap()
+}
+
+#[test]
+fn list_offsets_by_timestamp_and_read_committed_end() {
+    rt().block_on(async {
+        let fake = FakeCluster::builder()
+            .brokers(2)
+            .topic("t", 2)
+            .build()
+            .await
+            .unwrap();
+        let ts0 = 1_700_000_000_000;
+        for p in 0..2 {
+            for chunk in 0..4 {
+                let recs: Vec<FakeRecord> = (0..10)
+                    .map(|i| rec(p, chunk * 10 + i, ts0 + (chunk * 10 + i) * 1000))
+                    .collect();
+                fake.append_records("t", p, &recs, Codec::Lz4).unwrap();
+            }
+        }
+        // An open transaction on partition 1: the last stable offset stays before it.
+        let mut txn = fake.begin_transaction();
+        fake.append_transactional(&mut txn, "t", 1, &[rec(1, 40, ts0 + 40_000)], Codec::None)
+            .unwrap();
+        let cluster = connect(&fake).await;
+        let parts: Vec<(String, i32)> = (0..2).map(|p| ("t".to_owned(), p)).collect();
+        let at = cluster
+            .list_offsets(
+                &parts,
+                OffsetSpec::Timestamp(ts0 + 20_500),
+                IsolationLevel::ReadUncommitted,
+            )
+            .await
+            .unwrap();
+        for o in &at {
+            assert_eq!(o.offset, 21, "first record at or after ts0+20.5s");
+            assert_eq!(o.timestamp, ts0 + 21_000);
+        }
+        let hw = cluster
+            .list_offsets(&parts, OffsetSpec::Latest, IsolationLevel::ReadUncommitted)
+            .await
+            .unwrap();
+        let lso = cluster
+            .list_offsets(&parts, OffsetSpec::Latest, IsolationLevel::ReadCommitted)
+            .await
+            .unwrap();
+        assert_eq!((hw[0].offset, hw[1].offset), (40, 41));
+        assert_eq!(
+            (lso[0].offset, lso[1].offset),
+            (40, 40),
+            "open transaction holds the LSO"
+        );
+        fake.commit_transaction(txn).unwrap();
+    });
+}
+
+#[test]
+fn read_committed_hides_aborted_records_and_markers() {
+    rt().block_on(async {
+        let fake = FakeCluster::builder()
+            .brokers(1)
+            .topic("tx", 1)
+            .build()
+            .await
+            .unwrap();
+        let mut expect_committed = Vec::new();
+        let mut all = Vec::new();
+        let mut n = 0i64;
+        for round in 0..6 {
+            let mut txn = fake.begin_transaction();
+            let recs: Vec<FakeRecord> = (0..5).map(|i| rec(0, n + i, 1)).collect();
+            let base = fake
+                .append_transactional(&mut txn, "tx", 0, &recs, Codec::Zstd)
+                .unwrap();
+            for i in 0..5 {
+                all.push(base + i);
+                if round % 3 != 1 {
+                    expect_committed.push(base + i);
+                }
+            }
+            n += 5;
+            if round % 3 == 1 {
+                fake.abort_transaction(txn).unwrap();
+            } else {
+                fake.commit_transaction(txn).unwrap();
+            }
+        }
+        let end = fake.high_watermark("tx", 0).unwrap();
+        let cluster = connect(&fake).await;
+        let range = vec![FetchRange {
+            topic: "tx".into(),
+            partition: 0,
+            from: 0,
+            until: end,
+        }];
+        let committed = fetch_ranges(&cluster, &range, &cfg(IsolationLevel::ReadCommitted))
+            .await
+            .unwrap();
+        let got: Vec<i64> = offsets_and_values(&committed[0])
+            .into_iter()
+            .map(|(o, _)| o)
+            .collect();
+        assert_eq!(
+            got, expect_committed,
+            "aborted records and control markers hidden"
+        );
+        let uncommitted = fetch_ranges(&cluster, &range, &cfg(IsolationLevel::ReadUncommitted))
+            .await
+            .unwrap();
+        let got: Vec<i64> = offsets_and_values(&uncommitted[0])
+            .into_iter()
+            .map(|(o, _)| o)
+            .collect();
+        assert_eq!(
+            got, all,
+            "read_uncommitted sees aborted data, never markers"
+        );
+    });
+}
+
+#[test]
+fn compaction_gaps_truncation_and_faults() {
+    rt().block_on(async {
+        let fake = FakeCluster::builder()
+            .brokers(3)
+            .topic("g", 3)
+            .build()
+            .await
+            .unwrap();
+        let mut expect: Vec<Vec<i64>> = vec![Vec::new(); 3];
+        for p in 0..3 {
+            for chunk in 0..20 {
+                let base = fake.high_watermark("g", p).unwrap();
+                let recs: Vec<FakeRecord> = (0..10).map(|i| rec(p, base + i, 1)).collect();
+                fake.append_records("g", p, &recs, Codec::Snappy).unwrap();
+                expect[p as usize].extend(base..base + 10);
+                if chunk % 4 == 0 {
+                    fake.skip_offsets("g", p, 7).unwrap(); // a compaction gap
+                }
+            }
+        }
+        let cluster = connect(&fake).await;
+        // Faults during the run: truncated responses, a retriable error, a leader move, a
+        // dropped connection.
+        fake.truncate_fetches("g", 0, 3).unwrap();
+        fake.inject_error(
+            "g",
+            1,
+            ApiKey::Fetch,
+            ErrorCode::NOT_LEADER_OR_FOLLOWER.0,
+            Some(2),
+        )
+        .unwrap();
+        let (leader2, _) = fake.leader("g", 2).unwrap();
+        let ids = fake.broker_ids();
+        let other = *ids.iter().find(|b| **b != leader2).unwrap();
+        fake.move_leader("g", 2, other).unwrap();
+        fake.drop_connection_after(ids[0], 3).unwrap();
+        let ranges: Vec<FetchRange> = (0..3)
+            .map(|p| FetchRange {
+                topic: "g".into(),
+                partition: p,
+                from: 5,
+                until: fake.high_watermark("g", p).unwrap() - 3,
+            })
+            .collect();
+        let data = fetch_ranges(&cluster, &ranges, &cfg(IsolationLevel::ReadUncommitted))
+            .await
+            .unwrap();
+        for (p, d) in data.iter().enumerate() {
+            let got = offsets_and_values(d);
+            let want: Vec<i64> = expect[p]
+                .iter()
+                .copied()
+                .filter(|o| *o >= 5 && *o < d.range.until)
+                .collect();
+            assert_eq!(
+                got.iter().map(|(o, _)| *o).collect::<Vec<_>>(),
+                want,
+                "g-{p}"
+            );
+            for (o, v) in &got {
+                assert_eq!(v, &format!("v{p}-{o}"));
+            }
+        }
+    });
+}
+
+#[test]
+fn retention_gives_offset_out_of_range() {
+    rt().block_on(async {
+        let fake = FakeCluster::builder()
+            .brokers(1)
+            .topic("r", 1)
+            .build()
+            .await
+            .unwrap();
+        for _ in 0..5 {
+            let base = fake.high_watermark("r", 0).unwrap();
+            let recs: Vec<FakeRecord> = (0..10).map(|i| rec(0, base + i, 1)).collect();
+            fake.append_records("r", 0, &recs, Codec::None).unwrap();
+        }
+        fake.set_log_start("r", 0, 30).unwrap();
+        let cluster = connect(&fake).await;
+        let earliest = cluster
+            .list_offsets(
+                &[("r".to_owned(), 0)],
+                OffsetSpec::Earliest,
+                IsolationLevel::ReadUncommitted,
+            )
+            .await
+            .unwrap();
+        assert_eq!(earliest[0].offset, 30);
+        let range = vec![FetchRange {
+            topic: "r".into(),
+            partition: 0,
+            from: 10,
+            until: 40,
+        }];
+        let err = fetch_ranges(&cluster, &range, &cfg(IsolationLevel::ReadUncommitted))
+            .await
+            .unwrap_err();
+        match err.kind() {
+            ErrorKind::Range { code, at, .. } => {
+                assert_eq!(*code, ErrorCode::OFFSET_OUT_OF_RANGE);
+                assert_eq!(*at, 10);
+            }
+            other => panic!("{other}"),
+        }
+    });
+}
