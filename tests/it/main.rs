@@ -3,5 +3,6 @@
 mod cli;
 mod cluster;
 mod decode;
+mod fetch;
 mod support;
 mod wire;
