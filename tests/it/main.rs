@@ -3,6 +3,7 @@
 mod cli;
 mod cluster;
 mod decode;
+mod fake_broker;
 mod fetch;
 mod support;
 mod wire;

@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 
 mod common;
 mod decode;
+mod fake_broker;
 mod metadata;
 mod offsets;
 
@@ -25,6 +26,8 @@ enum Command {
     Offsets(offsets::Command),
     /// Decode a file of record batches (a Fetch response partition's `records` bytes).
     Decode(decode::Args),
+    /// Serve generated data from kdirect's in-memory fake broker (a test double) until stopped.
+    FakeBroker(fake_broker::Args),
 }
 
 /// An error the CLI prints as one line and exits non-zero on.
@@ -49,6 +52,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Metadata(a) => block_on(metadata::run(a)),
         Command::Offsets(c) => block_on(offsets::run(c)),
         Command::Decode(a) => decode::run(a),
+        Command::FakeBroker(a) => block_on(fake_broker::run(a)),
     }
 }
 
