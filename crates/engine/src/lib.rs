@@ -18,6 +18,7 @@ pub mod cluster;
 pub mod conn;
 pub mod error;
 pub mod fetch;
+pub mod plan;
 pub mod record;
 
 pub use error::{Error, ErrorKind};

@@ -1,0 +1,216 @@
+//! Where each partition starts, and the data-loss check.
+//!
+//! A partition without a position at the planner's first plan follows the [`StartPolicy`]
+//! (Spark's `startingOffsets`: `KafkaMicroBatchStream.getOrCreateInitialPartitionOffsets`;
+//! Kafka's `auto.offset.reset`). A partition that appears later — a new partition of a
+//! subscribed topic — starts from its log start, as Structured Streaming's
+//! `getOffsetRangesFromResolvedOffsets` does with `fetchEarliestOffsets(newPartitions)`. So do
+//! partitions missing from a resumed planner's positions when other partitions of their topic
+//! have one (they were added while the application was down).
+//!
+//! Every position is then checked against the partition's log (Spark's `failOnDataLoss`
+//! cases): below the log start, past the end, an end lower than the last one seen, or a new
+//! partition not starting at 0. See [`DataLossReason`](super::DataLossReason).
+
+use std::collections::BTreeMap;
+
+use super::{DataLossReason, LostRange, PartitionSnapshot, PlanError, TopicPartition};
+
+/// Where a partition without a position starts, at the planner's first plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StartPolicy {
+    /// The log start offset.
+    Earliest,
+    /// The end offset (only records produced from now on).
+    Latest,
+    /// The first offset whose timestamp is at or after this many ms since the Unix epoch, as
+    /// ListOffsets answers it ([`PartitionSnapshot::timestamp_lookup`]); the end offset when no
+    /// record is that recent.
+    Timestamp(i64),
+    /// These offsets; a partition not listed is an error ([`PlanError::NoPosition`]), as
+    /// Spark requires every assigned partition in a `startingOffsets` JSON.
+    Explicit(BTreeMap<TopicPartition, StartOffset>),
+    /// No default: [`PlanError::NoPosition`] naming the partitions (`auto.offset.reset=none`).
+    None,
+}
+
+/// One partition's explicit start (Spark's JSON uses -2 for earliest and -1 for latest).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartOffset {
+    /// The log start offset.
+    Earliest,
+    /// The end offset.
+    Latest,
+    /// This offset (checked for data loss like any position).
+    Offset(i64),
+}
+
+/// The ListOffsets answer for the start timestamp, per partition.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TimestampLookup {
+    /// Not looked up.
+    #[default]
+    NotDone,
+    /// The earliest offset whose timestamp is at or after the timestamp.
+    Offset(i64),
+    /// No record at or after the timestamp (ListOffsets answered offset -1).
+    NoMatch,
+}
+
+/// What a detected data loss does (Spark's `failOnDataLoss`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DataLossPolicy {
+    /// Stop with [`PlanError::DataLoss`] naming the exact lost range.
+    #[default]
+    Fail,
+    /// Restart the partition at its log start and report the [`LostRange`] in the next plan.
+    Earliest,
+}
+
+pub(super) struct ResolveInput<'a> {
+    pub policy: &'a StartPolicy,
+    pub data_loss: DataLossPolicy,
+    pub parts: &'a BTreeMap<TopicPartition, &'a PartitionSnapshot>,
+    pub positions: &'a BTreeMap<TopicPartition, i64>,
+    pub last_end: &'a BTreeMap<TopicPartition, i64>,
+    pub is_new: &'a dyn Fn(&TopicPartition) -> bool,
+}
+
+pub(super) struct Resolved {
+    /// A checked position for every partition of the snapshot.
+    pub positions: BTreeMap<TopicPartition, i64>,
+    /// Losses skipped under [`DataLossPolicy::Earliest`].
+    pub lost: Vec<LostRange>,
+}
+
+/// Gives every partition of the snapshot a checked position, or the first error (in this
+/// order: partitions without a position, missing timestamp look-ups, data loss).
+pub(super) fn resolve(input: &ResolveInput<'_>) -> Result<Resolved, PlanError> {
+    let mut positions = BTreeMap::new();
+    let mut losses: Vec<LostRange> = Vec::new();
+    let mut no_position = Vec::new();
+    let mut no_lookup = Vec::new();
+
+    for (tp, snap) in input.parts {
+        let position = if let Some(&p) = input.positions.get(tp) {
+            p
+        } else if (input.is_new)(tp) {
+            if snap.log_start > 0 {
+                losses.push(lost(
+                    tp,
+                    0,
+                    snap.log_start,
+                    DataLossReason::NewPartitionNotFromZero,
+                ));
+            }
+            snap.log_start
+        } else {
+            match start_position(input.policy, tp, snap) {
+                Start::At(p) => p,
+                Start::NoPosition => {
+                    no_position.push(tp.clone());
+                    continue;
+                }
+                Start::NoLookup => {
+                    no_lookup.push(tp.clone());
+                    continue;
+                }
+            }
+        };
+        let position = match check(position, snap, input.last_end.get(tp).copied()) {
+            Some((from, until, reason)) => {
+                losses.push(lost(tp, from, until, reason));
+                snap.log_start
+            }
+            None => position,
+        };
+        positions.insert(tp.clone(), position);
+    }
+
+    if !no_position.is_empty() {
+        return Err(PlanError::NoPosition {
+            partitions: no_position,
+        });
+    }
+    if !no_lookup.is_empty() {
+        let StartPolicy::Timestamp(timestamp) = input.policy else {
+            unreachable!("only the timestamp policy needs a look-up");
+        };
+        return Err(PlanError::MissingTimestampLookup {
+            timestamp: *timestamp,
+            partitions: no_lookup,
+        });
+    }
+    match (input.data_loss, losses.first()) {
+        (DataLossPolicy::Fail, Some(first)) => Err(PlanError::DataLoss {
+            topic: first.topic.clone(),
+            partition: first.partition,
+            lost_from: first.from,
+            lost_until: first.until,
+            reason: first.reason,
+        }),
+        _ => Ok(Resolved {
+            positions,
+            lost: losses,
+        }),
+    }
+}
+
+enum Start {
+    At(i64),
+    NoPosition,
+    NoLookup,
+}
+
+fn start_position(policy: &StartPolicy, tp: &TopicPartition, snap: &PartitionSnapshot) -> Start {
+    match policy {
+        StartPolicy::Earliest => Start::At(snap.log_start),
+        StartPolicy::Latest => Start::At(snap.end),
+        StartPolicy::Timestamp(_) => match snap.timestamp_lookup {
+            TimestampLookup::Offset(o) => Start::At(o),
+            TimestampLookup::NoMatch => Start::At(snap.end),
+            TimestampLookup::NotDone => Start::NoLookup,
+        },
+        StartPolicy::Explicit(offsets) => match offsets.get(tp) {
+            Some(StartOffset::Earliest) => Start::At(snap.log_start),
+            Some(StartOffset::Latest) => Start::At(snap.end),
+            Some(StartOffset::Offset(o)) => Start::At(*o),
+            None => Start::NoPosition,
+        },
+        StartPolicy::None => Start::NoPosition,
+    }
+}
+
+/// The data-loss check of one position: the lost range and why, if any.
+fn check(
+    position: i64,
+    snap: &PartitionSnapshot,
+    last_end: Option<i64>,
+) -> Option<(i64, i64, DataLossReason)> {
+    if position < snap.log_start {
+        Some((position, snap.log_start, DataLossReason::BelowLogStart))
+    } else if position > snap.end {
+        Some((snap.end, position, DataLossReason::PastEnd))
+    } else {
+        match last_end {
+            Some(previous_end) if snap.end < previous_end => Some((
+                snap.end,
+                previous_end,
+                DataLossReason::EndMovedBack { previous_end },
+            )),
+            _ => None,
+        }
+    }
+}
+
+fn lost(tp: &TopicPartition, from: i64, until: i64, reason: DataLossReason) -> LostRange {
+    LostRange {
+        topic: tp.topic.clone(),
+        partition: tp.partition,
+        from,
+        until,
+        reason,
+    }
+}

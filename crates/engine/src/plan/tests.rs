@@ -1,0 +1,1059 @@
+//! The planner's tests: virtual time, numbers worked by hand in the comments.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::*;
+
+const T: &str = "t";
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+fn ms(m: u64) -> Duration {
+    Duration::from_millis(m)
+}
+
+fn tp(topic: &str, partition: i32) -> TopicPartition {
+    TopicPartition::new(topic, partition)
+}
+
+fn snap(partition: i32, log_start: i64, end: i64) -> PartitionSnapshot {
+    PartitionSnapshot::new(T, partition, log_start, end)
+}
+
+/// Partitions 0.. of topic `t`, each with log `[0, end)`.
+fn logs(ends: &[i64]) -> Vec<PartitionSnapshot> {
+    (0..).zip(ends).map(|(p, &end)| snap(p, 0, end)).collect()
+}
+
+fn planner(config: PlannerConfig) -> Planner {
+    Planner::new(config).unwrap()
+}
+
+fn earliest(interval: Duration, rate: RatePolicy) -> Planner {
+    planner(
+        PlannerConfig::new(interval)
+            .with_rate(rate)
+            .with_start(StartPolicy::Earliest),
+    )
+}
+
+fn batch(outcome: Result<PlanOutcome, PlanError>) -> BatchPlan {
+    match outcome.unwrap() {
+        PlanOutcome::Batch(b) => b,
+        PlanOutcome::Wait(w) => panic!("expected a batch, got {w:?}"),
+    }
+}
+
+fn wait(outcome: Result<PlanOutcome, PlanError>) -> Wait {
+    match outcome.unwrap() {
+        PlanOutcome::Wait(w) => w,
+        PlanOutcome::Batch(b) => panic!("expected no batch, got {b:?}"),
+    }
+}
+
+/// `(partition, from, until)` of each range.
+fn spans(plan: &BatchPlan) -> Vec<(i32, i64, i64)> {
+    plan.ranges
+        .iter()
+        .map(|r| (r.partition, r.from, r.until))
+        .collect()
+}
+
+/// The number of offsets each range holds.
+fn takes(plan: &BatchPlan) -> Vec<u64> {
+    plan.ranges.iter().map(OffsetRange::len).collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// maxOffsetsPerTrigger (KafkaMicroBatchStream.rateLimit)
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn max_offsets_per_trigger_is_split_by_lag() {
+    // Lags 100/300/600, total 1000, limit 50:
+    //   50 × 100/1000 = 5, 50 × 300/1000 = 15, 50 × 600/1000 = 30 (all ≥ 1: floor).
+    let mut p = earliest(
+        secs(1),
+        RatePolicy::default().with_max_offsets_per_trigger(50),
+    );
+    let b = batch(p.plan(secs(0), &logs(&[100, 300, 600])));
+    assert_eq!(spans(&b), [(0, 0, 5), (1, 0, 15), (2, 0, 30)]);
+    assert_eq!(b.offset_count(), 50);
+    // The next batch starts where this one ended: lags 95/285/570, total 950:
+    //   50 × 95/950 = 5, 50 × 285/950 = 15, 50 × 570/950 = 30.
+    let b = batch(p.plan(secs(1), &logs(&[100, 300, 600])));
+    assert_eq!(spans(&b), [(0, 5, 10), (1, 15, 30), (2, 30, 60)]);
+}
+
+#[test]
+fn max_offsets_share_below_one_rounds_up_else_down() {
+    // Lags 4/996, total 1000, limit 100:
+    //   100 × 4/1000 = 0.4 → < 1 → ceil → 1;  100 × 996/1000 = 99.6 → floor → 99.
+    let mut p = earliest(
+        secs(1),
+        RatePolicy::default().with_max_offsets_per_trigger(100),
+    );
+    let b = batch(p.plan(secs(0), &logs(&[4, 996])));
+    assert_eq!(takes(&b), [1, 99]);
+}
+
+#[test]
+fn max_offsets_rounding_up_may_exceed_the_limit() {
+    // Lags 10/10/10, limit 2: each share 2 × 1/3 = 0.67 → ceil → 1; total 3 > 2. Spark's
+    // "don't completely starve small topicpartitions" rule, kept.
+    let mut p = earliest(
+        secs(1),
+        RatePolicy::default().with_max_offsets_per_trigger(2),
+    );
+    let b = batch(p.plan(secs(0), &logs(&[10, 10, 10])));
+    assert_eq!(takes(&b), [1, 1, 1]);
+}
+
+#[test]
+fn max_offsets_ignores_partitions_without_lag_and_caps_at_the_end() {
+    // Lags 0/30, limit 100: only partition 1 has lag, share 100 × 30/30 = 100, but the range
+    // stops at the end offset: 30.
+    let mut p = earliest(
+        secs(1),
+        RatePolicy::default().with_max_offsets_per_trigger(100),
+    );
+    let b = batch(p.plan(secs(0), &logs(&[0, 30])));
+    assert_eq!(spans(&b), [(0, 0, 0), (1, 0, 30)]);
+}
+
+// ---------------------------------------------------------------------------------------
+// maxRatePerPartition (DirectKafkaInputDStream.maxMessagesPerPartition)
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn max_rate_per_partition_times_batch_seconds() {
+    // 1000 records/s × 2 s = 2000 per partition. Lags 5000/1500 → 2000/1500.
+    let mut p = earliest(
+        secs(2),
+        RatePolicy::default().with_max_rate_per_partition(1000),
+    );
+    let b = batch(p.plan(secs(0), &logs(&[5000, 1500])));
+    assert_eq!(takes(&b), [2000, 1500]);
+    // Next: lag 3000/0 → 2000/0.
+    let b = batch(p.plan(secs(2), &logs(&[5000, 1500])));
+    assert_eq!(spans(&b), [(0, 2000, 4000), (1, 1500, 1500)]);
+}
+
+#[test]
+fn max_rate_truncates_and_respects_min_rate_per_partition() {
+    // 5/s × 0.5 s = 2.5 → truncated → 2.
+    let mut p = earliest(
+        ms(500),
+        RatePolicy::default().with_max_rate_per_partition(5),
+    );
+    assert_eq!(takes(&batch(p.plan(secs(0), &logs(&[100])))), [2]);
+    // 1/s × 0.5 s = 0.5 → 0 → raised to minRatePerPartition 1.
+    let mut p = earliest(
+        ms(500),
+        RatePolicy::default().with_max_rate_per_partition(1),
+    );
+    assert_eq!(takes(&batch(p.plan(secs(0), &logs(&[100])))), [1]);
+    // 5/s × 0.5 s = 2 → raised to a configured minRatePerPartition of 10.
+    let mut p = earliest(
+        ms(500),
+        RatePolicy::default()
+            .with_max_rate_per_partition(5)
+            .with_min_rate_per_partition(10),
+    );
+    assert_eq!(takes(&batch(p.plan(secs(0), &logs(&[100])))), [10]);
+}
+
+#[test]
+fn most_restrictive_limit_wins_per_partition() {
+    // Lags 2000/8000/10000 (total 20000), maxOffsetsPerTrigger 6000:
+    //   6000 × 0.1 = 600, 6000 × 0.4 = 2400, 6000 × 0.5 = 3000.
+    // maxRatePerPartition 1000/s × 2 s = 2000 each.
+    // min per partition: 600, 2000, 2000.
+    let mut p = earliest(
+        secs(2),
+        RatePolicy::default()
+            .with_max_offsets_per_trigger(6000)
+            .with_max_rate_per_partition(1000),
+    );
+    let b = batch(p.plan(secs(0), &logs(&[2000, 8000, 10000])));
+    assert_eq!(takes(&b), [600, 2000, 2000]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Backpressure (PIDRateEstimator + maxMessagesPerPartition)
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn pid_with_spark_defaults_worked_sequence() {
+    // Batch interval 1 s; Kp 1.0, Ki 0.2, Kd 0, min rate 100.
+    let mut e = PidRateEstimator::new(secs(1), PidConfig::default()).unwrap();
+    // 1) t=1000 ms, 1000 records in 500 ms: processing rate 1000/500×1000 = 2000/s.
+    //    First valid batch: only seeds latestRate = 2000, latestError = 0. Nothing published.
+    assert_eq!(e.compute(ms(1000), 1000, ms(500), ms(0)), None);
+    // 2) t=2000, 1000 records in 1000 ms: rate 1000. error = 2000 − 1000 = 1000,
+    //    historicalError = 0 × 1000 / 1000 = 0. new = 2000 − 1.0×1000 − 0.2×0 = 1000.
+    assert_eq!(e.compute(ms(2000), 1000, ms(1000), ms(0)), Some(1000.0));
+    // 3) t=3000, 1000 records in 2000 ms, waited 1000 ms: rate 500. error = 1000 − 500 = 500,
+    //    historicalError = 1000 × 500 / 1000 = 500. new = 1000 − 500 − 0.2×500 = 400.
+    assert_eq!(e.compute(ms(3000), 1000, ms(2000), ms(1000)), Some(400.0));
+    // 4) t=4000, 100 records in 2000 ms, waited 4000 ms: rate 50. error = 400 − 50 = 350,
+    //    historicalError = 4000 × 50 / 1000 = 200. new = 400 − 350 − 40 = 10 → min rate 100.
+    assert_eq!(e.compute(ms(4000), 100, ms(2000), ms(4000)), Some(100.0));
+}
+
+#[test]
+fn pid_publishes_nothing_for_stale_empty_or_instant_batches() {
+    let mut e = PidRateEstimator::new(secs(1), PidConfig::default()).unwrap();
+    // No records, or 0 ms of processing (999 µs is 0 whole ms, as in Spark's Long ms): skipped,
+    // and the first run has not happened yet.
+    assert_eq!(e.compute(ms(1000), 0, ms(500), ms(0)), None);
+    assert_eq!(
+        e.compute(ms(1000), 10, Duration::from_micros(999), ms(0)),
+        None
+    );
+    // First run: seeds 2000/s.
+    assert_eq!(e.compute(ms(1000), 1000, ms(500), ms(0)), None);
+    // Not after the last update (t=1000 again, then earlier): skipped, state unchanged.
+    assert_eq!(e.compute(ms(1000), 1000, ms(1000), ms(0)), None);
+    assert_eq!(e.compute(ms(900), 1000, ms(1000), ms(0)), None);
+    // Same as step 2 of the worked sequence: 2000 − (2000 − 1000) = 1000.
+    assert_eq!(e.compute(ms(2000), 1000, ms(1000), ms(0)), Some(1000.0));
+}
+
+#[test]
+fn pid_derivative_term() {
+    // Kd = 0.1. Step 1 as above (seeds 2000/s, error 0, t=1000).
+    // Step 2: error 1000, delaySinceUpdate (2000 − 1000)/1000 = 1 s,
+    //   dError = (1000 − 0)/1 = 1000. new = 2000 − 1000 − 0 − 0.1×1000 = 900.
+    let config = PidConfig::default().with_coefficients(1.0, 0.2, 0.1);
+    let mut e = PidRateEstimator::new(secs(1), config).unwrap();
+    assert_eq!(e.compute(ms(1000), 1000, ms(500), ms(0)), None);
+    assert_eq!(e.compute(ms(2000), 1000, ms(1000), ms(0)), Some(900.0));
+}
+
+#[test]
+fn pid_config_is_validated() {
+    for bad in [
+        PidConfig::default().with_coefficients(-1.0, 0.2, 0.0),
+        PidConfig::default().with_coefficients(1.0, -0.2, 0.0),
+        PidConfig::default().with_coefficients(1.0, 0.2, f64::NAN),
+        PidConfig::default().with_min_rate(0.0),
+    ] {
+        assert!(matches!(
+            PidRateEstimator::new(secs(1), bad),
+            Err(PlanError::InvalidConfig(_))
+        ));
+    }
+    assert!(matches!(
+        PidRateEstimator::new(Duration::from_micros(10), PidConfig::default()),
+        Err(PlanError::InvalidConfig(_))
+    ));
+}
+
+#[test]
+fn backpressure_initial_rate_bounds_the_first_batch_on_a_backlog() {
+    // Initial rate 500/s over 1 s; two partitions with 1,000,000 offsets of lag each:
+    //   500 × 1e6/2e6 = 250/s each × 1 s = 250 each: a 500-offset first batch.
+    let pid = PidConfig::default().with_initial_rate(Some(500));
+    let mut p = earliest(secs(1), RatePolicy::default().with_backpressure(pid));
+    let b = batch(p.plan(secs(0), &logs(&[1_000_000, 1_000_000])));
+    assert_eq!(takes(&b), [250, 250]);
+    // The default initial rate is 1000/s: 500 each.
+    let mut p = earliest(
+        secs(1),
+        RatePolicy::default().with_backpressure(PidConfig::default()),
+    );
+    let b = batch(p.plan(secs(0), &logs(&[1_000_000, 1_000_000])));
+    assert_eq!(takes(&b), [500, 500]);
+}
+
+#[test]
+fn backpressure_without_initial_rate_is_unbounded_like_spark() {
+    let pid = PidConfig::default().with_initial_rate(None);
+    let mut p = earliest(secs(1), RatePolicy::default().with_backpressure(pid));
+    let b = batch(p.plan(secs(0), &logs(&[1_000_000, 1_000_000])));
+    assert_eq!(takes(&b), [1_000_000, 1_000_000]);
+    // With maxRatePerPartition as well, that rate applies until the first estimate
+    // (Spark's `case None`): 300/s × 1 s = 300.
+    let pid = PidConfig::default().with_initial_rate(None);
+    let mut p = earliest(
+        secs(1),
+        RatePolicy::default()
+            .with_backpressure(pid)
+            .with_max_rate_per_partition(300),
+    );
+    let b = batch(p.plan(secs(0), &logs(&[1_000_000, 1_000_000])));
+    assert_eq!(takes(&b), [300, 300]);
+}
+
+/// Drives the planner's estimator to publish exactly 1000/s with a 2 s interval:
+/// 1) t=2000 ms, 1000 records in 500 ms → seeds 2000/s (nothing published);
+/// 2) t=4000 ms, 2000 records in 2000 ms → rate 1000, error 1000, new = 2000 − 1000 = 1000.
+fn publish_1000_per_s(p: &mut Planner) {
+    assert_eq!(
+        p.on_batch_completed(&BatchCompletion::new(ms(2000), 1000, ms(500), ms(0))),
+        None
+    );
+    assert_eq!(
+        p.on_batch_completed(&BatchCompletion::new(ms(4000), 2000, ms(2000), ms(0))),
+        Some(1000)
+    );
+    assert_eq!(p.latest_rate(), Some(1000));
+}
+
+#[test]
+fn backpressure_rate_is_split_by_lag_and_capped_by_max_rate() {
+    // Published rate 1000/s, interval 2 s, lags 1000/3000/6000 (total 10000):
+    //   per-partition rates 100/300/600/s × 2 s = 200/600/1200.
+    let mut p = earliest(
+        secs(2),
+        RatePolicy::default().with_backpressure(PidConfig::default()),
+    );
+    publish_1000_per_s(&mut p);
+    let b = batch(p.plan(secs(4), &logs(&[1000, 3000, 6000])));
+    assert_eq!(takes(&b), [200, 600, 1200]);
+
+    // With maxRatePerPartition 250: rates min(100, 250), min(300, 250), min(600, 250)
+    //   = 100/250/250 × 2 s = 200/500/500.
+    let mut p = earliest(
+        secs(2),
+        RatePolicy::default()
+            .with_backpressure(PidConfig::default())
+            .with_max_rate_per_partition(250),
+    );
+    publish_1000_per_s(&mut p);
+    let b = batch(p.plan(secs(4), &logs(&[1000, 3000, 6000])));
+    assert_eq!(takes(&b), [200, 500, 500]);
+}
+
+#[test]
+fn backpressure_share_rounds_down_then_min_rate_per_partition() {
+    // Initial rate 1000/s, 1 s, lags 1/9999 (total 10000):
+    //   1000 × 1/10000 = 0.1 → 0 → raised to minRatePerPartition 1;
+    //   1000 × 9999/10000 = 999.9 → 999.
+    let pid = PidConfig::default().with_initial_rate(Some(1000));
+    let mut p = earliest(secs(1), RatePolicy::default().with_backpressure(pid));
+    let b = batch(p.plan(secs(0), &logs(&[1, 9999])));
+    assert_eq!(takes(&b), [1, 999]);
+}
+
+#[test]
+fn published_rate_is_truncated_like_spark_rate_controller() {
+    // Step 1 seeds 2000/s. Step 2: 1000 records in 3000 ms → rate 333.33…, error 1666.67,
+    //   new = 2000 − 1666.67 = 333.33… → stored as a Long: 333.
+    let mut p = earliest(
+        secs(1),
+        RatePolicy::default().with_backpressure(PidConfig::default()),
+    );
+    p.on_batch_completed(&BatchCompletion::new(ms(1000), 1000, ms(500), ms(0)));
+    let rate = p.on_batch_completed(&BatchCompletion::new(ms(2000), 1000, ms(3000), ms(0)));
+    assert_eq!(rate, Some(333));
+    // 333/s × 1 s on one partition: 333.
+    assert_eq!(takes(&batch(p.plan(secs(2), &logs(&[10_000])))), [333]);
+    // Without backpressure there is nothing to feed.
+    let mut p = earliest(secs(1), RatePolicy::default());
+    assert_eq!(
+        p.on_batch_completed(&BatchCompletion::new(ms(1000), 1000, ms(500), ms(0))),
+        None
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// minOffsetsPerTrigger / maxTriggerDelay (KafkaMicroBatchStream.delayBatch)
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn min_offsets_with_max_trigger_delay() {
+    // min 500 offsets, max delay 10 s.
+    let mut p = earliest(
+        secs(1),
+        RatePolicy::default().with_min_offsets_per_trigger(500, secs(10)),
+    );
+    // t=0: no batch yet, so the check fires (Spark's lastTriggerMillis starts at 0) even with
+    // only 100 available. Last trigger = 0.
+    assert_eq!(spans(&batch(p.plan(secs(0), &logs(&[100])))), [(0, 0, 100)]);
+    // t=1: 300 − 100 = 200 < 500, 1 s < 10 s: wait until 0 + 10 = 10 s.
+    let w = wait(p.plan(secs(1), &logs(&[300])));
+    assert_eq!(
+        w,
+        Wait {
+            reason: WaitReason::BelowMinOffsets {
+                available: 200,
+                min: 500
+            },
+            retry_at: Some(secs(10)),
+        }
+    );
+    // t=5: 599 − 100 = 499 < 500: still waiting.
+    assert!(matches!(
+        wait(p.plan(secs(5), &logs(&[599]))).reason,
+        WaitReason::BelowMinOffsets { available: 499, .. }
+    ));
+    // t=6: 600 − 100 = 500 ≥ 500: batch [100, 600). Last trigger = 6 s.
+    assert_eq!(
+        spans(&batch(p.plan(secs(6), &logs(&[600])))),
+        [(0, 100, 600)]
+    );
+    // t=7: 10 available: wait until 6 + 10 = 16 s.
+    assert_eq!(
+        wait(p.plan(secs(7), &logs(&[610]))).retry_at,
+        Some(secs(16))
+    );
+    // t=16: 16 − 6 = 10 s ≥ 10 s: the delay has passed, batch with the 10.
+    assert_eq!(
+        spans(&batch(p.plan(secs(16), &logs(&[610])))),
+        [(0, 600, 610)]
+    );
+    // Batch ids counted only emitted plans: 0, 1, 2.
+    assert_eq!(p.next_batch_id(), 3);
+}
+
+#[test]
+fn min_offsets_then_max_offsets() {
+    // Composite limit, as Spark's CompositeReadLimit: min 100 decides whether to fire, then
+    // max 50 bounds the batch. t=0 fires (first); t=1 has 150 − 50 = 100 ≥ 100 → fire, and
+    // max 50 → [50, 100).
+    let mut p = earliest(
+        secs(1),
+        RatePolicy::default()
+            .with_min_offsets_per_trigger(100, secs(60))
+            .with_max_offsets_per_trigger(50),
+    );
+    assert_eq!(spans(&batch(p.plan(secs(0), &logs(&[150])))), [(0, 0, 50)]);
+    assert_eq!(
+        spans(&batch(p.plan(secs(1), &logs(&[150])))),
+        [(0, 50, 100)]
+    );
+    // 150 − 100 = 50 < 100 and 1 s < 60 s: wait.
+    assert!(matches!(
+        wait(p.plan(secs(2), &logs(&[150]))).reason,
+        WaitReason::BelowMinOffsets {
+            available: 50,
+            min: 100
+        }
+    ));
+}
+
+#[test]
+fn no_new_data_waits_unless_empty_batches_are_wanted() {
+    let mut p = earliest(secs(1), RatePolicy::default());
+    assert_eq!(
+        wait(p.plan(secs(0), &logs(&[0, 0]))),
+        Wait {
+            reason: WaitReason::NoNewData,
+            retry_at: None
+        }
+    );
+    assert_eq!(p.next_batch_id(), 0);
+
+    let mut p = planner(
+        PlannerConfig::new(secs(1))
+            .with_start(StartPolicy::Earliest)
+            .with_empty_batches(true),
+    );
+    let b = batch(p.plan(secs(0), &logs(&[0, 0])));
+    assert_eq!((b.batch_id, spans(&b)), (0, vec![(0, 0, 0), (1, 0, 0)]));
+    assert!(b.is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// Start policies
+// ---------------------------------------------------------------------------------------
+
+fn start(policy: StartPolicy) -> Planner {
+    planner(
+        PlannerConfig::new(secs(1))
+            .with_start(policy)
+            .with_empty_batches(true),
+    )
+}
+
+#[test]
+fn start_earliest_and_latest() {
+    let parts = [snap(0, 10, 100), snap(1, 0, 50)];
+    let b = batch(start(StartPolicy::Earliest).plan(secs(0), &parts));
+    assert_eq!(spans(&b), [(0, 10, 100), (1, 0, 50)]);
+    let b = batch(start(StartPolicy::Latest).plan(secs(0), &parts));
+    assert_eq!(spans(&b), [(0, 100, 100), (1, 50, 50)]);
+}
+
+#[test]
+fn start_latest_is_bound_at_the_first_plan() {
+    // Latest resolves once, at the first plan: records produced afterwards are read.
+    let mut p = planner(PlannerConfig::new(secs(1)));
+    assert_eq!(
+        wait(p.plan(secs(0), &logs(&[100]))).reason,
+        WaitReason::NoNewData
+    );
+    assert_eq!(p.positions()[&tp(T, 0)], 100);
+    let b = batch(p.plan(secs(1), &logs(&[130])));
+    assert_eq!((b.batch_id, spans(&b)), (0, vec![(0, 100, 130)]));
+}
+
+#[test]
+fn start_timestamp() {
+    let ts = 1_700_000_000_000;
+    let mut p = start(StartPolicy::Timestamp(ts));
+    let parts = [
+        snap(0, 0, 100).with_timestamp_lookup(TimestampLookup::Offset(40)),
+        snap(1, 0, 100).with_timestamp_lookup(TimestampLookup::NoMatch),
+    ];
+    assert_eq!(
+        p.timestamp_lookups(&[tp(T, 0), tp(T, 1)]),
+        [(tp(T, 0), ts), (tp(T, 1), ts)]
+    );
+    // Offset 40 for partition 0; no record that recent in partition 1 → its end.
+    let b = batch(p.plan(secs(0), &parts));
+    assert_eq!(spans(&b), [(0, 40, 100), (1, 100, 100)]);
+    // Positioned now: nothing more to look up.
+    assert!(p.timestamp_lookups(&[tp(T, 0)]).is_empty());
+}
+
+#[test]
+fn start_timestamp_without_lookup_is_an_error() {
+    let mut p = start(StartPolicy::Timestamp(5));
+    let err = p.plan(secs(0), &logs(&[10, 10])).unwrap_err();
+    assert_eq!(
+        err,
+        PlanError::MissingTimestampLookup {
+            timestamp: 5,
+            partitions: vec![tp(T, 0), tp(T, 1)],
+        }
+    );
+}
+
+#[test]
+fn start_explicit() {
+    let offsets = BTreeMap::from([
+        (tp(T, 0), StartOffset::Offset(25)),
+        (tp(T, 1), StartOffset::Earliest),
+        (tp(T, 2), StartOffset::Latest),
+    ]);
+    let mut p = start(StartPolicy::Explicit(offsets.clone()));
+    let b = batch(p.plan(secs(0), &[snap(0, 0, 50), snap(1, 5, 50), snap(2, 0, 50)]));
+    assert_eq!(spans(&b), [(0, 25, 50), (1, 5, 50), (2, 50, 50)]);
+
+    // A partition not listed has no position.
+    let mut p = start(StartPolicy::Explicit(offsets));
+    let err = p.plan(secs(0), &logs(&[50, 50, 50, 50])).unwrap_err();
+    assert_eq!(
+        err,
+        PlanError::NoPosition {
+            partitions: vec![tp(T, 3)]
+        }
+    );
+}
+
+#[test]
+fn start_explicit_offset_below_log_start_is_data_loss() {
+    let offsets = BTreeMap::from([(tp(T, 0), StartOffset::Offset(3))]);
+    let err = start(StartPolicy::Explicit(offsets))
+        .plan(secs(0), &[snap(0, 10, 50)])
+        .unwrap_err();
+    assert_eq!(
+        err,
+        PlanError::DataLoss {
+            topic: T.into(),
+            partition: 0,
+            lost_from: 3,
+            lost_until: 10,
+            reason: DataLossReason::BelowLogStart,
+        }
+    );
+}
+
+#[test]
+fn start_none_names_every_partition_without_position() {
+    let mut p = Planner::resume(
+        PlannerConfig::new(secs(1)).with_start(StartPolicy::None),
+        0,
+        [(tp("a", 0), 5)],
+    )
+    .unwrap();
+    let parts = [
+        PartitionSnapshot::new("b", 1, 0, 10),
+        PartitionSnapshot::new("a", 0, 0, 10),
+        PartitionSnapshot::new("b", 0, 0, 10),
+    ];
+    let err = p.plan(secs(0), &parts).unwrap_err();
+    assert_eq!(
+        err,
+        PlanError::NoPosition {
+            partitions: vec![tp("b", 0), tp("b", 1)]
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "no position for partitions [b-0, b-1] and the start policy gives none"
+    );
+    // The failed plan changed nothing.
+    assert_eq!(p.positions().len(), 1);
+    assert_eq!(p.next_batch_id(), 0);
+}
+
+// ---------------------------------------------------------------------------------------
+// Data loss
+// ---------------------------------------------------------------------------------------
+
+fn resumed(policy: DataLossPolicy, position: i64) -> Planner {
+    Planner::resume(
+        PlannerConfig::new(secs(1))
+            .with_data_loss(policy)
+            .with_empty_batches(true),
+        7,
+        [(tp(T, 0), position)],
+    )
+    .unwrap()
+}
+
+#[test]
+fn below_log_start_fails_with_the_exact_range() {
+    // Position 100, retention moved the log start to 150: [100, 150) is lost.
+    let mut p = resumed(DataLossPolicy::Fail, 100);
+    let err = p.plan(secs(0), &[snap(0, 150, 300)]).unwrap_err();
+    assert_eq!(
+        err,
+        PlanError::DataLoss {
+            topic: T.into(),
+            partition: 0,
+            lost_from: 100,
+            lost_until: 150,
+            reason: DataLossReason::BelowLogStart,
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "data loss in t-0: offsets [100, 150) are lost: position is below the log start \
+         (retention)"
+    );
+    // Sticky until someone moves the position; the state did not change.
+    assert_eq!(p.positions()[&tp(T, 0)], 100);
+    assert!(p.plan(secs(1), &[snap(0, 150, 300)]).is_err());
+    p.set_position(tp(T, 0), 150);
+    let b = batch(p.plan(secs(2), &[snap(0, 150, 300)]));
+    assert_eq!((b.batch_id, spans(&b)), (7, vec![(0, 150, 300)]));
+}
+
+#[test]
+fn below_log_start_earliest_resets_and_reports() {
+    let mut p = resumed(DataLossPolicy::Earliest, 100);
+    let b = batch(p.plan(secs(0), &[snap(0, 150, 300)]));
+    assert_eq!(spans(&b), [(0, 150, 300)]);
+    assert_eq!(
+        b.lost,
+        [LostRange {
+            topic: T.into(),
+            partition: 0,
+            from: 100,
+            until: 150,
+            reason: DataLossReason::BelowLogStart,
+        }]
+    );
+    // Reported once.
+    assert!(batch(p.plan(secs(1), &[snap(0, 150, 300)])).lost.is_empty());
+}
+
+#[test]
+fn lost_ranges_are_reported_even_without_data() {
+    // Earliest policy, empty batches off: the log is empty after the reset ([150, 150)), yet
+    // the plan is emitted so the loss and the new position are not silent.
+    let mut p = Planner::resume(
+        PlannerConfig::new(secs(1)).with_data_loss(DataLossPolicy::Earliest),
+        0,
+        [(tp(T, 0), 100)],
+    )
+    .unwrap();
+    let b = batch(p.plan(secs(0), &[snap(0, 150, 150)]));
+    assert_eq!(spans(&b), [(0, 150, 150)]);
+    assert_eq!((b.lost[0].from, b.lost[0].until), (100, 150));
+}
+
+#[test]
+fn past_end_fails_or_resets() {
+    // Position 500 but the log is [0, 200) (topic recreated): [200, 500) lost.
+    let err = resumed(DataLossPolicy::Fail, 500)
+        .plan(secs(0), &[snap(0, 0, 200)])
+        .unwrap_err();
+    assert_eq!(
+        err,
+        PlanError::DataLoss {
+            topic: T.into(),
+            partition: 0,
+            lost_from: 200,
+            lost_until: 500,
+            reason: DataLossReason::PastEnd,
+        }
+    );
+    let b = batch(resumed(DataLossPolicy::Earliest, 500).plan(secs(0), &[snap(0, 0, 200)]));
+    assert_eq!(spans(&b), [(0, 0, 200)]);
+    assert_eq!(
+        (b.lost[0].from, b.lost[0].until, b.lost[0].reason),
+        (200, 500, DataLossReason::PastEnd)
+    );
+}
+
+#[test]
+fn end_moving_back_is_data_loss() {
+    // max 100 per batch: plan [0, 100) while the end is 1000. Then the end is 300 (recreated
+    // and refilled, or truncated): the position 100 is inside the log, but [300, 1000)
+    // vanished.
+    let config = PlannerConfig::new(secs(1))
+        .with_start(StartPolicy::Earliest)
+        .with_rate(RatePolicy::default().with_max_offsets_per_trigger(100));
+    let mut p = planner(config.clone());
+    batch(p.plan(secs(0), &logs(&[1000])));
+    let err = p.plan(secs(1), &logs(&[300])).unwrap_err();
+    assert_eq!(
+        err,
+        PlanError::DataLoss {
+            topic: T.into(),
+            partition: 0,
+            lost_from: 300,
+            lost_until: 1000,
+            reason: DataLossReason::EndMovedBack { previous_end: 1000 },
+        }
+    );
+
+    let mut p = planner(config.with_data_loss(DataLossPolicy::Earliest));
+    batch(p.plan(secs(0), &logs(&[1000])));
+    let b = batch(p.plan(secs(1), &logs(&[300])));
+    assert_eq!(spans(&b), [(0, 0, 100)]);
+    assert_eq!(
+        b.lost[0].reason,
+        DataLossReason::EndMovedBack { previous_end: 1000 }
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// New partitions
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn new_partitions_start_from_earliest_not_the_start_policy() {
+    // Start policy latest: partition 0 starts at its end, 100.
+    let mut p = planner(PlannerConfig::new(secs(1)));
+    wait(p.plan(secs(0), &logs(&[100])));
+    // Partition 1 appears with log [0, 40): new, so from 0, not from 40.
+    let b = batch(p.plan(secs(1), &logs(&[110, 40])));
+    assert_eq!(spans(&b), [(0, 100, 110), (1, 0, 40)]);
+    assert!(b.lost.is_empty());
+}
+
+#[test]
+fn new_partition_not_starting_at_zero_is_data_loss() {
+    let mut p = planner(PlannerConfig::new(secs(1)).with_start(StartPolicy::Earliest));
+    batch(p.plan(secs(0), &logs(&[10])));
+    // Partition 1 appears with log [20, 50): [0, 20) was removed before it was seen.
+    let parts = [snap(0, 0, 10), snap(1, 20, 50)];
+    assert_eq!(
+        p.plan(secs(1), &parts).unwrap_err(),
+        PlanError::DataLoss {
+            topic: T.into(),
+            partition: 1,
+            lost_from: 0,
+            lost_until: 20,
+            reason: DataLossReason::NewPartitionNotFromZero,
+        }
+    );
+
+    let mut p = planner(
+        PlannerConfig::new(secs(1))
+            .with_start(StartPolicy::Earliest)
+            .with_data_loss(DataLossPolicy::Earliest),
+    );
+    batch(p.plan(secs(0), &logs(&[10])));
+    let b = batch(p.plan(secs(1), &parts));
+    assert_eq!(spans(&b), [(0, 10, 10), (1, 20, 50)]);
+    assert_eq!(b.lost[0].reason, DataLossReason::NewPartitionNotFromZero);
+}
+
+#[test]
+fn resume_treats_missing_partitions_of_known_topics_as_new() {
+    // Resumed with t-0 and t-1; t-2 was added while down (new: from 0), u is a topic without
+    // any position (start policy: latest).
+    let mut p = Planner::resume(
+        PlannerConfig::new(secs(1)),
+        41,
+        [(tp(T, 0), 10), (tp(T, 1), 20)],
+    )
+    .unwrap();
+    assert!(p.timestamp_lookups(&[tp(T, 2)]).is_empty());
+    let parts = [
+        snap(0, 0, 15),
+        snap(1, 0, 20),
+        snap(2, 0, 7),
+        PartitionSnapshot::new("u", 0, 0, 99),
+    ];
+    let b = batch(p.plan(secs(0), &parts));
+    assert_eq!(b.batch_id, 41);
+    let got: Vec<_> = b
+        .ranges
+        .iter()
+        .map(|r| (r.topic.as_str(), r.partition, r.from, r.until))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("t", 0, 10, 15),
+            ("t", 1, 20, 20),
+            ("t", 2, 0, 7),
+            ("u", 0, 99, 99)
+        ]
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Batch ids, positions, input checks
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn batch_ids_increase_by_one_and_positions_advance() {
+    let mut p = Planner::resume(
+        PlannerConfig::new(secs(1))
+            .with_rate(RatePolicy::default().with_max_offsets_per_trigger(10)),
+        41,
+        [(tp(T, 0), 0), (tp(T, 9), 5)],
+    )
+    .unwrap();
+    let b = batch(p.plan(secs(0), &logs(&[25])));
+    assert_eq!((b.batch_id, spans(&b)), (41, vec![(0, 0, 10)]));
+    let b = batch(p.plan(secs(1), &logs(&[25])));
+    assert_eq!((b.batch_id, spans(&b)), (42, vec![(0, 10, 20)]));
+    assert_eq!(b.planned_at, secs(1));
+    assert_eq!(p.next_batch_id(), 43);
+    // t-9 was not in the snapshots: it keeps its position and gets no range.
+    assert_eq!(p.positions()[&tp(T, 9)], 5);
+    assert_eq!(p.positions()[&tp(T, 0)], 20);
+}
+
+#[test]
+fn invalid_snapshots_and_configs_are_rejected() {
+    let mut p = start(StartPolicy::Earliest);
+    assert_eq!(
+        p.plan(secs(0), &[snap(0, 10, 5)]).unwrap_err(),
+        PlanError::InvalidSnapshot {
+            topic: T.into(),
+            partition: 0,
+            log_start: 10,
+            end: 5
+        }
+    );
+    assert_eq!(
+        p.plan(secs(0), &[snap(0, 0, 5), snap(0, 0, 5)])
+            .unwrap_err(),
+        PlanError::DuplicatePartition {
+            topic: T.into(),
+            partition: 0
+        }
+    );
+    for bad in [
+        PlannerConfig::new(Duration::ZERO),
+        PlannerConfig::new(secs(1))
+            .with_rate(RatePolicy::default().with_max_offsets_per_trigger(0)),
+        PlannerConfig::new(secs(1)).with_rate(RatePolicy::default().with_max_rate_per_partition(0)),
+        PlannerConfig::new(secs(1)).with_rate(
+            RatePolicy::default().with_backpressure(PidConfig::default().with_min_rate(-1.0)),
+        ),
+    ] {
+        assert!(matches!(
+            Planner::new(bad),
+            Err(PlanError::InvalidConfig(_))
+        ));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Splitting (KafkaOffsetRangeCalculator)
+// ---------------------------------------------------------------------------------------
+
+fn r(partition: i32, from: i64, until: i64) -> OffsetRange {
+    OffsetRange::new(T, partition, from, until)
+}
+
+fn cut(ranges: &[OffsetRange], policy: SplitPolicy) -> Vec<(i32, i64, i64)> {
+    split_ranges(ranges, &policy)
+        .iter()
+        .map(|r| (r.partition, r.from, r.until))
+        .collect()
+}
+
+#[test]
+fn split_min_partitions_proportionally() {
+    // Sizes 100/200/700 (total 1000), minPartitions 10:
+    //   round(100/1000 × 10) = 1 → whole; split total 900, split minimum 10 − 1 = 9;
+    //   round(200/900 × 9) = 2, round(700/900 × 9) = 7 → 1 + 2 + 7 = 10 ranges of 100.
+    let got = cut(
+        &[r(0, 0, 100), r(1, 0, 200), r(2, 1000, 1700)],
+        SplitPolicy::default().with_min_partitions(10),
+    );
+    let mut want = vec![(0, 0, 100), (1, 0, 100), (1, 100, 200)];
+    want.extend((0..7).map(|k| (2, 1000 + 100 * k, 1100 + 100 * k)));
+    assert_eq!(got, want);
+}
+
+#[test]
+fn split_last_parts_absorb_the_rounding() {
+    // [0, 10) into 3: 10/3 = 3, then 7/2 = 3, then 4/1 = 4.
+    assert_eq!(
+        cut(
+            &[r(0, 0, 10)],
+            SplitPolicy::default().with_min_partitions(3)
+        ),
+        [(0, 0, 3), (0, 3, 6), (0, 6, 10)]
+    );
+}
+
+#[test]
+fn split_max_records_per_range() {
+    // 1001 offsets, at most 500: ceil(1001/500) = 3 parts: 333, 668/2 = 334, 334.
+    assert_eq!(
+        cut(
+            &[r(0, 0, 1001), r(1, 0, 500)],
+            SplitPolicy::default().with_max_records_per_range(500)
+        ),
+        [(0, 0, 333), (0, 333, 667), (0, 667, 1001), (1, 0, 500)]
+    );
+}
+
+#[test]
+fn split_max_records_then_min_partitions() {
+    // Sizes 1000 and 100, at most 300: ceil(1000/300) = 4 pieces of 250, and 100 stays: 5.
+    // minPartitions 8 > 5: total 1100; round(250/1100 × 8) = round(1.82) = 2 each;
+    // round(100/1100 × 8) = round(0.73) = 1 → whole. Split total 1000, minimum 8 − 1 = 7:
+    // round(250/1000 × 7) = round(1.75) = 2 each → 4 × 2 + 1 = 9 ranges; 125 offsets each.
+    let got = cut(
+        &[r(0, 0, 1000), r(1, 0, 100)],
+        SplitPolicy::default()
+            .with_max_records_per_range(300)
+            .with_min_partitions(8),
+    );
+    let mut want: Vec<_> = (0..8).map(|k| (0, 125 * k, 125 * (k + 1))).collect();
+    want.push((1, 0, 100));
+    assert_eq!(got, want);
+}
+
+#[test]
+fn split_tops_up_what_spark_rounding_leaves_short() {
+    // Sizes 5/5/5, minPartitions 4: round(5/15 × 4) = round(1.33) = 1 for each, so Spark
+    // leaves all three whole (3 < 4). The top-up splits the first of the largest: 5 → 2 + 3.
+    assert_eq!(
+        cut(
+            &[r(0, 0, 5), r(1, 0, 5), r(2, 0, 5)],
+            SplitPolicy::default().with_min_partitions(4)
+        ),
+        [(0, 0, 2), (0, 2, 5), (1, 0, 5), (2, 0, 5)]
+    );
+    // Never below one offset per range: 2 offsets, minPartitions 5 → 2 ranges.
+    assert_eq!(
+        cut(&[r(0, 0, 2)], SplitPolicy::default().with_min_partitions(5)),
+        [(0, 0, 1), (0, 1, 2)]
+    );
+}
+
+#[test]
+fn split_drops_empty_ranges_and_keeps_enough_partitions_whole() {
+    let ranges = [r(0, 5, 5), r(1, 0, 10), r(2, 0, 3)];
+    assert_eq!(
+        cut(&ranges, SplitPolicy::default()),
+        [(1, 0, 10), (2, 0, 3)]
+    );
+    assert_eq!(
+        cut(&ranges, SplitPolicy::default().with_min_partitions(2)),
+        [(1, 0, 10), (2, 0, 3)]
+    );
+    // Through the plan.
+    let plan = BatchPlan {
+        batch_id: 0,
+        ranges: ranges.to_vec(),
+        lost: Vec::new(),
+        planned_at: secs(0),
+    };
+    assert_eq!(plan.split(&SplitPolicy::default()).len(), 2);
+}
+
+proptest! {
+    /// Splits keep exact coverage: for every input range, its pieces are non-empty,
+    /// contiguous, in order, and their union is the range; pieces respect the maximum; and
+    /// there are at least min(minPartitions, total offsets) of them.
+    #[test]
+    fn split_keeps_exact_coverage(
+        sizes in prop::collection::vec((0i64..1_000_000, 0i64..5_000), 0..12),
+        min_partitions in prop::option::of(1usize..64),
+        max_records in prop::option::of(1u64..2_000),
+    ) {
+        let ranges: Vec<OffsetRange> = (0..)
+            .zip(&sizes)
+            .map(|(p, &(from, len))| r(p, from, from + len))
+            .collect();
+        let policy = SplitPolicy { min_partitions, max_records_per_range: max_records };
+        let pieces = split_ranges(&ranges, &policy);
+
+        let mut it = pieces.iter().peekable();
+        for range in ranges.iter().filter(|r| !r.is_empty()) {
+            let mut at = range.from;
+            while let Some(piece) = it.next_if(|p| p.partition == range.partition) {
+                prop_assert!(!piece.is_empty());
+                prop_assert_eq!(piece.from, at);
+                if let Some(max) = max_records {
+                    prop_assert!(piece.len() <= max);
+                }
+                at = piece.until;
+            }
+            prop_assert_eq!(at, range.until);
+        }
+        prop_assert!(it.next().is_none());
+
+        let total: u64 = ranges.iter().map(OffsetRange::len).sum();
+        if let Some(min) = min_partitions {
+            prop_assert!(pieces.len() as u64 >= (min as u64).min(total));
+        }
+    }
+
+    /// Successive plans are contiguous per partition and stay within the log, whatever the
+    /// limits; with maxOffsetsPerTrigger the batch exceeds the limit by at most one offset per
+    /// partition (the ceiling of shares below one).
+    #[test]
+    fn plans_are_contiguous_and_bounded(
+        growth in prop::collection::vec(prop::collection::vec(0i64..5_000, 3), 1..8),
+        max_offsets in prop::option::of(1u64..3_000),
+        max_rate in prop::option::of(1u64..3_000),
+    ) {
+        let rate = RatePolicy {
+            max_offsets_per_trigger: max_offsets,
+            max_rate_per_partition: max_rate,
+            ..RatePolicy::default()
+        };
+        let mut p = earliest(secs(1), rate);
+        let mut ends = vec![0i64; 3];
+        let mut next = [0i64; 3];
+        let mut expected_id = 0;
+        for (i, step) in growth.iter().enumerate() {
+            for (end, g) in ends.iter_mut().zip(step) {
+                *end += g;
+            }
+            match p.plan(secs(i as u64), &logs(&ends)).unwrap() {
+                PlanOutcome::Batch(b) => {
+                    prop_assert_eq!(b.batch_id, expected_id);
+                    expected_id += 1;
+                    for (k, range) in b.ranges.iter().enumerate() {
+                        prop_assert_eq!(range.from, next[k]);
+                        prop_assert!(range.from <= range.until && range.until <= ends[k]);
+                        if let Some(rate) = max_rate {
+                            prop_assert!(range.len() <= rate);
+                        }
+                        next[k] = range.until;
+                    }
+                    if let Some(max) = max_offsets {
+                        prop_assert!(b.offset_count() <= max + 3);
+                    }
+                }
+                PlanOutcome::Wait(w) => prop_assert_eq!(w.reason, WaitReason::NoNewData),
+            }
+        }
+    }
+}
