@@ -38,7 +38,9 @@ pub struct RatePolicy {
     pub min_rate_per_partition: u64,
     /// Offsets per batch across all partitions, split by lag (`maxOffsetsPerTrigger`).
     pub max_offsets_per_trigger: Option<u64>,
-    /// Offsets that must be available before a batch is made (`minOffsetsPerTrigger`).
+    /// Offsets that must be available before a batch is made (`minOffsetsPerTrigger`). As in
+    /// Spark, the first check after the planner starts always fires (Spark's last-trigger time
+    /// starts at 0), and each batch made restarts the `max_trigger_delay` clock.
     pub min_offsets_per_trigger: Option<u64>,
     /// How long `min_offsets_per_trigger` may hold batches back (`maxTriggerDelay`, default
     /// 15 minutes as in Spark).
