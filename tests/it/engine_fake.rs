@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use kdirect::engine::cluster::Cluster;
 use kdirect::engine::conn::ConnConfig;
-use kdirect::engine::fetch::{fetch_ranges, FetchConfig, FetchRange, RangeData};
+use kdirect::engine::fetch::{fetch_ranges, FetchConfig, OffsetRange, RangeData};
 use kdirect::engine::ErrorKind;
 use kdirect::proto::api::list_offsets::OffsetSpec;
 use kdirect::proto::kafka_protocol::messages::ApiKey;
@@ -134,7 +134,7 @@ fn read_committed_hides_aborted_records_and_markers() {
         }
         let end = fake.high_watermark("tx", 0).unwrap();
         let cluster = connect(&fake).await;
-        let range = vec![FetchRange {
+        let range = vec![OffsetRange {
             topic: "tx".into(),
             partition: 0,
             from: 0,
@@ -203,8 +203,8 @@ fn compaction_gaps_truncation_and_faults() {
         let other = *ids.iter().find(|b| **b != leader2).unwrap();
         fake.move_leader("g", 2, other).unwrap();
         fake.drop_connection_after(ids[0], 3).unwrap();
-        let ranges: Vec<FetchRange> = (0..3)
-            .map(|p| FetchRange {
+        let ranges: Vec<OffsetRange> = (0..3)
+            .map(|p| OffsetRange {
                 topic: "g".into(),
                 partition: p,
                 from: 5,
@@ -258,7 +258,7 @@ fn retention_gives_offset_out_of_range() {
             .await
             .unwrap();
         assert_eq!(earliest[0].offset, 30);
-        let range = vec![FetchRange {
+        let range = vec![OffsetRange {
             topic: "r".into(),
             partition: 0,
             from: 10,

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use kdirect::engine::cluster::Cluster;
 use kdirect::engine::conn::ConnConfig;
-use kdirect::engine::fetch::{fetch_ranges, FetchConfig, FetchRange};
+use kdirect::engine::fetch::{fetch_ranges, FetchConfig, OffsetRange};
 use kdirect::proto::api::list_offsets::OffsetSpec;
 use kdirect::proto::IsolationLevel;
 use kdirect_fake_broker::{Codec, FakeCluster, FakeRecord};
@@ -173,8 +173,8 @@ async fn engine_view(
             offsets.push((o.partition, o.offset, i64::from(o.error.0)));
         }
     }
-    let ranges: Vec<FetchRange> = (0..PARTS)
-        .map(|p| FetchRange {
+    let ranges: Vec<OffsetRange> = (0..PARTS)
+        .map(|p| OffsetRange {
             topic: topic.into(),
             partition: p,
             from: 7,

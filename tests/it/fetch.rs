@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use kdirect::engine::cluster::Cluster;
 use kdirect::engine::conn::ConnConfig;
-use kdirect::engine::fetch::{fetch_ranges, FetchConfig, FetchRange};
+use kdirect::engine::fetch::{fetch_ranges, FetchConfig, OffsetRange};
 use kdirect::engine::ErrorKind;
 use kdirect::proto::ErrorCode;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
@@ -59,8 +59,8 @@ fn reads_exact_ranges_in_every_codec() {
             let cluster = Cluster::connect(&boot, ConnConfig::default())
                 .await
                 .unwrap();
-            let ranges: Vec<FetchRange> = (0..3)
-                .map(|p| FetchRange {
+            let ranges: Vec<OffsetRange> = (0..3)
+                .map(|p| OffsetRange {
                     topic: topic.clone(),
                     partition: p,
                     from: 37 + p as i64,
@@ -100,13 +100,13 @@ fn retries_injected_errors_and_follows_a_leader_move() {
             .partition_leader("moving", 0, Some(other))
             .unwrap();
         let ranges = vec![
-            FetchRange {
+            OffsetRange {
                 topic: "moving".into(),
                 partition: 0,
                 from: 0,
                 until: 400,
             },
-            FetchRange {
+            OffsetRange {
                 topic: "moving".into(),
                 partition: 1,
                 from: 100,
@@ -134,7 +134,7 @@ fn offset_out_of_range_names_the_range() {
         let cluster = Cluster::connect(&boot, ConnConfig::default())
             .await
             .unwrap();
-        let ranges = vec![FetchRange {
+        let ranges = vec![OffsetRange {
             topic: "short".into(),
             partition: 0,
             from: 50,

@@ -205,6 +205,9 @@ pub enum ErrorKind {
         /// The decoder's error (byte position, base offset, what failed).
         source: crate::record::DecodeError,
     },
+    /// The planner refused to plan (no position, data loss, bad input).
+    #[error(transparent)]
+    Plan(#[from] crate::plan::PlanError),
     /// A configuration value is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),

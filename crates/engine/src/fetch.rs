@@ -28,18 +28,7 @@ use crate::record::{
     AbortedTransaction, DecodeError, DecodeOptions, Isolation, Record, RecordBatchReader,
 };
 
-/// A range to read: `[from, until)` of one partition.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct FetchRange {
-    /// Topic.
-    pub topic: String,
-    /// Partition.
-    pub partition: i32,
-    /// First offset to deliver.
-    pub from: i64,
-    /// One past the last offset to deliver.
-    pub until: i64,
-}
+pub use crate::plan::OffsetRange;
 
 /// Fetcher settings (the Java client's names and defaults).
 #[derive(Debug, Clone)]
@@ -89,7 +78,7 @@ pub struct Chunk {
 #[derive(Debug, Clone)]
 pub struct RangeData {
     /// The range.
-    pub range: FetchRange,
+    pub range: OffsetRange,
     /// The chunks, in offset order; together they cover `[from, until)`.
     pub chunks: Vec<Chunk>,
     isolation: Isolation,
@@ -137,7 +126,7 @@ fn aborted(a: &AbortedTxn) -> AbortedTransaction {
 /// with no chunks.
 pub async fn fetch_ranges(
     cluster: &Cluster,
-    ranges: &[FetchRange],
+    ranges: &[OffsetRange],
     cfg: &FetchConfig,
 ) -> Result<Vec<RangeData>, Error> {
     let isolation = match cfg.params.isolation {
@@ -354,7 +343,7 @@ fn is_leader_change(code: ErrorCode) -> bool {
 
 fn range_error(
     conn: &crate::conn::BrokerConnection,
-    r: &FetchRange,
+    r: &OffsetRange,
     at: i64,
     code: ErrorCode,
 ) -> Error {
@@ -372,7 +361,7 @@ fn range_error(
 
 fn decode_error(
     conn: &crate::conn::BrokerConnection,
-    r: &FetchRange,
+    r: &OffsetRange,
     source: DecodeError,
 ) -> Error {
     ErrorKind::Decode {
