@@ -1,8 +1,430 @@
-//! `kdirect-commit`: where offsets live.
+//! `kdirect-commit`: where offsets live, and when they are written.
 //!
-//! This crate will hold the one `OffsetStore` trait and its strategies (a checkpoint directory,
-//! Kafka consumer-group offsets, external SQL/Redis stores). It has nothing yet: the trait and the
-//! stores are the subject of a later issue, and no placeholder API is published before then.
+//! What it does: one [`OffsetStore`] trait and its strategies, one file per backend:
+//! - [`checkpoint`]: a Structured Streaming–style checkpoint directory (`offsets/<N>` written
+//!   before batch N runs, `commits/<N>` after), plain text a person can read and edit;
+//! - [`kafka`]: Kafka consumer-group offsets (FindCoordinator, OffsetCommit as a standalone
+//!   consumer, OffsetFetch), visible to standard Kafka tooling;
+//! - `sql` (feature `sql`): SQLite, PostgreSQL and MySQL/MariaDB through sqlx, with the
+//!   transactional exactly-once API ([`sql::SqlStore::begin`]) and the sink-table helper;
+//! - `redis` (feature `redis`): a hash per group and topic, compare-and-set in a Lua script;
+//! - [`file_sink`]: the idempotent file sink (one atomically written file per batch id).
 //!
-//! Direction: `proto` ← `engine` ← `commit` ← `kdirect`. This crate may use the engine's broker
-//! connection (for the Kafka-group store); the engine never imports a store.
+//! What it does not do: it never fetches records or plans batches (that is `kdirect-engine`),
+//! and it never formats the user's output. Direction: `proto` ← `engine` ← `commit` ←
+//! `kdirect`. This crate uses the engine's broker connection (for the Kafka-group store); the
+//! engine never imports a store.
+//!
+//! # How a stream uses a store
+//! 1. [`OffsetStore::load`] once at start: the last committed batch id, the next offset per
+//!    partition, and — for stores that log plans (the checkpoint) — a [`Committed::pending`]
+//!    batch that was logged but not committed. A pending batch is re-run with exactly its
+//!    ranges before anything new is planned; otherwise the planner resumes with
+//!    `Planner::resume(config, committed.next_batch_id(), committed.positions)`.
+//! 2. [`OffsetStore::log_plan`] before the batch is processed (write-ahead; a no-op for stores
+//!    that cannot log).
+//! 3. [`OffsetStore::commit`] after the user's output succeeded. It compares-and-sets on each
+//!    range's `from`: if the store holds another position, a second writer or a zombie moved
+//!    it, and the commit fails with [`StoreErrorKind::Conflict`]. Committing a batch that is
+//!    already committed returns [`CommitOutcome::AlreadyCommitted`].
+//!
+//! Which guarantee each store gives is in `docs/stores.md`.
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use kdirect_engine::cluster::Cluster;
+use kdirect_engine::plan::BatchPlan;
+pub use kdirect_engine::plan::{OffsetRange, TopicPartition};
+
+pub mod checkpoint;
+mod error;
+pub mod file_sink;
+pub mod kafka;
+#[cfg(feature = "redis")]
+pub mod redis;
+#[cfg(feature = "sql")]
+pub mod sql;
+
+pub use error::{StoreError, StoreErrorKind, Stored};
+
+/// Positions: the next offset to read per partition.
+pub type Positions = BTreeMap<TopicPartition, i64>;
+
+/// A batch as the stores see it: its id and its exact ranges.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    /// The batch id.
+    pub id: u64,
+    /// One range per partition, `[from, until)`.
+    pub ranges: Vec<OffsetRange>,
+}
+
+impl Batch {
+    /// A batch.
+    pub fn new(id: u64, ranges: Vec<OffsetRange>) -> Self {
+        Self { id, ranges }
+    }
+
+    /// Each partition's position after the batch (its ranges' `until`).
+    pub fn positions(&self) -> Positions {
+        self.ranges
+            .iter()
+            .map(|r| (r.topic_partition(), r.until))
+            .collect()
+    }
+}
+
+impl From<&BatchPlan> for Batch {
+    fn from(plan: &BatchPlan) -> Self {
+        Batch::new(plan.batch_id, plan.ranges.clone())
+    }
+}
+
+/// What a store holds for a group (or a checkpoint).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Committed {
+    /// The last committed batch id, if any batch was committed.
+    pub batch_id: Option<u64>,
+    /// The next offset to read per partition, as committed.
+    pub positions: Positions,
+    /// A batch that was logged before it ran but never committed (stores that log plans
+    /// only). Re-run it with exactly these ranges.
+    pub pending: Option<Batch>,
+}
+
+impl Committed {
+    /// The id the next batch gets: the pending batch's, else one past the last committed, else 0.
+    pub fn next_batch_id(&self) -> u64 {
+        match (&self.pending, self.batch_id) {
+            (Some(p), _) => p.id,
+            (None, Some(b)) => b + 1,
+            (None, None) => 0,
+        }
+    }
+
+    /// Keeps only the partitions of `topics` (all of them when `topics` is empty).
+    pub fn retain_topics(&mut self, topics: &[String]) {
+        if topics.is_empty() {
+            return;
+        }
+        self.positions.retain(|tp, _| topics.contains(&tp.topic));
+    }
+}
+
+/// The result of a commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CommitOutcome {
+    /// The batch's positions are now stored.
+    Committed,
+    /// The batch was already committed with the same positions (a retried commit, or a re-run
+    /// after a crash between commit and acknowledgement): nothing was written.
+    AlreadyCommitted,
+}
+
+/// Where offsets live. Implemented by every store and by [`AnyStore`], which the CLI picks at
+/// run time from a spec string ([`open_store`]).
+///
+/// Methods return `Send` futures, so a stream generic over `S: OffsetStore` can be spawned.
+pub trait OffsetStore: Send + Sync {
+    /// A short name for messages: `checkpoint /data/ckpt`, `postgres table kdirect_offsets`, ….
+    fn describe(&self) -> String;
+
+    /// The committed state. `topics` filters the positions (empty: every topic the store holds).
+    fn load(&self, topics: &[String])
+        -> impl Future<Output = Result<Committed, StoreError>> + Send;
+
+    /// Logs a batch's ranges before it runs (write-ahead), so that a restart re-runs exactly
+    /// them. A no-op for stores that cannot log plans.
+    fn log_plan(&self, batch: &Batch) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Stores the batch's positions after its output succeeded, comparing-and-setting on each
+    /// range's `from` (see [`StoreErrorKind::Conflict`]).
+    fn commit(
+        &self,
+        batch: &Batch,
+    ) -> impl Future<Output = Result<CommitOutcome, StoreError>> + Send;
+
+    /// Overwrites positions without compare-and-set, as batch `batch_id` (administration:
+    /// `kdirect offsets set|reset|migrate`). Partitions not named keep their positions.
+    fn set_positions(
+        &self,
+        batch_id: u64,
+        positions: &Positions,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// A parsed store spec: `checkpoint:DIR | kafka | sqlite:PATH | postgres://… | mysql://… |
+/// redis://…`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreSpec {
+    /// `checkpoint:DIR`.
+    Checkpoint(PathBuf),
+    /// `kafka`: the group's offsets in Kafka.
+    Kafka,
+    /// `sqlite:PATH` (or `sqlite://PATH`, `sqlite::memory:`), the URL as given.
+    Sqlite(String),
+    /// `postgres://…` / `postgresql://…`.
+    Postgres(String),
+    /// `mysql://…` / `mariadb://…` (the latter rewritten to `mysql://`).
+    MySql(String),
+    /// `redis://…` / `rediss://…`.
+    Redis(String),
+}
+
+impl StoreSpec {
+    /// Parses a spec.
+    pub fn parse(spec: &str) -> Result<StoreSpec, StoreError> {
+        let bad = |reason: &str| -> StoreError {
+            StoreErrorKind::Spec {
+                spec: spec.to_owned(),
+                reason: reason.to_owned(),
+            }
+            .into()
+        };
+        if let Some(dir) = spec.strip_prefix("checkpoint:") {
+            if dir.is_empty() {
+                return Err(bad(
+                    "checkpoint: needs a directory, e.g. checkpoint:/data/ckpt",
+                ));
+            }
+            return Ok(StoreSpec::Checkpoint(PathBuf::from(dir)));
+        }
+        if spec == "kafka" {
+            return Ok(StoreSpec::Kafka);
+        }
+        if let Some(rest) = spec.strip_prefix("sqlite:") {
+            if rest.trim_start_matches('/').is_empty() {
+                return Err(bad("sqlite: needs a file, e.g. sqlite:offsets.db"));
+            }
+            return Ok(StoreSpec::Sqlite(spec.to_owned()));
+        }
+        if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
+            return Ok(StoreSpec::Postgres(spec.to_owned()));
+        }
+        if spec.starts_with("mysql://") {
+            return Ok(StoreSpec::MySql(spec.to_owned()));
+        }
+        if let Some(rest) = spec.strip_prefix("mariadb://") {
+            return Ok(StoreSpec::MySql(format!("mysql://{rest}")));
+        }
+        if spec.starts_with("redis://") || spec.starts_with("rediss://") {
+            return Ok(StoreSpec::Redis(spec.to_owned()));
+        }
+        Err(bad(
+            "expected checkpoint:DIR, kafka, sqlite:PATH, postgres://…, mysql://… or redis://…",
+        ))
+    }
+}
+
+/// What [`open_store`] needs besides the spec.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// The cluster, for the `kafka` store (which commits through the engine's connections).
+    pub cluster: Option<Arc<Cluster>>,
+    /// Checkpoint retention: how many batches' files to keep (default 100).
+    pub retention: usize,
+    /// SQL stores: the offsets table (default `kdirect_offsets`).
+    pub table: String,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        Self {
+            cluster: None,
+            retention: checkpoint::DEFAULT_RETENTION,
+            table: "kdirect_offsets".to_owned(),
+        }
+    }
+}
+
+/// One of the stores, chosen at run time.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AnyStore {
+    /// A checkpoint directory.
+    Checkpoint(checkpoint::CheckpointStore),
+    /// Kafka group offsets.
+    Kafka(kafka::KafkaGroupStore),
+    /// SQLite, PostgreSQL or MySQL/MariaDB.
+    #[cfg(feature = "sql")]
+    Sql(sql::SqlStore),
+    /// Redis.
+    #[cfg(feature = "redis")]
+    Redis(redis::RedisStore),
+}
+
+impl AnyStore {
+    /// The SQL store, for the transactional exactly-once API and the sink table.
+    #[cfg(feature = "sql")]
+    pub fn as_sql(&self) -> Option<&sql::SqlStore> {
+        match self {
+            AnyStore::Sql(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Whether the store logs plans before batches run (a restart re-runs exactly the logged
+    /// ranges).
+    pub fn logs_plans(&self) -> bool {
+        matches!(self, AnyStore::Checkpoint(_))
+    }
+}
+
+/// Opens the store named by `spec` for consumer group `group` (the checkpoint directory
+/// ignores the group: a checkpoint belongs to one stream).
+pub async fn open_store(
+    spec: &str,
+    group: &str,
+    options: &OpenOptions,
+) -> Result<AnyStore, StoreError> {
+    match StoreSpec::parse(spec)? {
+        StoreSpec::Checkpoint(dir) => Ok(AnyStore::Checkpoint(checkpoint::CheckpointStore::open(
+            dir,
+            options.retention,
+        )?)),
+        StoreSpec::Kafka => {
+            let cluster = options
+                .cluster
+                .clone()
+                .ok_or_else(|| StoreErrorKind::NeedsCluster {
+                    spec: spec.to_owned(),
+                })?;
+            Ok(AnyStore::Kafka(kafka::KafkaGroupStore::new(cluster, group)))
+        }
+        #[cfg(feature = "sql")]
+        StoreSpec::Sqlite(url) | StoreSpec::Postgres(url) | StoreSpec::MySql(url) => Ok(
+            AnyStore::Sql(sql::SqlStore::connect_with_table(&url, group, &options.table).await?),
+        ),
+        #[cfg(not(feature = "sql"))]
+        StoreSpec::Sqlite(_) | StoreSpec::Postgres(_) | StoreSpec::MySql(_) => {
+            Err(StoreErrorKind::FeatureDisabled {
+                spec: spec.to_owned(),
+                feature: "sql",
+            }
+            .into())
+        }
+        #[cfg(feature = "redis")]
+        StoreSpec::Redis(url) => Ok(AnyStore::Redis(
+            redis::RedisStore::connect(&url, group).await?,
+        )),
+        #[cfg(not(feature = "redis"))]
+        StoreSpec::Redis(_) => Err(StoreErrorKind::FeatureDisabled {
+            spec: spec.to_owned(),
+            feature: "redis",
+        }
+        .into()),
+    }
+}
+
+macro_rules! dispatch {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self {
+            AnyStore::Checkpoint($s) => $e,
+            AnyStore::Kafka($s) => $e,
+            #[cfg(feature = "sql")]
+            AnyStore::Sql($s) => $e,
+            #[cfg(feature = "redis")]
+            AnyStore::Redis($s) => $e,
+        }
+    };
+}
+
+impl OffsetStore for AnyStore {
+    fn describe(&self) -> String {
+        dispatch!(self, s => s.describe())
+    }
+
+    async fn load(&self, topics: &[String]) -> Result<Committed, StoreError> {
+        dispatch!(self, s => s.load(topics).await)
+    }
+
+    async fn log_plan(&self, batch: &Batch) -> Result<(), StoreError> {
+        dispatch!(self, s => s.log_plan(batch).await)
+    }
+
+    async fn commit(&self, batch: &Batch) -> Result<CommitOutcome, StoreError> {
+        dispatch!(self, s => s.commit(batch).await)
+    }
+
+    async fn set_positions(&self, batch_id: u64, positions: &Positions) -> Result<(), StoreError> {
+        dispatch!(self, s => s.set_positions(batch_id, positions).await)
+    }
+}
+
+/// Compare-and-set on `from` against `stored` positions: the first range whose partition holds
+/// another position is a conflict. A partition without a position accepts any `from`.
+pub(crate) fn check_from(store: &str, stored: &Positions, batch: &Batch) -> Result<(), StoreError> {
+    for r in &batch.ranges {
+        if let Some(&s) = stored.get(&r.topic_partition()) {
+            if s != r.from {
+                return Err(conflict(store, r, Some(s)));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn conflict(store: &str, r: &OffsetRange, stored: Option<i64>) -> StoreError {
+    StoreErrorKind::Conflict {
+        store: store.to_owned(),
+        topic: r.topic.clone(),
+        partition: r.partition,
+        expected_from: r.from,
+        stored: Stored(stored),
+    }
+    .into()
+}
+
+/// Batch ids are stored as signed 64-bit integers by SQL and Kafka metadata readers.
+#[cfg_attr(not(feature = "sql"), allow(dead_code))]
+pub(crate) fn batch_id_i64(id: u64) -> Result<i64, StoreError> {
+    i64::try_from(id).map_err(|_| {
+        StoreErrorKind::Invalid {
+            what: "batch id",
+            value: id.to_string(),
+            reason: "above 2^63-1".to_owned(),
+        }
+        .into()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse() {
+        assert_eq!(
+            StoreSpec::parse("checkpoint:/tmp/x").unwrap(),
+            StoreSpec::Checkpoint("/tmp/x".into())
+        );
+        assert_eq!(StoreSpec::parse("kafka").unwrap(), StoreSpec::Kafka);
+        assert_eq!(
+            StoreSpec::parse("sqlite:o.db").unwrap(),
+            StoreSpec::Sqlite("sqlite:o.db".into())
+        );
+        assert_eq!(
+            StoreSpec::parse("mariadb://root@h/db").unwrap(),
+            StoreSpec::MySql("mysql://root@h/db".into())
+        );
+        assert!(StoreSpec::parse("checkpoint:").is_err());
+        let e = StoreSpec::parse("s3://bucket").unwrap_err();
+        assert!(e.to_string().contains("s3://bucket"), "{e}");
+    }
+
+    #[test]
+    fn next_batch_id() {
+        let mut c = Committed::default();
+        assert_eq!(c.next_batch_id(), 0);
+        c.batch_id = Some(4);
+        assert_eq!(c.next_batch_id(), 5);
+        c.pending = Some(Batch::new(5, vec![]));
+        assert_eq!(c.next_batch_id(), 5);
+    }
+}

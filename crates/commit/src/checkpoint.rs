@@ -1,0 +1,906 @@
+//! The checkpoint directory: Structured Streaming's write-ahead layout, plain text.
+//!
+//! ```text
+//! DIR/metadata        {"id":"<stream id>"}
+//! DIR/offsets/<N>     written before batch N runs (the plan)
+//! DIR/commits/<N>     written after batch N's output succeeded
+//! ```
+//!
+//! Each batch file has three lines (Spark's `OffsetSeqLog` / `CommitLog` shape):
+//!
+//! ```text
+//! v1
+//! {"batchId":7,"timestampMs":1700000000000,"from":{"events":{"0":1100,"1":900}}}
+//! {"events":{"0":1200,"1":950}}
+//! ```
+//!
+//! Line 1 is the format version, line 2 the batch's metadata, line 3 the offsets — the next
+//! offset to read per partition. In `offsets/N` they are the plan's `until`s and the metadata
+//! carries the plan's `from`s, so the plan can be re-run exactly. In `commits/N` they are every
+//! partition's position after batch N (the whole state, not only the batch's partitions), so the
+//! latest commit file alone says where the stream stands, and `kdirect offsets set` can write one.
+//!
+//! Writes are atomic creates: a temp file (`.<N>.tmp-…`, ignored by readers), fsync, a hard
+//! link to the final name (which fails if the name exists: a batch file is never overwritten,
+//! and two writers on one checkpoint fail loudly), then fsync of the directory. On load, the
+//! latest `offsets/N` without `commits/N` is the pending batch, to be re-run with exactly its
+//! ranges. A truncated or garbage file, a gap in batch ids, or logs that do not fit together
+//! are errors naming the file; nothing is rewritten. After each commit the files of batches
+//! older than the last `retention` are deleted, oldest first.
+//!
+//! The format is this module's own explicit type ([`BatchFile`]), written and read by hand —
+//! never a derived serialization of internal types — so it survives any code change.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value};
+
+use crate::error::io;
+use crate::{
+    check_from, Batch, CommitOutcome, Committed, OffsetRange, OffsetStore, Positions, StoreError,
+    StoreErrorKind, TopicPartition,
+};
+
+/// Batches whose files are kept by default.
+pub const DEFAULT_RETENTION: usize = 100;
+
+/// The format version this module writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Offsets by topic, then partition, as the files hold them.
+pub type TopicOffsets = BTreeMap<String, BTreeMap<i32, i64>>;
+
+/// One batch file (`offsets/N` or `commits/N`), format `v1`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchFile {
+    /// The batch id (must match the file name).
+    pub batch_id: u64,
+    /// When it was written, ms since the Unix epoch.
+    pub timestamp_ms: i64,
+    /// `offsets/N` only: each range's first offset.
+    pub from: Option<TopicOffsets>,
+    /// The next offset to read per partition.
+    pub offsets: TopicOffsets,
+}
+
+impl BatchFile {
+    /// The file's text.
+    pub fn encode(&self) -> String {
+        let mut meta = Map::new();
+        meta.insert("batchId".to_owned(), Value::from(self.batch_id));
+        meta.insert("timestampMs".to_owned(), Value::from(self.timestamp_ms));
+        if let Some(from) = &self.from {
+            meta.insert("from".to_owned(), offsets_json(from));
+        }
+        format!(
+            "v{FORMAT_VERSION}\n{}\n{}\n",
+            Value::Object(meta),
+            offsets_json(&self.offsets)
+        )
+    }
+
+    /// Parses a file's text; `path` is only for errors.
+    pub fn decode(text: &str, path: &Path) -> Result<BatchFile, StoreError> {
+        let corrupt = |reason: String| -> StoreError {
+            StoreErrorKind::Corrupt {
+                path: path.to_owned(),
+                reason,
+            }
+            .into()
+        };
+        if text.is_empty() {
+            return Err(corrupt("the file is empty".to_owned()));
+        }
+        let mut lines = text.split('\n');
+        let version = lines.next().unwrap_or("");
+        if version != format!("v{FORMAT_VERSION}") {
+            let shown: String = version.chars().take(40).collect();
+            return Err(corrupt(format!(
+                "line 1 is '{shown}', expected the version line 'v{FORMAT_VERSION}'"
+            )));
+        }
+        let meta_line = lines
+            .next()
+            .filter(|l| !l.is_empty())
+            .ok_or_else(|| corrupt("line 2 (metadata) is missing: truncated?".to_owned()))?;
+        let offsets_line = lines
+            .next()
+            .filter(|l| !l.is_empty())
+            .ok_or_else(|| corrupt("line 3 (offsets) is missing: truncated?".to_owned()))?;
+        if let Some(extra) = lines.find(|l| !l.trim().is_empty()) {
+            let shown: String = extra.chars().take(40).collect();
+            return Err(corrupt(format!("unexpected text after line 3: '{shown}'")));
+        }
+        let meta: Value = serde_json::from_str(meta_line)
+            .map_err(|e| corrupt(format!("line 2 is not JSON ({e}): truncated or garbage?")))?;
+        let meta = meta
+            .as_object()
+            .ok_or_else(|| corrupt("line 2 is not a JSON object".to_owned()))?;
+        let batch_id = meta
+            .get("batchId")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| corrupt("line 2 has no batchId (a non-negative integer)".to_owned()))?;
+        let timestamp_ms = meta.get("timestampMs").and_then(Value::as_i64).unwrap_or(0);
+        let from = match meta.get("from") {
+            None => None,
+            Some(v) => Some(parse_offsets(v).map_err(|r| corrupt(format!("line 2 'from': {r}")))?),
+        };
+        let offsets: Value = serde_json::from_str(offsets_line)
+            .map_err(|e| corrupt(format!("line 3 is not JSON ({e}): truncated or garbage?")))?;
+        let offsets = parse_offsets(&offsets).map_err(|r| corrupt(format!("line 3: {r}")))?;
+        if let Some(from) = &from {
+            for (topic, parts) in from {
+                for p in parts.keys() {
+                    if offsets.get(topic).and_then(|ps| ps.get(p)).is_none() {
+                        return Err(corrupt(format!(
+                            "{topic}-{p} has a 'from' on line 2 but no offset on line 3"
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(BatchFile {
+            batch_id,
+            timestamp_ms,
+            from,
+            offsets,
+        })
+    }
+
+    /// The ranges of an `offsets/N` file (`from` → offset); partitions without a `from` start
+    /// where they end (empty).
+    pub fn ranges(&self) -> Vec<OffsetRange> {
+        let mut out = Vec::new();
+        for (topic, parts) in &self.offsets {
+            for (&p, &until) in parts {
+                let from = self
+                    .from
+                    .as_ref()
+                    .and_then(|f| f.get(topic))
+                    .and_then(|ps| ps.get(&p))
+                    .copied()
+                    .unwrap_or(until);
+                out.push(OffsetRange::new(topic.clone(), p, from, until));
+            }
+        }
+        out
+    }
+
+    /// The offsets as positions.
+    pub fn positions(&self) -> Positions {
+        to_positions(&self.offsets)
+    }
+}
+
+fn offsets_json(o: &TopicOffsets) -> Value {
+    let mut topics = Map::new();
+    for (t, parts) in o {
+        let mut ps = Map::new();
+        for (p, off) in parts {
+            ps.insert(p.to_string(), Value::from(*off));
+        }
+        topics.insert(t.clone(), Value::Object(ps));
+    }
+    Value::Object(topics)
+}
+
+fn parse_offsets(v: &Value) -> Result<TopicOffsets, String> {
+    let topics = v
+        .as_object()
+        .ok_or("expected a JSON object {\"topic\":{\"partition\":offset}}")?;
+    let mut out = TopicOffsets::new();
+    for (t, parts) in topics {
+        let parts = parts
+            .as_object()
+            .ok_or_else(|| format!("topic '{t}': expected an object {{\"partition\":offset}}"))?;
+        let mut ps = BTreeMap::new();
+        for (p, off) in parts {
+            let pn: i32 =
+                p.parse().ok().filter(|n| *n >= 0).ok_or_else(|| {
+                    format!("topic '{t}': partition '{p}' is not a partition number")
+                })?;
+            let off = off
+                .as_i64()
+                .filter(|o| *o >= 0)
+                .ok_or_else(|| format!("{t}-{p}: offset {off} is not a non-negative integer"))?;
+            ps.insert(pn, off);
+        }
+        out.insert(t.clone(), ps);
+    }
+    Ok(out)
+}
+
+fn to_positions(o: &TopicOffsets) -> Positions {
+    o.iter()
+        .flat_map(|(t, ps)| {
+            ps.iter()
+                .map(move |(p, off)| (TopicPartition::new(t.clone(), *p), *off))
+        })
+        .collect()
+}
+
+fn to_topic_offsets(it: impl IntoIterator<Item = (String, i32, i64)>) -> TopicOffsets {
+    let mut out = TopicOffsets::new();
+    for (topic, partition, off) in it {
+        out.entry(topic).or_default().insert(partition, off);
+    }
+    out
+}
+
+fn froms(ranges: &[OffsetRange]) -> TopicOffsets {
+    to_topic_offsets(
+        ranges
+            .iter()
+            .map(|r| (r.topic.clone(), r.partition, r.from)),
+    )
+}
+
+fn untils(ranges: &[OffsetRange]) -> TopicOffsets {
+    to_topic_offsets(
+        ranges
+            .iter()
+            .map(|r| (r.topic.clone(), r.partition, r.until)),
+    )
+}
+
+fn positions_file(p: &Positions) -> TopicOffsets {
+    to_topic_offsets(p.iter().map(|(tp, o)| (tp.topic.clone(), tp.partition, *o)))
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// A checkpoint directory as an [`OffsetStore`].
+#[derive(Debug, Clone)]
+pub struct CheckpointStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    dir: PathBuf,
+    retention: usize,
+    /// Serializes this process's writers; other processes are caught by the atomic creates.
+    lock: Mutex<()>,
+}
+
+/// What the directory holds, read from disk.
+#[derive(Debug)]
+struct DiskState {
+    /// Latest commit: its id and the whole state.
+    committed: Option<(u64, Positions)>,
+    /// Latest offsets file id.
+    latest_offsets: Option<u64>,
+    /// A logged, uncommitted batch.
+    pending: Option<Batch>,
+}
+
+impl CheckpointStore {
+    /// Opens (creating if needed) the checkpoint at `dir`, keeping the files of the last
+    /// `retention` batches (at least 1).
+    pub fn open(dir: impl Into<PathBuf>, retention: usize) -> Result<CheckpointStore, StoreError> {
+        let dir = dir.into();
+        for d in [dir.clone(), dir.join("offsets"), dir.join("commits")] {
+            fs::create_dir_all(&d).map_err(io(&d, "create directory"))?;
+        }
+        let meta = dir.join("metadata");
+        match fs::read_to_string(&meta) {
+            Ok(text) => {
+                let v: Value = serde_json::from_str(text.trim_end()).map_err(|e| {
+                    StoreError::from(StoreErrorKind::Corrupt {
+                        path: meta.clone(),
+                        reason: format!("not JSON ({e}); expected {{\"id\":\"…\"}}"),
+                    })
+                })?;
+                if v.get("id").and_then(Value::as_str).is_none() {
+                    return Err(StoreErrorKind::Corrupt {
+                        path: meta,
+                        reason: "no \"id\" string".to_owned(),
+                    }
+                    .into());
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let id = stream_id(&dir);
+                let text = format!("{}\n", serde_json::json!({ "id": id }));
+                match create_new(&dir, &meta, text.as_bytes()) {
+                    Ok(()) => {}
+                    // Another process created it first: fine, it is the same stream.
+                    Err(e) if matches!(e.kind(), StoreErrorKind::AlreadyExists { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) => return Err(io(&meta, "read")(e)),
+        }
+        Ok(CheckpointStore {
+            inner: Arc::new(Inner {
+                dir,
+                retention: retention.max(1),
+                lock: Mutex::new(()),
+            }),
+        })
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The path of `offsets/<id>`.
+    pub fn offsets_path(&self, id: u64) -> PathBuf {
+        self.inner.dir.join("offsets").join(id.to_string())
+    }
+
+    /// The path of `commits/<id>`.
+    pub fn commits_path(&self, id: u64) -> PathBuf {
+        self.inner.dir.join("commits").join(id.to_string())
+    }
+
+    /// Runs blocking file work off the async runtime's worker threads.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let inner = self.inner.clone();
+        match tokio::task::spawn_blocking(move || f(&inner)).await {
+            Ok(r) => r,
+            Err(e) => Err(io(&self.inner.dir, "checkpoint task")(
+                std::io::Error::other(e.to_string()),
+            )),
+        }
+    }
+
+    /// The committed state, read synchronously.
+    pub fn load_sync(&self) -> Result<Committed, StoreError> {
+        let s = self.inner.read_state()?;
+        Ok(Committed {
+            batch_id: s.committed.as_ref().map(|(id, _)| *id),
+            positions: s.committed.map(|(_, p)| p).unwrap_or_default(),
+            pending: s.pending,
+        })
+    }
+
+    /// Logs a plan, synchronously.
+    pub fn log_plan_sync(&self, batch: &Batch) -> Result<(), StoreError> {
+        let _g = self
+            .inner
+            .lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.inner.log_plan(batch, &self.inner.read_state()?)
+    }
+
+    /// Commits, synchronously.
+    pub fn commit_sync(&self, batch: &Batch) -> Result<CommitOutcome, StoreError> {
+        let _g = self
+            .inner
+            .lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.inner.commit(batch)
+    }
+}
+
+impl Inner {
+    fn describe(&self) -> String {
+        format!("checkpoint {}", self.dir.display())
+    }
+
+    fn offsets_path(&self, id: u64) -> PathBuf {
+        self.dir.join("offsets").join(id.to_string())
+    }
+
+    fn commits_path(&self, id: u64) -> PathBuf {
+        self.dir.join("commits").join(id.to_string())
+    }
+
+    fn read_file(&self, path: &Path, id: u64) -> Result<BatchFile, StoreError> {
+        let bytes = fs::read(path).map_err(io(path, "read"))?;
+        let text = String::from_utf8(bytes).map_err(|e| {
+            StoreError::from(StoreErrorKind::Corrupt {
+                path: path.to_owned(),
+                reason: format!(
+                    "not UTF-8 text (byte {}): garbage?",
+                    e.utf8_error().valid_up_to()
+                ),
+            })
+        })?;
+        let file = BatchFile::decode(&text, path)?;
+        if file.batch_id != id {
+            return Err(StoreErrorKind::Corrupt {
+                path: path.to_owned(),
+                reason: format!("batchId {} does not match the file name", file.batch_id),
+            }
+            .into());
+        }
+        Ok(file)
+    }
+
+    /// Batch ids present in `sub`, checked to be contiguous.
+    fn ids(&self, sub: &str) -> Result<Vec<u64>, StoreError> {
+        let d = self.dir.join(sub);
+        let mut ids = Vec::new();
+        for entry in fs::read_dir(&d).map_err(io(&d, "list"))? {
+            let entry = entry.map_err(io(&d, "list"))?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            // Temp files (".N.tmp-…") and editor leftovers are not batch files.
+            if name.starts_with('.') {
+                continue;
+            }
+            match name.parse::<u64>() {
+                Ok(id) if id.to_string() == name => ids.push(id),
+                _ => {
+                    return Err(StoreErrorKind::Corrupt {
+                        path: entry.path(),
+                        reason:
+                            "not a batch file (names are batch ids); move it out of the checkpoint"
+                                .to_owned(),
+                    }
+                    .into())
+                }
+            }
+        }
+        ids.sort_unstable();
+        for w in ids.windows(2) {
+            if w[1] != w[0] + 1 {
+                return Err(StoreErrorKind::Gap {
+                    missing: d.join((w[0] + 1).to_string()),
+                    before: d.join(w[0].to_string()),
+                    after: d.join(w[1].to_string()),
+                }
+                .into());
+            }
+        }
+        Ok(ids)
+    }
+
+    fn read_state(&self) -> Result<DiskState, StoreError> {
+        let offsets = self.ids("offsets")?;
+        let commits = self.ids("commits")?;
+        let last_o = offsets.last().copied();
+        let last_c = commits.last().copied();
+        // Every retained batch file must parse: corruption anywhere is reported, not skipped.
+        for &id in &offsets {
+            self.read_file(&self.offsets_path(id), id)?;
+        }
+        let committed = match last_c {
+            Some(c) => {
+                for &id in &commits[..commits.len() - 1] {
+                    self.read_file(&self.commits_path(id), id)?;
+                }
+                let f = self.read_file(&self.commits_path(c), c)?;
+                if last_o.is_none_or(|o| o < c) {
+                    return Err(StoreErrorKind::Inconsistent {
+                        path: self.commits_path(c),
+                        reason: format!("there is no {}", self.offsets_path(c).display()),
+                    }
+                    .into());
+                }
+                Some((c, f.positions()))
+            }
+            None => None,
+        };
+        let pending = match (last_o, last_c) {
+            (Some(o), Some(c)) if o == c => None,
+            (Some(o), Some(c)) if o == c + 1 => Some(o),
+            (Some(o), None) => {
+                if offsets.len() > 1 {
+                    return Err(StoreErrorKind::Inconsistent {
+                        path: self.offsets_path(offsets[0]),
+                        reason: format!(
+                            "batches up to {o} are logged but none is committed (no commits/ files)"
+                        ),
+                    }
+                    .into());
+                }
+                Some(o)
+            }
+            (Some(o), Some(c)) if o > c + 1 => {
+                return Err(StoreErrorKind::Inconsistent {
+                    path: self.offsets_path(o),
+                    reason: format!(
+                        "batch {o} is logged but {} does not exist",
+                        self.commits_path(o - 1).display()
+                    ),
+                }
+                .into())
+            }
+            _ => None,
+        };
+        let pending = match pending {
+            Some(id) => Some(Batch::new(
+                id,
+                self.read_file(&self.offsets_path(id), id)?.ranges(),
+            )),
+            None => None,
+        };
+        Ok(DiskState {
+            committed,
+            latest_offsets: last_o,
+            pending,
+        })
+    }
+
+    fn expected_next(&self, s: &DiskState) -> Option<u64> {
+        match (&s.committed, s.latest_offsets) {
+            (Some((c, _)), _) => Some(c + 1),
+            (None, Some(o)) => Some(o),
+            (None, None) => None,
+        }
+    }
+
+    fn log_plan(&self, batch: &Batch, s: &DiskState) -> Result<(), StoreError> {
+        if let Some(next) = self.expected_next(s) {
+            if batch.id != next {
+                return Err(StoreErrorKind::BatchOrder {
+                    store: self.describe(),
+                    expected: next,
+                    got: batch.id,
+                }
+                .into());
+            }
+        }
+        let empty = Positions::new();
+        let stored = s.committed.as_ref().map_or(&empty, |(_, p)| p);
+        check_from(&self.describe(), stored, batch)?;
+        let path = self.offsets_path(batch.id);
+        let file = BatchFile {
+            batch_id: batch.id,
+            timestamp_ms: now_ms(),
+            from: Some(froms(&batch.ranges)),
+            offsets: untils(&batch.ranges),
+        };
+        match create_new(&self.dir.join("offsets"), &path, file.encode().as_bytes()) {
+            Ok(()) => Ok(()),
+            Err(e) if matches!(e.kind(), StoreErrorKind::AlreadyExists { .. }) => {
+                // A re-run of the logged batch logs the same ranges again: fine. Other ranges
+                // mean another writer planned this batch.
+                let existing = self.read_file(&path, batch.id)?;
+                if sorted(existing.ranges()) == sorted(batch.ranges.clone()) {
+                    Ok(())
+                } else {
+                    Err(StoreErrorKind::AlreadyExists {
+                        path,
+                        reason: format!(
+                            "batch {} was logged with other ranges (another writer on this checkpoint?)",
+                            batch.id
+                        ),
+                    }
+                    .into())
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn commit(&self, batch: &Batch) -> Result<CommitOutcome, StoreError> {
+        let s = self.read_state()?;
+        if let Some((c, _)) = &s.committed {
+            if batch.id <= *c {
+                return self.recommit(batch);
+            }
+        }
+        // Write-ahead first if the stream did not (or the plan was already logged: no-op).
+        let logged = self.offsets_path(batch.id);
+        if !logged.exists() {
+            self.log_plan(batch, &s)?;
+        } else {
+            let existing = self.read_file(&logged, batch.id)?;
+            if sorted(existing.ranges()) != sorted(batch.ranges.clone()) {
+                return Err(StoreErrorKind::AlreadyExists {
+                    path: logged,
+                    reason: format!(
+                        "batch {} was logged with other ranges than it commits",
+                        batch.id
+                    ),
+                }
+                .into());
+            }
+        }
+        let mut state = s.committed.map(|(_, p)| p).unwrap_or_default();
+        check_from(&self.describe(), &state, batch)?;
+        for r in &batch.ranges {
+            state.insert(r.topic_partition(), r.until);
+        }
+        let file = BatchFile {
+            batch_id: batch.id,
+            timestamp_ms: now_ms(),
+            from: None,
+            offsets: positions_file(&state),
+        };
+        let path = self.commits_path(batch.id);
+        match create_new(&self.dir.join("commits"), &path, file.encode().as_bytes()) {
+            Ok(()) => {}
+            Err(e) if matches!(e.kind(), StoreErrorKind::AlreadyExists { .. }) => {
+                return self.recommit(batch)
+            }
+            Err(e) => return Err(e),
+        }
+        self.retain(batch.id)?;
+        Ok(CommitOutcome::Committed)
+    }
+
+    /// `batch` has an id that is already committed: the same positions are a no-op; others are
+    /// a conflict (another writer committed this batch id).
+    fn recommit(&self, batch: &Batch) -> Result<CommitOutcome, StoreError> {
+        let path = self.commits_path(batch.id);
+        if !path.exists() {
+            return Err(StoreErrorKind::BatchOrder {
+                store: self.describe(),
+                expected: self.expected_next(&self.read_state()?).unwrap_or(0),
+                got: batch.id,
+            }
+            .into());
+        }
+        let existing = self.read_file(&path, batch.id)?.positions();
+        for r in &batch.ranges {
+            let stored = existing.get(&r.topic_partition()).copied();
+            if stored != Some(r.until) {
+                return Err(crate::conflict(
+                    &format!("{} ({})", self.describe(), path.display()),
+                    r,
+                    stored,
+                ));
+            }
+        }
+        Ok(CommitOutcome::AlreadyCommitted)
+    }
+
+    /// Deletes batch files older than the last `retention` batches, oldest first (so that a
+    /// crash half-way leaves no gap).
+    fn retain(&self, latest: u64) -> Result<(), StoreError> {
+        let keep_from = (latest + 1).saturating_sub(self.retention as u64);
+        for sub in ["offsets", "commits"] {
+            for id in self.ids(sub)? {
+                if id >= keep_from {
+                    break;
+                }
+                let p = self.dir.join(sub).join(id.to_string());
+                fs::remove_file(&p).map_err(io(&p, "remove old batch file"))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn set_positions(&self, batch_id: u64, positions: &Positions) -> Result<(), StoreError> {
+        let s = self.read_state()?;
+        if let Some(p) = &s.pending {
+            return Err(StoreErrorKind::Pending {
+                store: self.describe(),
+                batch_id: p.id,
+                path: self.offsets_path(p.id),
+            }
+            .into());
+        }
+        if let Some(next) = self.expected_next(&s) {
+            if batch_id != next {
+                return Err(StoreErrorKind::BatchOrder {
+                    store: self.describe(),
+                    expected: next,
+                    got: batch_id,
+                }
+                .into());
+            }
+        }
+        let mut state = s.committed.map(|(_, p)| p).unwrap_or_default();
+        let ranges: Vec<OffsetRange> = positions
+            .iter()
+            .map(|(tp, &to)| {
+                let from = state.get(tp).copied().unwrap_or(to);
+                OffsetRange::new(tp.topic.clone(), tp.partition, from, to)
+            })
+            .collect();
+        let batch = Batch::new(batch_id, ranges);
+        let file = BatchFile {
+            batch_id,
+            timestamp_ms: now_ms(),
+            from: Some(froms(&batch.ranges)),
+            offsets: untils(&batch.ranges),
+        };
+        create_new(
+            &self.dir.join("offsets"),
+            &self.offsets_path(batch_id),
+            file.encode().as_bytes(),
+        )?;
+        for (tp, o) in positions {
+            state.insert(tp.clone(), *o);
+        }
+        let commit = BatchFile {
+            batch_id,
+            timestamp_ms: now_ms(),
+            from: None,
+            offsets: positions_file(&state),
+        };
+        create_new(
+            &self.dir.join("commits"),
+            &self.commits_path(batch_id),
+            commit.encode().as_bytes(),
+        )?;
+        self.retain(batch_id)
+    }
+}
+
+fn sorted(mut v: Vec<OffsetRange>) -> Vec<OffsetRange> {
+    v.sort();
+    v
+}
+
+/// A stream id for `metadata`: not cryptographic, only distinct per directory and moment.
+fn stream_id(dir: &Path) -> String {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    dir.hash(&mut h);
+    std::process::id().hash(&mut h);
+    SystemTime::now().hash(&mut h);
+    let a = h.finish();
+    a.hash(&mut h);
+    format!("{a:016x}{:016x}", h.finish())
+}
+
+/// Creates `path` (in directory `dir`) with `bytes`, atomically and never over an existing
+/// file: temp file, fsync, hard link to the final name (fails if it exists), remove the temp,
+/// fsync the directory.
+fn create_new(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(
+        ".{name}.tmp-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let result = (|| {
+        let mut f = File::create_new(&tmp).map_err(io(&tmp, "create"))?;
+        f.write_all(bytes).map_err(io(&tmp, "write"))?;
+        f.sync_all().map_err(io(&tmp, "fsync"))?;
+        drop(f);
+        match fs::hard_link(&tmp, path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                Err(StoreError::from(StoreErrorKind::AlreadyExists {
+                    path: path.to_owned(),
+                    reason: "a batch file is never overwritten".to_owned(),
+                }))
+            }
+            Err(e) => Err(io(path, "link")(e)),
+        }
+    })();
+    let _ = fs::remove_file(&tmp);
+    result?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(dir, "fsync directory"))
+}
+
+impl OffsetStore for CheckpointStore {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    async fn load(&self, topics: &[String]) -> Result<Committed, StoreError> {
+        let this = self.clone();
+        let mut c = self.blocking(move |_| this.load_sync()).await?;
+        c.retain_topics(topics);
+        Ok(c)
+    }
+
+    async fn log_plan(&self, batch: &Batch) -> Result<(), StoreError> {
+        let this = self.clone();
+        let batch = batch.clone();
+        self.blocking(move |_| this.log_plan_sync(&batch)).await
+    }
+
+    async fn commit(&self, batch: &Batch) -> Result<CommitOutcome, StoreError> {
+        let this = self.clone();
+        let batch = batch.clone();
+        self.blocking(move |_| this.commit_sync(&batch)).await
+    }
+
+    async fn set_positions(&self, batch_id: u64, positions: &Positions) -> Result<(), StoreError> {
+        let positions = positions.clone();
+        self.blocking(move |inner| {
+            let _g = inner.lock.lock().unwrap_or_else(PoisonError::into_inner);
+            inner.set_positions(batch_id, &positions)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmpdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "kdirect-ckpt-{name}-{}-{}",
+            std::process::id(),
+            now_ms()
+        ));
+        let _ = fs::remove_dir_all(&d);
+        d
+    }
+
+    fn batch(id: u64, from: i64, until: i64) -> Batch {
+        Batch::new(
+            id,
+            vec![
+                OffsetRange::new("events", 0, from, until),
+                OffsetRange::new("events", 1, from + 100, until + 100),
+            ],
+        )
+    }
+
+    #[test]
+    fn file_round_trip_and_layout() {
+        let f = BatchFile {
+            batch_id: 7,
+            timestamp_ms: 1,
+            from: Some([("events".to_owned(), [(0, 1100)].into())].into()),
+            offsets: [("events".to_owned(), [(0, 1200)].into())].into(),
+        };
+        let text = f.encode();
+        assert_eq!(
+            text,
+            "v1\n{\"batchId\":7,\"from\":{\"events\":{\"0\":1100}},\"timestampMs\":1}\n{\"events\":{\"0\":1200}}\n"
+        );
+        assert_eq!(BatchFile::decode(&text, Path::new("x")).unwrap(), f);
+        // Without the final newline (an editor) it still reads.
+        assert_eq!(
+            BatchFile::decode(text.trim_end(), Path::new("x")).unwrap(),
+            f
+        );
+    }
+
+    #[test]
+    fn commit_log_restart() {
+        let d = tmpdir("cycle");
+        let s = CheckpointStore::open(&d, 3).unwrap();
+        assert_eq!(s.load_sync().unwrap(), Committed::default());
+        s.log_plan_sync(&batch(0, 0, 10)).unwrap();
+        // Crash before commit: the plan is pending.
+        let s2 = CheckpointStore::open(&d, 3).unwrap();
+        let c = s2.load_sync().unwrap();
+        assert_eq!(c.pending, Some(batch(0, 0, 10)));
+        assert_eq!(c.next_batch_id(), 0);
+        // Re-logging the same plan is fine; another plan for the same id is not.
+        s2.log_plan_sync(&batch(0, 0, 10)).unwrap();
+        assert!(s2.log_plan_sync(&batch(0, 0, 9)).is_err());
+        assert_eq!(
+            s2.commit_sync(&batch(0, 0, 10)).unwrap(),
+            CommitOutcome::Committed
+        );
+        assert_eq!(
+            s2.commit_sync(&batch(0, 0, 10)).unwrap(),
+            CommitOutcome::AlreadyCommitted
+        );
+        for id in 1..6 {
+            let from = id as i64 * 10;
+            s2.log_plan_sync(&batch(id, from, from + 10)).unwrap();
+            s2.commit_sync(&batch(id, from, from + 10)).unwrap();
+        }
+        let c = s2.load_sync().unwrap();
+        assert_eq!(c.batch_id, Some(5));
+        assert_eq!(c.positions[&TopicPartition::new("events", 0)], 60);
+        assert_eq!(c.positions[&TopicPartition::new("events", 1)], 160);
+        // Retention 3: batches 3, 4, 5 remain.
+        assert_eq!(s2.inner.ids("offsets").unwrap(), vec![3, 4, 5]);
+        assert_eq!(s2.inner.ids("commits").unwrap(), vec![3, 4, 5]);
+        // CAS: a batch that does not start at the stored position.
+        let e = s2.commit_sync(&batch(6, 55, 70)).unwrap_err();
+        assert!(e.is_conflict(), "{e}");
+        let _ = fs::remove_dir_all(&d);
+    }
+}

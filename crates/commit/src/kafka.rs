@@ -1,0 +1,404 @@
+//! Kafka consumer-group offsets: the group's committed offsets in `__consumer_offsets`, where
+//! standard Kafka tooling (`kafka-consumer-groups.sh`, librdkafka's `committed_offsets`) sees
+//! them.
+//!
+//! - FindCoordinator (key 10) finds the group's coordinator; its connection is cached.
+//! - OffsetCommit (key 8) as a standalone consumer — generation -1, empty member id — with
+//!   `kdirect:batch=<N>` in each partition's commit metadata.
+//! - OffsetFetch (key 9) reads positions and the batch id back.
+//! - `NOT_COORDINATOR`, `COORDINATOR_LOAD_IN_PROGRESS`, `COORDINATOR_NOT_AVAILABLE` (and a lost
+//!   connection or timeout) are retried: the coordinator is looked up again after a backoff
+//!   (100 ms doubling to 2 s, up to 10 attempts), as the Java client does.
+//!
+//! **At-least-once.** Kafka has no compare-and-set on committed offsets. Before committing,
+//! this store reads the group's offsets (OffsetFetch) and refuses with a conflict if a
+//! partition holds another position than the batch's `from` — which catches a second writer or
+//! a zombie most of the time, but not atomically: two writers can both pass the check. After a
+//! crash between the user's output and the commit, the batch is re-planned and its records are
+//! delivered again. Pair it with an idempotent sink (the file sink) for no duplicates in the
+//! output; for exactly-once offsets, use the checkpoint or a SQL store.
+//!
+//! This store logs no plans: [`OffsetStore::log_plan`] is a no-op.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kdirect_engine::cluster::Cluster;
+use kdirect_engine::conn::BrokerConnection;
+use kdirect_proto::api::find_coordinator::{self, FindCoordinator};
+use kdirect_proto::api::offset_commit::{self, CommitEntry, OffsetCommit};
+use kdirect_proto::api::offset_fetch::{self, OffsetFetch};
+use kdirect_proto::ErrorCode;
+
+use crate::{
+    check_from, Batch, CommitOutcome, Committed, OffsetStore, Positions, StoreError,
+    StoreErrorKind, TopicPartition,
+};
+
+/// Attempts per operation before a retriable error is returned.
+const MAX_ATTEMPTS: u32 = 10;
+
+/// The prefix of kdirect's commit metadata; the batch id follows.
+pub const METADATA_PREFIX: &str = "kdirect:batch=";
+
+/// Kafka group offsets as an [`OffsetStore`].
+#[derive(Debug)]
+pub struct KafkaGroupStore {
+    cluster: Arc<Cluster>,
+    group: String,
+    coordinator: tokio::sync::Mutex<Option<BrokerConnection>>,
+    backoff: Duration,
+}
+
+/// Why one attempt failed.
+enum Attempt {
+    /// Look the coordinator up again and retry.
+    Retry(StoreError),
+    /// Give up.
+    Fatal(StoreError),
+}
+
+fn is_coordinator_error(code: ErrorCode) -> bool {
+    code == ErrorCode::NOT_COORDINATOR
+        || code == ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
+        || code == ErrorCode::COORDINATOR_NOT_AVAILABLE
+        || code == ErrorCode::REQUEST_TIMED_OUT
+}
+
+impl KafkaGroupStore {
+    /// The store for consumer group `group` on `cluster`.
+    pub fn new(cluster: Arc<Cluster>, group: &str) -> KafkaGroupStore {
+        KafkaGroupStore {
+            cluster,
+            group: group.to_owned(),
+            coordinator: tokio::sync::Mutex::new(None),
+            backoff: Duration::from_millis(100),
+        }
+    }
+
+    /// The first backoff between retries (default 100 ms; doubles up to 2 s).
+    pub fn with_backoff(mut self, backoff: Duration) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// The group.
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    fn kafka_err(&self, source: kdirect_engine::Error) -> StoreError {
+        StoreErrorKind::Kafka {
+            group: self.group.clone(),
+            source,
+        }
+        .into()
+    }
+
+    fn code_err(&self, api: &'static str, tp: Option<(&str, i32)>, code: ErrorCode) -> StoreError {
+        StoreErrorKind::KafkaCode {
+            group: self.group.clone(),
+            api,
+            topic: tp.map(|(t, _)| t.to_owned()),
+            partition: tp.map(|(_, p)| p),
+            code,
+        }
+        .into()
+    }
+
+    fn engine_attempt(&self, e: kdirect_engine::Error) -> Attempt {
+        if e.is_retriable() {
+            Attempt::Retry(self.kafka_err(e))
+        } else {
+            Attempt::Fatal(self.kafka_err(e))
+        }
+    }
+
+    /// The coordinator's connection, looked up if not cached.
+    async fn coordinator(&self) -> Result<BrokerConnection, Attempt> {
+        let mut cached = self.coordinator.lock().await;
+        if let Some(c) = cached.as_ref() {
+            if !c.is_closed() {
+                return Ok(c.clone());
+            }
+        }
+        let mut view = self.cluster.view();
+        if view.brokers.is_empty() {
+            view = self
+                .cluster
+                .refresh(Some(&[]))
+                .await
+                .map_err(|e| self.engine_attempt(e))?;
+        }
+        let Some(&any) = view.brokers.keys().next() else {
+            return Err(Attempt::Retry(self.code_err(
+                "FindCoordinator",
+                None,
+                ErrorCode::COORDINATOR_NOT_AVAILABLE,
+            )));
+        };
+        let conn = self
+            .cluster
+            .connection(any)
+            .await
+            .map_err(|e| self.engine_attempt(e))?;
+        let version = conn
+            .version::<FindCoordinator>()
+            .map_err(|e| self.engine_attempt(e))?;
+        let resp = conn
+            .request_at::<FindCoordinator>(
+                &find_coordinator::request(&self.group, version),
+                version,
+            )
+            .await
+            .map_err(|e| self.engine_attempt(e))?;
+        let found = find_coordinator::view(&resp, &self.group, version).ok_or_else(|| {
+            Attempt::Retry(self.code_err(
+                "FindCoordinator",
+                None,
+                ErrorCode::COORDINATOR_NOT_AVAILABLE,
+            ))
+        })?;
+        if let Some(code) = found.error.err() {
+            let e = self.code_err("FindCoordinator", None, code);
+            return Err(if code.is_retriable() {
+                Attempt::Retry(e)
+            } else {
+                Attempt::Fatal(e)
+            });
+        }
+        let conn = if self.cluster.view().brokers.contains_key(&found.node_id) {
+            self.cluster.connection(found.node_id).await
+        } else {
+            BrokerConnection::connect(
+                &format!("{}:{}", found.host, found.port),
+                Some(found.node_id),
+                self.cluster.config(),
+            )
+            .await
+        }
+        .map_err(|e| self.engine_attempt(e))?;
+        *cached = Some(conn.clone());
+        Ok(conn)
+    }
+
+    async fn forget_coordinator(&self) {
+        *self.coordinator.lock().await = None;
+    }
+
+    /// Runs `op` against the coordinator, retrying retriable failures with a fresh
+    /// coordinator lookup and exponential backoff.
+    async fn with_retry<T, F, Fut>(&self, mut op: F) -> Result<T, StoreError>
+    where
+        F: FnMut(BrokerConnection) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Attempt>>,
+    {
+        let mut backoff = self.backoff;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let result = match self.coordinator().await {
+                Ok(conn) => op(conn).await,
+                Err(a) => Err(a),
+            };
+            match result {
+                Ok(v) => return Ok(v),
+                Err(Attempt::Fatal(e)) => return Err(e),
+                Err(Attempt::Retry(e)) => {
+                    if attempt >= MAX_ATTEMPTS {
+                        return Err(e);
+                    }
+                    self.forget_coordinator().await;
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+    }
+
+    /// Partitions of `topics` from the cluster's metadata.
+    async fn partitions(&self, topics: &[String]) -> Result<Vec<(String, Vec<i32>)>, StoreError> {
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        let view = self
+            .cluster
+            .ensure_topics(&names)
+            .await
+            .map_err(|e| self.kafka_err(e))?;
+        let mut out = Vec::new();
+        for t in topics {
+            let info = view.topic(t).map_err(|e| self.kafka_err(e))?;
+            out.push((
+                t.clone(),
+                info.partitions.iter().map(|p| p.partition).collect(),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// The group's committed offsets of `topics` (each with its partitions; empty: all topics
+    /// the group has offsets for), with the batch id from the metadata.
+    async fn fetch(
+        &self,
+        topics: &[(String, Vec<i32>)],
+    ) -> Result<(Positions, Option<u64>), StoreError> {
+        let all = topics.is_empty();
+        self.with_retry(|conn| async move {
+            let version = conn
+                .version::<OffsetFetch>()
+                .map_err(|e| self.engine_attempt(e))?;
+            let asked: Vec<(&str, Vec<i32>)> = topics
+                .iter()
+                .map(|(t, ps)| (t.as_str(), ps.clone()))
+                .collect();
+            let mut req = offset_fetch::request(&self.group, &asked, version);
+            if all {
+                // Null topics: every topic the group has offsets for (v2+).
+                if version >= 8 {
+                    for g in &mut req.groups {
+                        g.topics = None;
+                    }
+                } else {
+                    req.topics = None;
+                }
+            }
+            let resp = conn
+                .request_at::<OffsetFetch>(&req, version)
+                .await
+                .map_err(|e| self.engine_attempt(e))?;
+            let (group_code, parts) = offset_fetch::view(&resp, version);
+            if let Some(code) = group_code.err() {
+                let e = self.code_err("OffsetFetch", None, code);
+                return Err(if is_coordinator_error(code) || code.is_retriable() {
+                    Attempt::Retry(e)
+                } else {
+                    Attempt::Fatal(e)
+                });
+            }
+            let mut positions = Positions::new();
+            let mut batch: Option<u64> = None;
+            for p in parts {
+                if let Some(code) = p.error.err() {
+                    let e = self.code_err("OffsetFetch", Some((&p.topic, p.partition)), code);
+                    // UNSTABLE_OFFSET_COMMIT (88) is retriable too: a transaction is pending.
+                    return Err(if code.is_retriable() || code.0 == 88 {
+                        Attempt::Retry(e)
+                    } else {
+                        Attempt::Fatal(e)
+                    });
+                }
+                if p.offset < 0 {
+                    continue;
+                }
+                positions.insert(TopicPartition::new(p.topic.clone(), p.partition), p.offset);
+                if let Some(id) = p
+                    .metadata
+                    .as_deref()
+                    .and_then(|m| m.strip_prefix(METADATA_PREFIX))
+                    .and_then(|s| s.parse::<u64>().ok())
+                {
+                    batch = Some(batch.map_or(id, |b| b.max(id)));
+                }
+            }
+            Ok((positions, batch))
+        })
+        .await
+    }
+
+    async fn commit_positions(
+        &self,
+        batch_id: u64,
+        positions: &Positions,
+    ) -> Result<(), StoreError> {
+        let metadata = format!("{METADATA_PREFIX}{batch_id}");
+        let mut by_topic: BTreeMap<&str, Vec<CommitEntry>> = BTreeMap::new();
+        for (tp, &offset) in positions {
+            by_topic
+                .entry(tp.topic.as_str())
+                .or_default()
+                .push(CommitEntry {
+                    partition: tp.partition,
+                    offset,
+                    leader_epoch: -1,
+                    metadata: Some(metadata.clone()),
+                });
+        }
+        let topics: Vec<(&str, Vec<CommitEntry>)> = by_topic.into_iter().collect();
+        let req = offset_commit::request(&self.group, &topics);
+        self.with_retry(|conn| {
+            let req = &req;
+            async move {
+                let (_, resp) = conn
+                    .request::<OffsetCommit>(req)
+                    .await
+                    .map_err(|e| self.engine_attempt(e))?;
+                for (topic, partition, code) in offset_commit::view(&resp) {
+                    if let Some(code) = code.err() {
+                        let e = self.code_err("OffsetCommit", Some((&topic, partition)), code);
+                        return Err(if is_coordinator_error(code) || code.is_retriable() {
+                            Attempt::Retry(e)
+                        } else {
+                            Attempt::Fatal(e)
+                        });
+                    }
+                }
+                Ok(())
+            }
+        })
+        .await
+    }
+}
+
+impl OffsetStore for KafkaGroupStore {
+    fn describe(&self) -> String {
+        format!("kafka group '{}'", self.group)
+    }
+
+    async fn load(&self, topics: &[String]) -> Result<Committed, StoreError> {
+        let asked = if topics.is_empty() {
+            Vec::new()
+        } else {
+            self.partitions(topics).await?
+        };
+        let (mut positions, batch_id) = self.fetch(&asked).await?;
+        if !topics.is_empty() {
+            positions.retain(|tp, _| topics.contains(&tp.topic));
+        }
+        Ok(Committed {
+            batch_id,
+            positions,
+            pending: None,
+        })
+    }
+
+    async fn log_plan(&self, _batch: &Batch) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn commit(&self, batch: &Batch) -> Result<CommitOutcome, StoreError> {
+        // Best-effort check (not atomic: Kafka has no compare-and-set).
+        let mut asked: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+        for r in &batch.ranges {
+            asked.entry(r.topic.clone()).or_default().push(r.partition);
+        }
+        let asked: Vec<(String, Vec<i32>)> = asked.into_iter().collect();
+        if !asked.is_empty() {
+            let (stored, stored_batch) = self.fetch(&asked).await?;
+            let already = stored_batch == Some(batch.id)
+                && batch
+                    .ranges
+                    .iter()
+                    .all(|r| stored.get(&r.topic_partition()) == Some(&r.until));
+            if already && !batch.ranges.iter().all(|r| r.from == r.until) {
+                return Ok(CommitOutcome::AlreadyCommitted);
+            }
+            check_from(&self.describe(), &stored, batch)?;
+        }
+        self.commit_positions(batch.id, &batch.positions()).await?;
+        Ok(CommitOutcome::Committed)
+    }
+
+    async fn set_positions(&self, batch_id: u64, positions: &Positions) -> Result<(), StoreError> {
+        self.commit_positions(batch_id, positions).await
+    }
+}

@@ -1,0 +1,257 @@
+//! The Redis store: a hash per group and topic, field = partition, value = next offset.
+//!
+//! ```text
+//! kdirect:<group>:offsets:<topic>   hash   "<partition>" → "<next offset>"
+//! kdirect:<group>:meta              hash   batch_id, updated_ms
+//! kdirect:<group>:topics            set    the topics with offsets
+//! ```
+//!
+//! A commit is one Lua script, which Redis runs atomically: every range's stored position must
+//! be its `from` (or absent), else nothing is written and the commit is a
+//! [`StoreErrorKind::Conflict`]; positions already at `until` with the same batch id are an
+//! earlier commit of the same batch ([`CommitOutcome::AlreadyCommitted`]).
+//!
+//! Durability is Redis's: with `appendonly no` (the default) a Redis crash loses recent
+//! commits; run with `appendonly yes` and `appendfsync always` for offsets that survive one.
+//! The guarantee is at-least-once: results written elsewhere are not in the offsets' atomic
+//! step. This store logs no plans.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncCommands, Script};
+
+use crate::{
+    Batch, CommitOutcome, Committed, OffsetStore, Positions, StoreError, StoreErrorKind,
+    TopicPartition,
+};
+
+const COMMIT_SCRIPT: &str = r#"
+-- KEYS[1] meta hash, KEYS[2] topics set, KEYS[2+i] the topic hash of range i.
+-- ARGV[1] batch id, ARGV[2] now (ms), then per range: topic, partition, from, until.
+local batch = ARGV[1]
+local n = #KEYS - 2
+local already = 0
+local stored_batch = redis.call('HGET', KEYS[1], 'batch_id')
+for i = 1, n do
+  local a = 2 + (i - 1) * 4
+  local cur = redis.call('HGET', KEYS[2 + i], ARGV[a + 2])
+  if cur ~= false and cur ~= ARGV[a + 3] then
+    if cur == ARGV[a + 4] and stored_batch == batch then
+      already = already + 1
+    else
+      return {'conflict', tostring(i), cur}
+    end
+  end
+end
+if n > 0 and already == n then return {'already'} end
+for i = 1, n do
+  local a = 2 + (i - 1) * 4
+  redis.call('HSET', KEYS[2 + i], ARGV[a + 2], ARGV[a + 4])
+  redis.call('SADD', KEYS[2], ARGV[a + 1])
+end
+redis.call('HSET', KEYS[1], 'batch_id', batch, 'updated_ms', ARGV[2])
+return {'ok'}
+"#;
+
+/// Redis as an [`OffsetStore`].
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: MultiplexedConnection,
+    group: String,
+    server: String,
+    script: Script,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("server", &self.server)
+            .field("group", &self.group)
+            .finish()
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl RedisStore {
+    /// Connects to `url` (`redis://host:port/db`) for `group`.
+    pub async fn connect(url: &str, group: &str) -> Result<RedisStore, StoreError> {
+        let server = redact(url);
+        let err = |source| -> StoreError {
+            StoreErrorKind::Redis {
+                server: server.clone(),
+                key: format!("kdirect:{group}:*"),
+                source,
+            }
+            .into()
+        };
+        let client = redis::Client::open(url).map_err(err)?;
+        let conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(err)?;
+        Ok(RedisStore {
+            conn,
+            group: group.to_owned(),
+            server,
+            script: Script::new(COMMIT_SCRIPT),
+        })
+    }
+
+    /// The hash of `topic`'s offsets.
+    pub fn topic_key(&self, topic: &str) -> String {
+        format!("kdirect:{}:offsets:{topic}", self.group)
+    }
+
+    fn meta_key(&self) -> String {
+        format!("kdirect:{}:meta", self.group)
+    }
+
+    fn topics_key(&self) -> String {
+        format!("kdirect:{}:topics", self.group)
+    }
+
+    fn err(&self, key: &str) -> impl FnOnce(redis::RedisError) -> StoreError {
+        let server = self.server.clone();
+        let key = key.to_owned();
+        move |source| {
+            StoreErrorKind::Redis {
+                server,
+                key,
+                source,
+            }
+            .into()
+        }
+    }
+
+    fn corrupt(&self, key: &str, what: String) -> StoreError {
+        StoreErrorKind::Redis {
+            server: self.server.clone(),
+            key: key.to_owned(),
+            source: redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "unexpected value",
+                what,
+            )),
+        }
+        .into()
+    }
+}
+
+fn redact(url: &str) -> String {
+    if let Some((scheme, rest)) = url.split_once("://") {
+        if let Some((userinfo, host)) = rest.split_once('@') {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            return format!("{scheme}://{user}:***@{host}");
+        }
+    }
+    url.to_owned()
+}
+
+impl OffsetStore for RedisStore {
+    fn describe(&self) -> String {
+        format!("redis {} group '{}'", self.server, self.group)
+    }
+
+    async fn load(&self, topics: &[String]) -> Result<Committed, StoreError> {
+        let mut conn = self.conn.clone();
+        let known: Vec<String> = conn
+            .smembers(self.topics_key())
+            .await
+            .map_err(self.err(&self.topics_key()))?;
+        let mut c = Committed::default();
+        for topic in known {
+            if !topics.is_empty() && !topics.contains(&topic) {
+                continue;
+            }
+            let key = self.topic_key(&topic);
+            let fields: HashMap<String, String> =
+                conn.hgetall(&key).await.map_err(self.err(&key))?;
+            for (p, o) in fields {
+                let p: i32 = p
+                    .parse()
+                    .map_err(|_| self.corrupt(&key, format!("field '{p}' is not a partition")))?;
+                let o: i64 = o.parse().map_err(|_| {
+                    self.corrupt(&key, format!("partition {p}: '{o}' is not an offset"))
+                })?;
+                c.positions.insert(TopicPartition::new(topic.clone(), p), o);
+            }
+        }
+        let meta = self.meta_key();
+        let batch: Option<String> = conn
+            .hget(&meta, "batch_id")
+            .await
+            .map_err(self.err(&meta))?;
+        c.batch_id = match batch {
+            Some(b) => Some(
+                b.parse()
+                    .map_err(|_| self.corrupt(&meta, format!("batch_id '{b}' is not a number")))?,
+            ),
+            None => None,
+        };
+        Ok(c)
+    }
+
+    async fn log_plan(&self, _batch: &Batch) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn commit(&self, batch: &Batch) -> Result<CommitOutcome, StoreError> {
+        let mut inv = self.script.prepare_invoke();
+        inv.key(self.meta_key()).key(self.topics_key());
+        for r in &batch.ranges {
+            inv.key(self.topic_key(&r.topic));
+        }
+        inv.arg(batch.id).arg(now_ms());
+        for r in &batch.ranges {
+            inv.arg(&r.topic).arg(r.partition).arg(r.from).arg(r.until);
+        }
+        let mut conn = self.conn.clone();
+        let out: Vec<String> = inv
+            .invoke_async(&mut conn)
+            .await
+            .map_err(self.err(&format!("kdirect:{}:*", self.group)))?;
+        match out.first().map(String::as_str) {
+            Some("ok") => Ok(CommitOutcome::Committed),
+            Some("already") => Ok(CommitOutcome::AlreadyCommitted),
+            Some("conflict") => {
+                let i: usize = out.get(1).and_then(|s| s.parse().ok()).unwrap_or(1);
+                let r = &batch.ranges[i.saturating_sub(1).min(batch.ranges.len() - 1)];
+                let stored = out.get(2).and_then(|s| s.parse().ok());
+                Err(crate::conflict(
+                    &format!("{} key {}", self.describe(), self.topic_key(&r.topic)),
+                    r,
+                    stored,
+                ))
+            }
+            _ => Err(self.corrupt(
+                &self.meta_key(),
+                format!("the commit script answered {out:?}"),
+            )),
+        }
+    }
+
+    async fn set_positions(&self, batch_id: u64, positions: &Positions) -> Result<(), StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for (tp, o) in positions {
+            pipe.hset(self.topic_key(&tp.topic), tp.partition, *o)
+                .ignore();
+            pipe.sadd(self.topics_key(), &tp.topic).ignore();
+        }
+        pipe.hset(self.meta_key(), "batch_id", batch_id).ignore();
+        pipe.hset(self.meta_key(), "updated_ms", now_ms()).ignore();
+        let mut conn = self.conn.clone();
+        pipe.query_async::<()>(&mut conn)
+            .await
+            .map_err(self.err(&format!("kdirect:{}:*", self.group)))
+    }
+}

@@ -1,0 +1,741 @@
+//! SQL stores — SQLite (the embedded default), PostgreSQL, MySQL/MariaDB — through one driver,
+//! sqlx (its `Any` driver, so one code path serves the three; the statements differ only in
+//! placeholders, upsert syntax and column types, chosen by [`Dialect`]).
+//!
+//! The offsets table (default `kdirect_offsets`), created if missing:
+//!
+//! | column | |
+//! | --- | --- |
+//! | `group_id`, `topic`, `partition_id` | the primary key |
+//! | `next_offset` | the next offset to read |
+//! | `batch_id` | the batch that stored it |
+//! | `updated_at` | the database's time of the write |
+//!
+//! A commit runs in one transaction: for each range, `UPDATE … SET next_offset = until WHERE
+//! key AND next_offset = from` — compare-and-set on `from`, atomic in every database, and the
+//! row stays locked until the transaction ends. A row holding `until` with the same batch id is
+//! an earlier commit of the same batch (idempotent: [`CommitOutcome::AlreadyCommitted`]); a
+//! missing row is inserted (a concurrent insert fails on the primary key, which is a conflict);
+//! any other position is a [`StoreErrorKind::Conflict`].
+//!
+//! **Exactly-once** ([`SqlStore::begin`]): the offsets are written first, then the user's own
+//! statements run in the same transaction ([`SqlTxn::conn`], or [`SqlTxn::insert_records`]
+//! for the sink table), then [`SqlTxn::commit`] makes both durable at once. If the batch was
+//! already committed, `begin` says so and the user's writes are skipped; on a conflict nothing
+//! is written.
+//!
+//! ```no_run
+//! # async fn demo(store: &kdirect_commit::sql::SqlStore, batch: &kdirect_commit::Batch) -> Result<(), Box<dyn std::error::Error>> {
+//! use kdirect_commit::sql::Begun;
+//! match store.begin(batch).await? {
+//!     Begun::Open(mut tx) => {
+//!         let sql = format!("INSERT INTO totals (n) VALUES ({})", tx.dialect().placeholder(1));
+//!         kdirect_commit::sql::sqlx::query(&sql).bind(42_i64).execute(tx.conn()).await?;
+//!         tx.commit().await?;
+//!     }
+//!     Begun::AlreadyCommitted => {} // a re-run of a committed batch: its output is in already
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::sync::Once;
+
+pub use sqlx;
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::AnyConnection;
+use sqlx::{Any, AnyPool, Executor, Row, Transaction};
+
+use crate::{
+    batch_id_i64, conflict, Batch, CommitOutcome, Committed, OffsetStore, Positions, StoreError,
+    StoreErrorKind, TopicPartition,
+};
+
+/// The SQL dialect of a store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Dialect {
+    /// SQLite.
+    Sqlite,
+    /// PostgreSQL.
+    Postgres,
+    /// MySQL or MariaDB.
+    MySql,
+}
+
+impl Dialect {
+    /// The `n`-th (1-based) bind placeholder: `$n` for PostgreSQL, `?` otherwise.
+    pub fn placeholder(self, n: usize) -> String {
+        match self {
+            Dialect::Postgres => format!("${n}"),
+            _ => "?".to_owned(),
+        }
+    }
+
+    fn now(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "strftime('%Y-%m-%dT%H:%M:%fZ','now')",
+            Dialect::Postgres => "now()",
+            Dialect::MySql => "CURRENT_TIMESTAMP(3)",
+        }
+    }
+
+    fn for_update(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "",
+            _ => " FOR UPDATE",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "sqlite",
+            Dialect::Postgres => "postgres",
+            Dialect::MySql => "mysql",
+        }
+    }
+}
+
+impl fmt::Display for Dialect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A SQL offsets table as an [`OffsetStore`].
+#[derive(Debug, Clone)]
+pub struct SqlStore {
+    pool: AnyPool,
+    dialect: Dialect,
+    group: String,
+    table: String,
+    /// The URL without its password, for messages.
+    database: String,
+}
+
+/// Checks that `name` can be spliced into SQL as an identifier.
+fn identifier(what: &'static str, name: &str) -> Result<(), StoreError> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !name.starts_with(|c: char| c.is_ascii_digit());
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreErrorKind::Invalid {
+            what,
+            value: name.to_owned(),
+            reason: "use letters, digits and '_' (not first), at most 63".to_owned(),
+        }
+        .into())
+    }
+}
+
+/// The URL with any password replaced by `***`.
+fn redact(url: &str) -> String {
+    if let Some((scheme, rest)) = url.split_once("://") {
+        if let Some((userinfo, host)) = rest.split_once('@') {
+            if let Some((user, _)) = userinfo.split_once(':') {
+                return format!("{scheme}://{user}:***@{host}");
+            }
+        }
+    }
+    url.to_owned()
+}
+
+impl SqlStore {
+    /// Connects to `url` (`sqlite:PATH`, `postgres://…`, `mysql://…`) for `group`, with the
+    /// default table `kdirect_offsets`, creating it if missing.
+    pub async fn connect(url: &str, group: &str) -> Result<SqlStore, StoreError> {
+        Self::connect_with_table(url, group, "kdirect_offsets").await
+    }
+
+    /// Like [`SqlStore::connect`] with another offsets table.
+    pub async fn connect_with_table(
+        url: &str,
+        group: &str,
+        table: &str,
+    ) -> Result<SqlStore, StoreError> {
+        static DRIVERS: Once = Once::new();
+        DRIVERS.call_once(sqlx::any::install_default_drivers);
+        identifier("table name", table)?;
+        let database = redact(url);
+        let (dialect, url) = if let Some(rest) = url.strip_prefix("sqlite:") {
+            // Create the file if missing.
+            let rest = rest.trim_start_matches("//");
+            let sep = if rest.contains('?') { '&' } else { '?' };
+            let url = if rest.contains("mode=") || rest == ":memory:" {
+                format!("sqlite:{rest}")
+            } else {
+                format!("sqlite:{rest}{sep}mode=rwc")
+            };
+            (Dialect::Sqlite, url)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            (Dialect::Postgres, url.to_owned())
+        } else if url.starts_with("mysql://") {
+            (Dialect::MySql, url.to_owned())
+        } else if let Some(rest) = url.strip_prefix("mariadb://") {
+            (Dialect::MySql, format!("mysql://{rest}"))
+        } else {
+            return Err(StoreErrorKind::Spec {
+                spec: database,
+                reason: "expected sqlite:PATH, postgres://… or mysql://…".to_owned(),
+            }
+            .into());
+        };
+        let mut options =
+            AnyPoolOptions::new().max_connections(if dialect == Dialect::Sqlite { 4 } else { 8 });
+        if dialect == Dialect::Sqlite {
+            options = options.after_connect(|conn, _| {
+                Box::pin(async move {
+                    // WAL with synchronous=FULL: durable commits, readers never block the writer.
+                    conn.execute("PRAGMA journal_mode=WAL").await?;
+                    conn.execute("PRAGMA synchronous=FULL").await?;
+                    conn.execute("PRAGMA busy_timeout=10000").await?;
+                    Ok(())
+                })
+            });
+        }
+        let pool = options
+            .connect(&url)
+            .await
+            .map_err(|source| StoreErrorKind::Sql {
+                database: database.clone(),
+                table: table.to_owned(),
+                context: "connect".to_owned(),
+                source,
+            })?;
+        let store = SqlStore {
+            pool,
+            dialect,
+            group: group.to_owned(),
+            table: table.to_owned(),
+            database,
+        };
+        store.create_table().await?;
+        Ok(store)
+    }
+
+    /// The dialect.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// The group.
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// The offsets table.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The connection pool (for the user's own reads).
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    fn err(
+        &self,
+        table: &str,
+        context: impl Into<String>,
+    ) -> impl FnOnce(sqlx::Error) -> StoreError {
+        let database = self.database.clone();
+        let table = table.to_owned();
+        let context = context.into();
+        move |source| {
+            StoreErrorKind::Sql {
+                database,
+                table,
+                context,
+                source,
+            }
+            .into()
+        }
+    }
+
+    /// Runs a `CREATE TABLE IF NOT EXISTS`, retrying once: concurrent creators can collide in
+    /// PostgreSQL's catalog even with `IF NOT EXISTS`.
+    async fn create(&self, table: &str, ddl: &str) -> Result<(), StoreError> {
+        let mut last = None;
+        for _ in 0..3 {
+            match self.pool.execute(ddl).await {
+                Ok(_) => return Ok(()),
+                Err(e) => {
+                    last = Some(e);
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            }
+        }
+        Err(self.err(table, "create table")(
+            last.expect("at least one attempt"),
+        ))
+    }
+
+    async fn create_table(&self) -> Result<(), StoreError> {
+        let t = &self.table;
+        let ddl = match self.dialect {
+            Dialect::Postgres => format!(
+                "CREATE TABLE IF NOT EXISTS {t} (group_id TEXT NOT NULL, topic TEXT NOT NULL, \
+                 partition_id INTEGER NOT NULL, next_offset BIGINT NOT NULL, batch_id BIGINT NOT NULL, \
+                 updated_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (group_id, topic, partition_id))"
+            ),
+            Dialect::MySql => format!(
+                "CREATE TABLE IF NOT EXISTS {t} (group_id VARCHAR(255) NOT NULL, topic VARCHAR(249) NOT NULL, \
+                 partition_id INT NOT NULL, next_offset BIGINT NOT NULL, batch_id BIGINT NOT NULL, \
+                 updated_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3), \
+                 PRIMARY KEY (group_id, topic, partition_id)) ENGINE=InnoDB"
+            ),
+            Dialect::Sqlite => format!(
+                "CREATE TABLE IF NOT EXISTS {t} (group_id TEXT NOT NULL, topic TEXT NOT NULL, \
+                 partition_id INTEGER NOT NULL, next_offset INTEGER NOT NULL, batch_id INTEGER NOT NULL, \
+                 updated_at TEXT NOT NULL, PRIMARY KEY (group_id, topic, partition_id))"
+            ),
+        };
+        self.create(t, &ddl).await
+    }
+
+    /// Creates the sink table `name` if missing and returns a handle for
+    /// [`SqlTxn::insert_records`]. Columns: `topic`, `partition_id`, `record_offset`,
+    /// `timestamp_ms`, `record_key`, `record_value`, with `(topic, partition_id,
+    /// record_offset)` as the primary key — so a record stored twice would be an error, not a
+    /// silent duplicate.
+    pub async fn sink_table(&self, name: &str) -> Result<SinkTable, StoreError> {
+        identifier("sink table name", name)?;
+        let (text, int, big, blob) = match self.dialect {
+            Dialect::Postgres => ("TEXT", "INTEGER", "BIGINT", "BYTEA"),
+            Dialect::MySql => ("VARCHAR(249)", "INT", "BIGINT", "LONGBLOB"),
+            Dialect::Sqlite => ("TEXT", "INTEGER", "INTEGER", "BLOB"),
+        };
+        let ddl = format!(
+            "CREATE TABLE IF NOT EXISTS {name} (topic {text} NOT NULL, partition_id {int} NOT NULL, \
+             record_offset {big} NOT NULL, timestamp_ms {big} NOT NULL, record_key {blob}, record_value {blob}, \
+             PRIMARY KEY (topic, partition_id, record_offset))"
+        );
+        self.create(name, &ddl).await?;
+        Ok(SinkTable {
+            name: name.to_owned(),
+        })
+    }
+
+    /// Opens the transaction of `batch`: the offsets are compared-and-set first (rows stay
+    /// locked until the transaction ends), then the user's writes go into the same
+    /// transaction, then [`SqlTxn::commit`]. If the batch is already committed, nothing is
+    /// left open and [`Begun::AlreadyCommitted`] says so: skip the user's writes.
+    pub async fn begin(&self, batch: &Batch) -> Result<Begun, StoreError> {
+        let t = &self.table;
+        let d = self.dialect;
+        let batch_id = batch_id_i64(batch.id)?;
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(self.err(t, "begin transaction"))?;
+        let update = format!(
+            "UPDATE {t} SET next_offset = {}, batch_id = {}, updated_at = {} \
+             WHERE group_id = {} AND topic = {} AND partition_id = {} AND next_offset = {}",
+            d.placeholder(1),
+            d.placeholder(2),
+            d.now(),
+            d.placeholder(3),
+            d.placeholder(4),
+            d.placeholder(5),
+            d.placeholder(6)
+        );
+        let select = format!(
+            "SELECT next_offset, batch_id FROM {t} WHERE group_id = {} AND topic = {} AND partition_id = {}{}",
+            d.placeholder(1),
+            d.placeholder(2),
+            d.placeholder(3),
+            d.for_update()
+        );
+        let insert = format!(
+            "INSERT INTO {t} (group_id, topic, partition_id, next_offset, batch_id, updated_at) \
+             VALUES ({}, {}, {}, {}, {}, {})",
+            d.placeholder(1),
+            d.placeholder(2),
+            d.placeholder(3),
+            d.placeholder(4),
+            d.placeholder(5),
+            d.now()
+        );
+        let mut already = 0usize;
+        for r in &batch.ranges {
+            let ctx = || {
+                format!(
+                    "commit batch {} for group '{}' {}-{}",
+                    batch.id, self.group, r.topic, r.partition
+                )
+            };
+            let updated = sqlx::query(&update)
+                .bind(r.until)
+                .bind(batch_id)
+                .bind(&self.group)
+                .bind(&r.topic)
+                .bind(r.partition)
+                .bind(r.from)
+                .execute(&mut *tx)
+                .await
+                .map_err(self.err(t, ctx()))?;
+            if updated.rows_affected() > 0 {
+                continue;
+            }
+            let row: Option<AnyRow> = sqlx::query(&select)
+                .bind(&self.group)
+                .bind(&r.topic)
+                .bind(r.partition)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(self.err(t, ctx()))?;
+            match row {
+                None => {
+                    let inserted = sqlx::query(&insert)
+                        .bind(&self.group)
+                        .bind(&r.topic)
+                        .bind(r.partition)
+                        .bind(r.until)
+                        .bind(batch_id)
+                        .execute(&mut *tx)
+                        .await;
+                    match inserted {
+                        Ok(_) => {}
+                        Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                            // Another writer inserted the row first.
+                            let _ = tx.rollback().await;
+                            return Err(conflict(&self.describe(), r, None));
+                        }
+                        Err(e) => return Err(self.err(t, ctx())(e)),
+                    }
+                }
+                Some(row) => {
+                    let stored: i64 = row.try_get(0).map_err(self.err(t, ctx()))?;
+                    let stored_batch: i64 = row.try_get(1).map_err(self.err(t, ctx()))?;
+                    if stored == r.until && stored_batch == batch_id {
+                        already += 1;
+                    } else {
+                        let _ = tx.rollback().await;
+                        return Err(conflict(&self.describe(), r, Some(stored)));
+                    }
+                }
+            }
+        }
+        if already > 0 && already == batch.ranges.len() {
+            let _ = tx.rollback().await;
+            return Ok(Begun::AlreadyCommitted);
+        }
+        Ok(Begun::Open(SqlTxn {
+            tx,
+            dialect: d,
+            batch_id: batch.id,
+            database: self.database.clone(),
+            table: self.table.clone(),
+        }))
+    }
+
+    /// Commits `batch` with the user's writes done by `write` inside the offsets' transaction;
+    /// `write` is not called if the batch is already committed.
+    pub async fn commit_with<F>(&self, batch: &Batch, write: F) -> Result<CommitOutcome, StoreError>
+    where
+        F: for<'t> FnOnce(
+            &'t mut SqlTxn,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<(), StoreError>> + Send + 't>,
+        >,
+    {
+        match self.begin(batch).await? {
+            Begun::AlreadyCommitted => Ok(CommitOutcome::AlreadyCommitted),
+            Begun::Open(mut tx) => {
+                if let Err(e) = write(&mut tx).await {
+                    tx.rollback().await;
+                    return Err(e);
+                }
+                tx.commit().await?;
+                Ok(CommitOutcome::Committed)
+            }
+        }
+    }
+
+    async fn load_rows(&self) -> Result<Vec<(String, i32, i64, i64, String)>, StoreError> {
+        let t = &self.table;
+        let updated = match self.dialect {
+            Dialect::Postgres => "CAST(updated_at AS TEXT)",
+            Dialect::MySql => "CAST(updated_at AS CHAR)",
+            Dialect::Sqlite => "updated_at",
+        };
+        let sql = format!(
+            "SELECT topic, partition_id, next_offset, batch_id, {updated} FROM {t} WHERE group_id = {} ORDER BY topic, partition_id",
+            self.dialect.placeholder(1)
+        );
+        let rows = sqlx::query(&sql)
+            .bind(&self.group)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(self.err(t, format!("load group '{}'", self.group)))?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get::<String, _>(0)?,
+                    r.try_get::<i32, _>(1)?,
+                    r.try_get::<i64, _>(2)?,
+                    r.try_get::<i64, _>(3)?,
+                    r.try_get::<String, _>(4)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()
+            .map_err(self.err(t, format!("load group '{}'", self.group)))
+    }
+
+    /// Every row of the group with its update time: (topic-partition, next offset, batch id,
+    /// updated at), for `kdirect offsets show`.
+    pub async fn rows(&self) -> Result<Vec<(TopicPartition, i64, i64, String)>, StoreError> {
+        Ok(self
+            .load_rows()
+            .await?
+            .into_iter()
+            .map(|(t, p, o, b, u)| (TopicPartition::new(t, p), o, b, u))
+            .collect())
+    }
+}
+
+/// The result of [`SqlStore::begin`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Begun {
+    /// The offsets are written (not yet committed): add the user's writes, then commit.
+    Open(SqlTxn),
+    /// The batch is already committed with the same positions: nothing to do.
+    AlreadyCommitted,
+}
+
+/// A sink table created by [`SqlStore::sink_table`].
+#[derive(Debug, Clone)]
+pub struct SinkTable {
+    name: String,
+}
+
+impl SinkTable {
+    /// The table's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// One record for the sink table.
+#[derive(Debug, Clone, Copy)]
+pub struct SinkRow<'a> {
+    /// Topic.
+    pub topic: &'a str,
+    /// Partition.
+    pub partition: i32,
+    /// Offset.
+    pub offset: i64,
+    /// Timestamp, ms since the Unix epoch.
+    pub timestamp_ms: i64,
+    /// Key (`None`: null).
+    pub key: Option<&'a [u8]>,
+    /// Value (`None`: null).
+    pub value: Option<&'a [u8]>,
+}
+
+/// A batch's open transaction: offsets written, waiting for the user's writes and
+/// [`SqlTxn::commit`]. Dropping it rolls back.
+#[derive(Debug)]
+pub struct SqlTxn {
+    tx: Transaction<'static, Any>,
+    dialect: Dialect,
+    batch_id: u64,
+    database: String,
+    table: String,
+}
+
+/// Rows per multi-row INSERT (6 binds each; below every database's bind limit).
+const SINK_CHUNK: usize = 200;
+
+impl SqlTxn {
+    /// The connection inside the transaction, for the user's statements
+    /// (`sqlx::query(…).execute(tx.conn())`).
+    pub fn conn(&mut self) -> &mut AnyConnection {
+        &mut self.tx
+    }
+
+    /// The dialect (placeholders differ: [`Dialect::placeholder`]).
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// The batch id.
+    pub fn batch_id(&self) -> u64 {
+        self.batch_id
+    }
+
+    /// Inserts records into `sink` inside this transaction. Returns the number inserted.
+    pub async fn insert_records<'a>(
+        &mut self,
+        sink: &SinkTable,
+        rows: impl IntoIterator<Item = SinkRow<'a>>,
+    ) -> Result<u64, StoreError> {
+        let mut rows = rows.into_iter().peekable();
+        let mut n = 0u64;
+        while rows.peek().is_some() {
+            let chunk: Vec<SinkRow<'a>> = rows.by_ref().take(SINK_CHUNK).collect();
+            let mut sql = format!(
+                "INSERT INTO {} (topic, partition_id, record_offset, timestamp_ms, record_key, record_value) VALUES ",
+                sink.name
+            );
+            for i in 0..chunk.len() {
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                let b = i * 6;
+                sql.push('(');
+                for j in 1..=6 {
+                    if j > 1 {
+                        sql.push_str(", ");
+                    }
+                    sql.push_str(&self.dialect.placeholder(b + j));
+                }
+                sql.push(')');
+            }
+            let mut q = sqlx::query(&sql);
+            for r in &chunk {
+                q = q
+                    .bind(r.topic)
+                    .bind(r.partition)
+                    .bind(r.offset)
+                    .bind(r.timestamp_ms)
+                    .bind(r.key)
+                    .bind(r.value);
+            }
+            let first = chunk[0];
+            q.execute(&mut *self.tx).await.map_err(|source| {
+                StoreError::from(StoreErrorKind::Sql {
+                    database: self.database.clone(),
+                    table: sink.name.clone(),
+                    context: format!(
+                        "insert batch {} records from {}-{} at offset {}",
+                        self.batch_id, first.topic, first.partition, first.offset
+                    ),
+                    source,
+                })
+            })?;
+            n += chunk.len() as u64;
+        }
+        Ok(n)
+    }
+
+    /// Commits the offsets and the user's writes together.
+    pub async fn commit(self) -> Result<(), StoreError> {
+        let SqlTxn {
+            tx,
+            batch_id,
+            database,
+            table,
+            ..
+        } = self;
+        tx.commit().await.map_err(|source| {
+            StoreErrorKind::Sql {
+                database,
+                table,
+                context: format!("commit batch {batch_id}"),
+                source,
+            }
+            .into()
+        })
+    }
+
+    /// Rolls everything back.
+    pub async fn rollback(self) {
+        let _ = self.tx.rollback().await;
+    }
+}
+
+impl OffsetStore for SqlStore {
+    fn describe(&self) -> String {
+        format!(
+            "{} table {} (group '{}')",
+            self.database, self.table, self.group
+        )
+    }
+
+    async fn load(&self, topics: &[String]) -> Result<Committed, StoreError> {
+        let mut c = Committed::default();
+        for (t, p, o, b, _) in self.load_rows().await? {
+            c.batch_id = Some(c.batch_id.map_or(b as u64, |x: u64| x.max(b as u64)));
+            c.positions.insert(TopicPartition::new(t, p), o);
+        }
+        c.retain_topics(topics);
+        Ok(c)
+    }
+
+    async fn log_plan(&self, _batch: &Batch) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn commit(&self, batch: &Batch) -> Result<CommitOutcome, StoreError> {
+        match self.begin(batch).await? {
+            Begun::AlreadyCommitted => Ok(CommitOutcome::AlreadyCommitted),
+            Begun::Open(tx) => {
+                tx.commit().await?;
+                Ok(CommitOutcome::Committed)
+            }
+        }
+    }
+
+    async fn set_positions(&self, batch_id: u64, positions: &Positions) -> Result<(), StoreError> {
+        let t = &self.table;
+        let d = self.dialect;
+        let b = batch_id_i64(batch_id)?;
+        let values = format!(
+            "({}, {}, {}, {}, {}, {})",
+            d.placeholder(1),
+            d.placeholder(2),
+            d.placeholder(3),
+            d.placeholder(4),
+            d.placeholder(5),
+            d.now()
+        );
+        let sql = match d {
+            Dialect::MySql => format!(
+                "INSERT INTO {t} (group_id, topic, partition_id, next_offset, batch_id, updated_at) VALUES {values} \
+                 ON DUPLICATE KEY UPDATE next_offset = VALUES(next_offset), batch_id = VALUES(batch_id), updated_at = VALUES(updated_at)"
+            ),
+            _ => format!(
+                "INSERT INTO {t} (group_id, topic, partition_id, next_offset, batch_id, updated_at) VALUES {values} \
+                 ON CONFLICT (group_id, topic, partition_id) DO UPDATE SET next_offset = excluded.next_offset, \
+                 batch_id = excluded.batch_id, updated_at = excluded.updated_at"
+            ),
+        };
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(self.err(t, "begin transaction"))?;
+        for (tp, &o) in positions {
+            sqlx::query(&sql)
+                .bind(&self.group)
+                .bind(&tp.topic)
+                .bind(tp.partition)
+                .bind(o)
+                .bind(b)
+                .execute(&mut *tx)
+                .await
+                .map_err(self.err(t, format!("set group '{}' {tp} to {o}", self.group)))?;
+        }
+        tx.commit().await.map_err(self.err(t, "commit transaction"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_and_checks_names() {
+        assert_eq!(redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
+        assert_eq!(redact("mysql://root@h/db"), "mysql://root@h/db");
+        assert!(identifier("t", "kdirect_offsets").is_ok());
+        assert!(identifier("t", "x; DROP TABLE y").is_err());
+        assert!(identifier("t", "1abc").is_err());
+    }
+}
