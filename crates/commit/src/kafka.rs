@@ -236,13 +236,12 @@ impl KafkaGroupStore {
         Ok(out)
     }
 
-    /// The group's committed offsets of `topics` (each with its partitions; empty: all topics
-    /// the group has offsets for), with the batch id from the metadata.
+    /// The group's committed offsets of `topics` (each with its partitions), with the batch id
+    /// from the metadata.
     async fn fetch(
         &self,
         topics: &[(String, Vec<i32>)],
     ) -> Result<(Positions, Option<u64>), StoreError> {
-        let all = topics.is_empty();
         self.with_retry(|conn| async move {
             let version = conn
                 .version::<OffsetFetch>()
@@ -251,17 +250,7 @@ impl KafkaGroupStore {
                 .iter()
                 .map(|(t, ps)| (t.as_str(), ps.clone()))
                 .collect();
-            let mut req = offset_fetch::request(&self.group, &asked, version);
-            if all {
-                // Null topics: every topic the group has offsets for (v2+).
-                if version >= 8 {
-                    for g in &mut req.groups {
-                        g.topics = None;
-                    }
-                } else {
-                    req.topics = None;
-                }
-            }
+            let req = offset_fetch::request(&self.group, &asked, version);
             let resp = conn
                 .request_at::<OffsetFetch>(&req, version)
                 .await
@@ -355,15 +344,28 @@ impl OffsetStore for KafkaGroupStore {
     }
 
     async fn load(&self, topics: &[String]) -> Result<Committed, StoreError> {
-        let asked = if topics.is_empty() {
-            Vec::new()
+        let topics: Vec<String> = if topics.is_empty() {
+            // Every topic of the cluster: Kafka cannot list a group's topics without the group
+            // APIs, and a null topic list in OffsetFetch is not answered alike by every broker.
+            let view = self
+                .cluster
+                .refresh(None)
+                .await
+                .map_err(|e| self.kafka_err(e))?;
+            view.topics
+                .iter()
+                .filter(|(name, t)| t.error.is_ok() && !name.starts_with("__"))
+                .map(|(name, _)| name.clone())
+                .collect()
         } else {
-            self.partitions(topics).await?
+            topics.to_vec()
         };
-        let (mut positions, batch_id) = self.fetch(&asked).await?;
-        if !topics.is_empty() {
-            positions.retain(|tp, _| topics.contains(&tp.topic));
+        if topics.is_empty() {
+            return Ok(Committed::default());
         }
+        let asked = self.partitions(&topics).await?;
+        let (mut positions, batch_id) = self.fetch(&asked).await?;
+        positions.retain(|tp, _| topics.contains(&tp.topic));
         Ok(Committed {
             batch_id,
             positions,

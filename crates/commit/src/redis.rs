@@ -34,19 +34,24 @@ const COMMIT_SCRIPT: &str = r#"
 local batch = ARGV[1]
 local n = #KEYS - 2
 local already = 0
+local nonempty = 0
 local stored_batch = redis.call('HGET', KEYS[1], 'batch_id')
 for i = 1, n do
   local a = 2 + (i - 1) * 4
+  local from = ARGV[a + 3]
+  local untl = ARGV[a + 4]
+  if from ~= untl then nonempty = nonempty + 1 end
   local cur = redis.call('HGET', KEYS[2 + i], ARGV[a + 2])
-  if cur ~= false and cur ~= ARGV[a + 3] then
-    if cur == ARGV[a + 4] and stored_batch == batch then
+  if cur ~= false and cur ~= from then
+    if cur == untl and stored_batch == batch then
       already = already + 1
     else
       return {'conflict', tostring(i), cur}
     end
   end
 end
-if n > 0 and already == n then return {'already'} end
+-- Every non-empty range already at its end with this batch id: an earlier commit.
+if nonempty > 0 and already == nonempty then return {'already'} end
 for i = 1, n do
   local a = 2 + (i - 1) * 4
   redis.call('HSET', KEYS[2 + i], ARGV[a + 2], ARGV[a + 4])

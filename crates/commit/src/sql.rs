@@ -360,7 +360,10 @@ impl SqlStore {
             d.placeholder(5),
             d.now()
         );
+        // Non-empty ranges already at `until` with this batch id: an earlier commit of the batch
+        // (empty ranges say nothing either way).
         let mut already = 0usize;
+        let nonempty = batch.ranges.iter().filter(|r| r.from != r.until).count();
         for r in &batch.ranges {
             let ctx = || {
                 format!(
@@ -412,7 +415,9 @@ impl SqlStore {
                     let stored: i64 = row.try_get(0).map_err(self.err(t, ctx()))?;
                     let stored_batch: i64 = row.try_get(1).map_err(self.err(t, ctx()))?;
                     if stored == r.until && stored_batch == batch_id {
-                        already += 1;
+                        if r.from != r.until {
+                            already += 1;
+                        }
                     } else {
                         let _ = tx.rollback().await;
                         return Err(conflict(&self.describe(), r, Some(stored)));
@@ -420,7 +425,7 @@ impl SqlStore {
                 }
             }
         }
-        if already > 0 && already == batch.ranges.len() {
+        if nonempty > 0 && already == nonempty {
             let _ = tx.rollback().await;
             return Ok(Begun::AlreadyCommitted);
         }
@@ -433,24 +438,23 @@ impl SqlStore {
         }))
     }
 
-    /// Commits `batch` with the user's writes done by `write` inside the offsets' transaction;
-    /// `write` is not called if the batch is already committed.
-    pub async fn commit_with<F>(&self, batch: &Batch, write: F) -> Result<CommitOutcome, StoreError>
+    /// Commits `batch` with the user's writes done by `write` inside the offsets' transaction:
+    /// `write` gets the open transaction and hands it back to be committed (an error, or
+    /// dropping it, rolls everything back). `write` is not called if the batch is already
+    /// committed.
+    pub async fn commit_with<F, Fut>(
+        &self,
+        batch: &Batch,
+        write: F,
+    ) -> Result<CommitOutcome, StoreError>
     where
-        F: for<'t> FnOnce(
-            &'t mut SqlTxn,
-        ) -> std::pin::Pin<
-            Box<dyn std::future::Future<Output = Result<(), StoreError>> + Send + 't>,
-        >,
+        F: FnOnce(SqlTxn) -> Fut,
+        Fut: std::future::Future<Output = Result<SqlTxn, StoreError>>,
     {
         match self.begin(batch).await? {
             Begun::AlreadyCommitted => Ok(CommitOutcome::AlreadyCommitted),
-            Begun::Open(mut tx) => {
-                if let Err(e) = write(&mut tx).await {
-                    tx.rollback().await;
-                    return Err(e);
-                }
-                tx.commit().await?;
+            Begun::Open(tx) => {
+                write(tx).await?.commit().await?;
                 Ok(CommitOutcome::Committed)
             }
         }
@@ -500,7 +504,6 @@ impl SqlStore {
 
 /// The result of [`SqlStore::begin`].
 #[derive(Debug)]
-#[non_exhaustive]
 pub enum Begun {
     /// The offsets are written (not yet committed): add the user's writes, then commit.
     Open(SqlTxn),

@@ -1,0 +1,89 @@
+//! The behaviour every store shares, run against each of them.
+#![allow(dead_code)]
+
+use kdirect_commit::{
+    Batch, CommitOutcome, OffsetRange, OffsetStore, Positions, StoreErrorKind, Stored,
+    TopicPartition,
+};
+
+pub fn batch(id: u64, topic: &str, ranges: &[(i32, i64, i64)]) -> Batch {
+    Batch::new(
+        id,
+        ranges
+            .iter()
+            .map(|&(p, f, u)| OffsetRange::new(topic, p, f, u))
+            .collect(),
+    )
+}
+
+pub fn pos(topic: &str, ps: &[(i32, i64)]) -> Positions {
+    ps.iter()
+        .map(|&(p, o)| (TopicPartition::new(topic, p), o))
+        .collect()
+}
+
+/// Load on empty, commit, load, idempotent re-commit, CAS conflict from a second writer (and a
+/// zombie replaying an old batch), set_positions, commit from the new positions.
+/// `a` and `b` are two handles (two writers) on the same group.
+pub async fn exercise<S: OffsetStore>(a: &S, b: &S, topic: &str) {
+    let topics = vec![topic.to_owned()];
+    let c = a.load(&topics).await.unwrap();
+    assert_eq!(c.batch_id, None, "{}", a.describe());
+    assert!(c.positions.is_empty());
+    assert_eq!(c.next_batch_id(), 0);
+
+    let b0 = batch(0, topic, &[(0, 0, 10), (1, 0, 7), (2, 0, 0)]);
+    a.log_plan(&b0).await.unwrap();
+    assert_eq!(a.commit(&b0).await.unwrap(), CommitOutcome::Committed);
+    let c = b.load(&topics).await.unwrap();
+    assert_eq!(c.batch_id, Some(0));
+    assert_eq!(c.positions, pos(topic, &[(0, 10), (1, 7), (2, 0)]));
+    assert_eq!(c.next_batch_id(), 1);
+
+    // The same batch again (a retried commit): nothing written, no error.
+    assert_eq!(
+        a.commit(&b0).await.unwrap(),
+        CommitOutcome::AlreadyCommitted
+    );
+
+    // The second writer commits batch 1; the first, still at its own batch 1 from the old
+    // positions with other ranges, is refused.
+    let b1 = batch(1, topic, &[(0, 10, 20), (1, 7, 9), (2, 0, 1)]);
+    b.log_plan(&b1).await.unwrap();
+    assert_eq!(b.commit(&b1).await.unwrap(), CommitOutcome::Committed);
+    let zombie = batch(2, topic, &[(0, 10, 15), (1, 7, 8), (2, 0, 0)]);
+    let e = match a.log_plan(&zombie).await {
+        Err(e) => e,
+        Ok(()) => a.commit(&zombie).await.unwrap_err(),
+    };
+    match e.kind() {
+        StoreErrorKind::Conflict {
+            topic: t,
+            partition,
+            expected_from,
+            stored,
+            ..
+        } => {
+            assert_eq!(t, topic);
+            assert_eq!(*partition, 0);
+            assert_eq!(*expected_from, 10);
+            assert_eq!(*stored, Stored(Some(20)));
+        }
+        other => panic!("{}: expected a conflict, got {other:?}", a.describe()),
+    }
+    assert!(e.to_string().contains(&format!("{topic}-0")), "{e}");
+    let c = a.load(&topics).await.unwrap();
+    assert_eq!(c.positions, pos(topic, &[(0, 20), (1, 9), (2, 1)]));
+    assert_eq!(c.batch_id, Some(1));
+
+    // Administration: set one partition, others keep theirs; the stream continues from there.
+    a.set_positions(2, &pos(topic, &[(1, 100)])).await.unwrap();
+    let c = a.load(&topics).await.unwrap();
+    assert_eq!(c.positions, pos(topic, &[(0, 20), (1, 100), (2, 1)]));
+    assert_eq!(c.batch_id, Some(2));
+    let b3 = batch(3, topic, &[(0, 20, 25), (1, 100, 110), (2, 1, 1)]);
+    a.log_plan(&b3).await.unwrap();
+    assert_eq!(a.commit(&b3).await.unwrap(), CommitOutcome::Committed);
+    let c = b.load(&[]).await.unwrap();
+    assert_eq!(c.positions, pos(topic, &[(0, 25), (1, 110), (2, 1)]));
+}

@@ -1,0 +1,128 @@
+//! The Kafka-group store against librdkafka's mock cluster: the common behaviour, offsets
+//! visible to librdkafka's own consumer (`committed_offsets` — what standard tooling sees),
+//! and retried coordinator errors.
+use std::sync::Arc;
+use std::time::Duration;
+
+use kdirect_commit::kafka::KafkaGroupStore;
+use kdirect_commit::{CommitOutcome, OffsetStore, StoreErrorKind};
+use kdirect_engine::cluster::Cluster;
+use kdirect_engine::conn::ConnConfig;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::DefaultProducerContext;
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::common::{batch, exercise, pos};
+use crate::support::{rt, unique};
+
+fn mock(topic: &str) -> MockCluster<'static, DefaultProducerContext> {
+    let m = MockCluster::new(3).expect("start librdkafka mock cluster");
+    m.create_topic(topic, 3, 1).unwrap();
+    m
+}
+
+async fn store(bootstrap: &str, group: &str) -> KafkaGroupStore {
+    let config = ConnConfig {
+        request_timeout: Duration::from_secs(10),
+        ..ConnConfig::default()
+    };
+    let cluster = Cluster::connect(&[bootstrap.to_owned()], config)
+        .await
+        .unwrap();
+    KafkaGroupStore::new(Arc::new(cluster), group).with_backoff(Duration::from_millis(20))
+}
+
+/// What librdkafka's consumer sees for `group`: (partition, offset, metadata).
+fn committed_by_librdkafka(bootstrap: &str, group: &str, topic: &str) -> Vec<(i32, i64, String)> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..3 {
+        tpl.add_partition(topic, p);
+    }
+    let got = consumer
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .unwrap();
+    got.elements()
+        .iter()
+        .map(|e| {
+            let o = match e.offset() {
+                Offset::Offset(o) => o,
+                _ => -1,
+            };
+            (e.partition(), o, e.metadata().to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn kafka_group_store() {
+    let topic = unique("t");
+    let group = unique("g");
+    let m = mock(&topic);
+    let bootstrap = m.bootstrap_servers();
+    rt().block_on(async {
+        let a = store(&bootstrap, &group).await;
+        let b = store(&bootstrap, &group).await;
+        exercise(&a, &b, &topic).await;
+    });
+    let seen = committed_by_librdkafka(&bootstrap, &group, &topic);
+    assert_eq!(
+        seen,
+        vec![
+            (0, 25, "kdirect:batch=3".to_owned()),
+            (1, 110, "kdirect:batch=3".to_owned()),
+            (2, 1, "kdirect:batch=3".to_owned()),
+        ]
+    );
+}
+
+#[test]
+fn kafka_retries_coordinator_errors() {
+    let topic = unique("t");
+    let group = unique("g");
+    let m = mock(&topic);
+    let bootstrap = m.bootstrap_servers();
+    rt().block_on(async {
+        let s = store(&bootstrap, &group).await;
+        let coordinator_errors = [
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_COORDINATOR,
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS,
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE,
+        ];
+        // (Not FindCoordinator: librdkafka's mock answers an injected FindCoordinator error
+        // with a null host, which kafka-protocol refuses to decode.)
+        m.request_errors(RDKafkaApiKey::OffsetFetch, &coordinator_errors);
+        assert!(s
+            .load(std::slice::from_ref(&topic))
+            .await
+            .unwrap()
+            .positions
+            .is_empty());
+        m.request_errors(RDKafkaApiKey::OffsetCommit, &coordinator_errors);
+        let b0 = batch(0, &topic, &[(0, 0, 5), (1, 0, 6), (2, 0, 7)]);
+        assert_eq!(s.commit(&b0).await.unwrap(), CommitOutcome::Committed);
+        let c = s.load(std::slice::from_ref(&topic)).await.unwrap();
+        assert_eq!(c.positions, pos(&topic, &[(0, 5), (1, 6), (2, 7)]));
+        assert_eq!(c.batch_id, Some(0));
+
+        // A non-retriable error is returned at once, naming the group and the partition.
+        m.request_errors(
+            RDKafkaApiKey::OffsetCommit,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED],
+        );
+        let b1 = batch(1, &topic, &[(0, 5, 6)]);
+        let e = s.commit(&b1).await.unwrap_err();
+        assert!(matches!(e.kind(), StoreErrorKind::KafkaCode { .. }), "{e}");
+        assert!(e.to_string().contains(&group), "{e}");
+        assert!(e.to_string().contains("GROUP_AUTHORIZATION_FAILED"), "{e}");
+    });
+    let seen = committed_by_librdkafka(&bootstrap, &group, &topic);
+    assert_eq!(seen.iter().map(|s| s.1).collect::<Vec<_>>(), vec![5, 6, 7]);
+}

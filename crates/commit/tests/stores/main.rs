@@ -1,0 +1,11 @@
+//! Integration tests of every store against the real thing: the file system, PostgreSQL,
+//! MariaDB, Redis (each skipped, with a printed reason, only when its variable is unset) and
+//! librdkafka's mock cluster for Kafka group offsets. One binary, helpers in `support`.
+mod checkpoint;
+mod common;
+mod kafka;
+#[cfg(feature = "redis")]
+mod redis;
+#[cfg(feature = "sql")]
+mod sql;
+mod support;

@@ -1,0 +1,40 @@
+//! The Redis store against `KDIRECT_TEST_REDIS`.
+use kdirect_commit::redis::RedisStore;
+use kdirect_commit::{open_store, OffsetStore, OpenOptions};
+
+use crate::common::{batch, exercise};
+use crate::support::{rt, service, unique};
+
+#[test]
+fn redis_store() {
+    let Some(url) = service("KDIRECT_TEST_REDIS", "redis_store") else {
+        return;
+    };
+    rt().block_on(async {
+        let group = unique("g");
+        let a = open_store(&url, &group, &OpenOptions::default())
+            .await
+            .unwrap();
+        let b = open_store(&url, &group, &OpenOptions::default())
+            .await
+            .unwrap();
+        exercise(&a, &b, &unique("topic")).await;
+
+        // Two writers at once on the same batch: the script is atomic, one wins.
+        let group = unique("g");
+        let topic = unique("t");
+        let a = RedisStore::connect(&url, &group).await.unwrap();
+        let b = RedisStore::connect(&url, &group).await.unwrap();
+        a.commit(&batch(0, &topic, &[(0, 0, 10)])).await.unwrap();
+        let (one, other) = (
+            batch(1, &topic, &[(0, 10, 20)]),
+            batch(1, &topic, &[(0, 10, 15)]),
+        );
+        let (ra, rb) = tokio::join!(a.commit(&one), b.commit(&other));
+        assert_eq!(
+            [ra.is_ok(), rb.is_ok()].iter().filter(|x| **x).count(),
+            1,
+            "{ra:?} {rb:?}"
+        );
+    });
+}

@@ -1,0 +1,200 @@
+//! SQL stores against SQLite (a temp file), PostgreSQL (`KDIRECT_TEST_POSTGRES`) and
+//! MariaDB/MySQL (`KDIRECT_TEST_MYSQL`): the common behaviour, the transactional exactly-once
+//! API with the sink table, and two writers racing on the same batch.
+use kdirect_commit::sql::sqlx::{self, Row};
+use kdirect_commit::sql::{Begun, SinkRow, SqlStore};
+use kdirect_commit::{open_store, CommitOutcome, OffsetStore, OpenOptions, StoreErrorKind};
+
+use crate::common::{batch, exercise, pos};
+use crate::support::{rt, service, tmpdir, unique};
+
+async fn common(url: &str) {
+    let group = unique("g");
+    let a = open_store(url, &group, &OpenOptions::default())
+        .await
+        .unwrap();
+    let b = open_store(url, &group, &OpenOptions::default())
+        .await
+        .unwrap();
+    assert!(a.as_sql().is_some());
+    exercise(&a, &b, &unique("topic")).await;
+}
+
+async fn count(store: &SqlStore, table: &str) -> i64 {
+    let row = sqlx::query(&format!("SELECT COUNT(*) FROM {table}"))
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    row.try_get::<i64, _>(0).unwrap()
+}
+
+/// Records and offsets in one transaction: a conflict writes neither; an already committed
+/// batch skips the user's writes; a re-run after a rollback stores each record once.
+async fn transactional(url: &str) {
+    let group = unique("g");
+    let topic = unique("t");
+    let table = unique("sink");
+    let store = SqlStore::connect(url, &group).await.unwrap();
+    let sink = store.sink_table(&table).await.unwrap();
+    let keys: Vec<Vec<u8>> = (0..500).map(|i| format!("k{i}").into_bytes()).collect();
+    let rows = |from: i64, until: i64| -> Vec<SinkRow<'_>> {
+        (from..until)
+            .map(|o| SinkRow {
+                topic: &topic,
+                partition: 0,
+                offset: o,
+                timestamp_ms: 1_700_000_000_000 + o,
+                key: if o % 7 == 0 {
+                    None
+                } else {
+                    Some(&keys[o as usize])
+                },
+                value: Some(b"value"),
+            })
+            .collect()
+    };
+
+    // Batch 0: a crash before commit (the transaction is dropped): nothing stored.
+    let b0 = batch(0, &topic, &[(0, 0, 300)]);
+    match store.begin(&b0).await.unwrap() {
+        Begun::Open(mut tx) => {
+            tx.insert_records(&sink, rows(0, 300)).await.unwrap();
+            drop(tx);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(count(&store, &table).await, 0);
+    assert!(store.load(&[]).await.unwrap().positions.is_empty());
+
+    // The re-run commits records and offsets together.
+    match store.begin(&b0).await.unwrap() {
+        Begun::Open(mut tx) => {
+            assert_eq!(tx.insert_records(&sink, rows(0, 300)).await.unwrap(), 300);
+            // The user's own statement in the same transaction.
+            let sql = format!(
+                "UPDATE {table} SET record_value = {} WHERE record_offset = {}",
+                tx.dialect().placeholder(1),
+                tx.dialect().placeholder(2)
+            );
+            sqlx::query(&sql)
+                .bind(b"first".to_vec())
+                .bind(0_i64)
+                .execute(tx.conn())
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(count(&store, &table).await, 300);
+    // Committed already: the user's writes are skipped.
+    assert!(matches!(
+        store.begin(&b0).await.unwrap(),
+        Begun::AlreadyCommitted
+    ));
+    let out = store
+        .commit_with(&b0, |_tx| async { panic!("must not run") })
+        .await
+        .unwrap();
+    assert_eq!(out, CommitOutcome::AlreadyCommitted);
+
+    // A zombie's batch 1 from a stale position: conflict, and its records are not stored.
+    let stale = batch(1, &topic, &[(0, 100, 400)]);
+    let e = store.begin(&stale).await.unwrap_err();
+    assert!(e.is_conflict(), "{e}");
+    let e = store
+        .commit_with(&stale, |_tx| async { panic!("must not run") })
+        .await
+        .unwrap_err();
+    assert!(e.is_conflict(), "{e}");
+
+    let b1 = batch(1, &topic, &[(0, 300, 500)]);
+    let out = store
+        .commit_with(&b1, |mut tx| async {
+            tx.insert_records(&sink, rows(300, 500)).await?;
+            Ok(tx)
+        })
+        .await
+        .unwrap();
+    assert_eq!(out, CommitOutcome::Committed);
+    assert_eq!(count(&store, &table).await, 500);
+    let c = store.load(std::slice::from_ref(&topic)).await.unwrap();
+    assert_eq!(c.positions, pos(&topic, &[(0, 500)]));
+    assert_eq!(c.batch_id, Some(1));
+    // Every offset exactly once, nulls kept.
+    let row = sqlx::query(&format!(
+        "SELECT COUNT(DISTINCT record_offset), MIN(record_offset), MAX(record_offset), \
+         COUNT(record_key) FROM {table}"
+    ))
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(row.try_get::<i64, _>(0).unwrap(), 500);
+    assert_eq!(row.try_get::<i64, _>(1).unwrap(), 0);
+    assert_eq!(row.try_get::<i64, _>(2).unwrap(), 499);
+    assert_eq!(
+        row.try_get::<i64, _>(3).unwrap(),
+        500 - 72,
+        "null keys stay null"
+    );
+    let _ = sqlx::query(&format!("DROP TABLE {table}"))
+        .execute(store.pool())
+        .await;
+}
+
+/// Two writers begin the same batch at once: exactly one commits, the other gets a conflict
+/// (its rows lock waits for the first's transaction).
+async fn race(url: &str) {
+    let group = unique("g");
+    let topic = unique("t");
+    let a = SqlStore::connect(url, &group).await.unwrap();
+    let b = SqlStore::connect(url, &group).await.unwrap();
+    a.commit(&batch(0, &topic, &[(0, 0, 10)])).await.unwrap();
+    let b1 = batch(1, &topic, &[(0, 10, 20)]);
+    let b1_other = batch(1, &topic, &[(0, 10, 15)]);
+    let (ra, rb) = tokio::join!(a.commit(&b1), b.commit(&b1_other));
+    let oks = [ra.is_ok(), rb.is_ok()].iter().filter(|x| **x).count();
+    assert_eq!(oks, 1, "exactly one writer wins: {ra:?} {rb:?}");
+    for r in [ra, rb] {
+        if let Err(e) = r {
+            assert!(matches!(e.kind(), StoreErrorKind::Conflict { .. }), "{e}");
+        }
+    }
+}
+
+#[test]
+fn sqlite_store() {
+    let dir = tmpdir("sqlite");
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite:{}", dir.join("offsets.db").display());
+    rt().block_on(async {
+        common(&url).await;
+        transactional(&url).await;
+        race(&url).await;
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn postgres_store() {
+    let Some(url) = service("KDIRECT_TEST_POSTGRES", "postgres_store") else {
+        return;
+    };
+    rt().block_on(async {
+        common(&url).await;
+        transactional(&url).await;
+        race(&url).await;
+    });
+}
+
+#[test]
+fn mysql_store() {
+    let Some(url) = service("KDIRECT_TEST_MYSQL", "mysql_store") else {
+        return;
+    };
+    rt().block_on(async {
+        common(&url).await;
+        transactional(&url).await;
+        race(&url).await;
+    });
+}
