@@ -269,13 +269,17 @@ pub struct CheckpointStore {
 struct Inner {
     dir: PathBuf,
     retention: usize,
-    /// Serializes this process's writers; other processes are caught by the atomic creates.
-    lock: Mutex<()>,
+    /// What the directory holds, as of this process's last read or write (`None`: read it
+    /// again). The mutex serializes this process's writers; other processes are caught by the
+    /// atomic creates, after which the state is read again.
+    state: Mutex<Option<DiskState>>,
 }
 
-/// What the directory holds, read from disk.
-#[derive(Debug)]
+/// What the directory holds.
+#[derive(Debug, Clone)]
 struct DiskState {
+    /// The oldest retained batch id.
+    oldest: Option<u64>,
     /// Latest commit: its id and the whole state.
     committed: Option<(u64, Positions)>,
     /// Latest offsets file id.
@@ -325,7 +329,7 @@ impl CheckpointStore {
             inner: Arc::new(Inner {
                 dir,
                 retention: retention.max(1),
-                lock: Mutex::new(()),
+                state: Mutex::new(None),
             }),
         })
     }
@@ -359,9 +363,19 @@ impl CheckpointStore {
         }
     }
 
-    /// The committed state, read synchronously.
+    fn state(&self) -> std::sync::MutexGuard<'_, Option<DiskState>> {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The committed state, read synchronously. Every retained file is read and checked.
     pub fn load_sync(&self) -> Result<Committed, StoreError> {
+        let mut slot = self.state();
+        *slot = None;
         let s = self.inner.read_state()?;
+        *slot = Some(s.clone());
         Ok(Committed {
             batch_id: s.committed.as_ref().map(|(id, _)| *id),
             positions: s.committed.map(|(_, p)| p).unwrap_or_default(),
@@ -371,22 +385,26 @@ impl CheckpointStore {
 
     /// Logs a plan, synchronously.
     pub fn log_plan_sync(&self, batch: &Batch) -> Result<(), StoreError> {
-        let _g = self
-            .inner
-            .lock
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        self.inner.log_plan(batch, &self.inner.read_state()?)
+        let mut slot = self.state();
+        // The cached state may be stale if another process wrote: on an error, read the
+        // directory again and decide on what it holds.
+        let fresh = slot.is_none();
+        let mut result = self.inner.log_plan_on(batch, &mut slot);
+        if result.is_err() && !fresh {
+            result = self.inner.log_plan_on(batch, &mut slot);
+        }
+        result
     }
 
     /// Commits, synchronously.
     pub fn commit_sync(&self, batch: &Batch) -> Result<CommitOutcome, StoreError> {
-        let _g = self
-            .inner
-            .lock
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        self.inner.commit(batch)
+        let mut slot = self.state();
+        let fresh = slot.is_none();
+        let mut result = self.inner.commit_on(batch, &mut slot);
+        if result.is_err() && !fresh {
+            result = self.inner.commit_on(batch, &mut slot);
+        }
+        result
     }
 }
 
@@ -464,6 +482,52 @@ impl Inner {
         Ok(ids)
     }
 
+    fn log_plan_on(&self, batch: &Batch, slot: &mut Option<DiskState>) -> Result<(), StoreError> {
+        let mut s = self.cached(slot)?;
+        match self.log_plan(batch, &s) {
+            Ok(true) => {
+                s.latest_offsets = Some(batch.id);
+                s.oldest = s.oldest.or(Some(batch.id));
+                s.pending = Some(batch.clone());
+                *slot = Some(s);
+                Ok(())
+            }
+            Ok(false) => Ok(()),
+            Err(e) => {
+                *slot = None;
+                Err(e)
+            }
+        }
+    }
+
+    fn commit_on(
+        &self,
+        batch: &Batch,
+        slot: &mut Option<DiskState>,
+    ) -> Result<CommitOutcome, StoreError> {
+        let s = self.cached(slot)?;
+        match self.commit(batch, s) {
+            Ok((outcome, next)) => {
+                *slot = next;
+                Ok(outcome)
+            }
+            Err(e) => {
+                *slot = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// The cached state, read from disk if there is none.
+    fn cached(&self, slot: &mut Option<DiskState>) -> Result<DiskState, StoreError> {
+        if let Some(s) = slot.as_ref() {
+            return Ok(s.clone());
+        }
+        let s = self.read_state()?;
+        *slot = Some(s.clone());
+        Ok(s)
+    }
+
     fn read_state(&self) -> Result<DiskState, StoreError> {
         let offsets = self.ids("offsets")?;
         let commits = self.ids("commits")?;
@@ -524,7 +588,12 @@ impl Inner {
             )),
             None => None,
         };
+        let oldest = match (offsets.first(), commits.first()) {
+            (Some(&a), Some(&b)) => Some(a.min(b)),
+            (a, b) => a.or(b).copied(),
+        };
         Ok(DiskState {
+            oldest,
             committed,
             latest_offsets: last_o,
             pending,
@@ -539,7 +608,15 @@ impl Inner {
         }
     }
 
-    fn log_plan(&self, batch: &Batch, s: &DiskState) -> Result<(), StoreError> {
+    /// Logs `batch` on top of state `s`. `Ok(false)`: the batch is already committed with the
+    /// same positions (nothing written).
+    fn log_plan(&self, batch: &Batch, s: &DiskState) -> Result<bool, StoreError> {
+        if let Some((c, _)) = &s.committed {
+            if batch.id <= *c {
+                self.recommit(batch)?;
+                return Ok(false);
+            }
+        }
         if let Some(next) = self.expected_next(s) {
             if batch.id != next {
                 return Err(StoreErrorKind::BatchOrder {
@@ -561,13 +638,13 @@ impl Inner {
             offsets: untils(&batch.ranges),
         };
         match create_new(&self.dir.join("offsets"), &path, file.encode().as_bytes()) {
-            Ok(()) => Ok(()),
+            Ok(()) => Ok(true),
             Err(e) if matches!(e.kind(), StoreErrorKind::AlreadyExists { .. }) => {
                 // A re-run of the logged batch logs the same ranges again: fine. Other ranges
                 // mean another writer planned this batch.
                 let existing = self.read_file(&path, batch.id)?;
                 if sorted(existing.ranges()) == sorted(batch.ranges.clone()) {
-                    Ok(())
+                    Ok(true)
                 } else {
                     Err(StoreErrorKind::AlreadyExists {
                         path,
@@ -583,31 +660,43 @@ impl Inner {
         }
     }
 
-    fn commit(&self, batch: &Batch) -> Result<CommitOutcome, StoreError> {
-        let s = self.read_state()?;
+    /// Commits `batch` on top of state `s`; gives the state after (`None` if unknown).
+    fn commit(
+        &self,
+        batch: &Batch,
+        s: DiskState,
+    ) -> Result<(CommitOutcome, Option<DiskState>), StoreError> {
         if let Some((c, _)) = &s.committed {
             if batch.id <= *c {
-                return self.recommit(batch);
+                return Ok((self.recommit(batch)?, Some(s)));
             }
         }
         // Write-ahead first if the stream did not (or the plan was already logged: no-op).
-        let logged = self.offsets_path(batch.id);
-        if !logged.exists() {
-            self.log_plan(batch, &s)?;
-        } else {
-            let existing = self.read_file(&logged, batch.id)?;
-            if sorted(existing.ranges()) != sorted(batch.ranges.clone()) {
-                return Err(StoreErrorKind::AlreadyExists {
-                    path: logged,
-                    reason: format!(
-                        "batch {} was logged with other ranges than it commits",
-                        batch.id
-                    ),
+        let logged = s.pending.as_ref().is_some_and(|p| {
+            p.id == batch.id && sorted(p.ranges.clone()) == sorted(batch.ranges.clone())
+        });
+        if !logged {
+            let path = self.offsets_path(batch.id);
+            if path.exists() {
+                let existing = self.read_file(&path, batch.id)?;
+                if sorted(existing.ranges()) != sorted(batch.ranges.clone()) {
+                    return Err(StoreErrorKind::AlreadyExists {
+                        path,
+                        reason: format!(
+                            "batch {} was logged with other ranges than it commits",
+                            batch.id
+                        ),
+                    }
+                    .into());
                 }
-                .into());
+            } else {
+                self.log_plan(batch, &s)?;
             }
         }
-        let mut state = s.committed.map(|(_, p)| p).unwrap_or_default();
+        let DiskState {
+            oldest, committed, ..
+        } = s;
+        let mut state = committed.map(|(_, p)| p).unwrap_or_default();
         check_from(&self.describe(), &state, batch)?;
         for r in &batch.ranges {
             state.insert(r.topic_partition(), r.until);
@@ -622,12 +711,20 @@ impl Inner {
         match create_new(&self.dir.join("commits"), &path, file.encode().as_bytes()) {
             Ok(()) => {}
             Err(e) if matches!(e.kind(), StoreErrorKind::AlreadyExists { .. }) => {
-                return self.recommit(batch)
+                return Ok((self.recommit(batch)?, None))
             }
             Err(e) => return Err(e),
         }
-        self.retain(batch.id)?;
-        Ok(CommitOutcome::Committed)
+        let oldest = self.retain(oldest.unwrap_or(batch.id), batch.id)?;
+        Ok((
+            CommitOutcome::Committed,
+            Some(DiskState {
+                oldest: Some(oldest),
+                committed: Some((batch.id, state)),
+                latest_offsets: Some(batch.id),
+                pending: None,
+            }),
+        ))
     }
 
     /// `batch` has an id that is already committed: the same positions are a no-op; others are
@@ -656,20 +753,21 @@ impl Inner {
         Ok(CommitOutcome::AlreadyCommitted)
     }
 
-    /// Deletes batch files older than the last `retention` batches, oldest first (so that a
-    /// crash half-way leaves no gap).
-    fn retain(&self, latest: u64) -> Result<(), StoreError> {
+    /// Deletes the files of batches `oldest..` older than the last `retention` batches, oldest
+    /// first (so that a crash half-way leaves no gap). Returns the new oldest id.
+    fn retain(&self, oldest: u64, latest: u64) -> Result<u64, StoreError> {
         let keep_from = (latest + 1).saturating_sub(self.retention as u64);
-        for sub in ["offsets", "commits"] {
-            for id in self.ids(sub)? {
-                if id >= keep_from {
-                    break;
-                }
+        for id in oldest..keep_from {
+            for sub in ["offsets", "commits"] {
                 let p = self.dir.join(sub).join(id.to_string());
-                fs::remove_file(&p).map_err(io(&p, "remove old batch file"))?;
+                match fs::remove_file(&p) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io(&p, "remove old batch file")(e)),
+                }
             }
         }
-        Ok(())
+        Ok(oldest.max(keep_from))
     }
 
     fn set_positions(&self, batch_id: u64, positions: &Positions) -> Result<(), StoreError> {
@@ -726,7 +824,8 @@ impl Inner {
             &self.commits_path(batch_id),
             commit.encode().as_bytes(),
         )?;
-        self.retain(batch_id)
+        self.retain(s.oldest.unwrap_or(batch_id), batch_id)?;
+        Ok(())
     }
 }
 
@@ -812,7 +911,8 @@ impl OffsetStore for CheckpointStore {
     async fn set_positions(&self, batch_id: u64, positions: &Positions) -> Result<(), StoreError> {
         let positions = positions.clone();
         self.blocking(move |inner| {
-            let _g = inner.lock.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut slot = inner.state.lock().unwrap_or_else(PoisonError::into_inner);
+            *slot = None;
             inner.set_positions(batch_id, &positions)
         })
         .await

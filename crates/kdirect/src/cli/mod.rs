@@ -6,8 +6,10 @@ use clap::{Parser, Subcommand};
 mod common;
 mod decode;
 mod fake_broker;
+mod lag;
 mod metadata;
 mod offsets;
+mod store;
 
 /// kdirect: read Kafka fast, never lose or double-count a record.
 #[derive(Debug, Parser)]
@@ -24,6 +26,8 @@ enum Command {
     /// Partition offsets: list earliest/latest/by-timestamp offsets.
     #[command(subcommand)]
     Offsets(offsets::Command),
+    /// Per partition: the committed position in an offset store, the log end, and the lag.
+    Lag(lag::Args),
     /// Decode a file of record batches (a Fetch response partition's `records` bytes).
     Decode(decode::Args),
     /// Serve generated data from kdirect's in-memory fake broker (a test double) until stopped.
@@ -51,6 +55,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
         Command::Metadata(a) => block_on(metadata::run(a)),
         Command::Offsets(c) => block_on(offsets::run(c)),
+        Command::Lag(a) => block_on(lag::run(a)),
         Command::Decode(a) => decode::run(a),
         Command::FakeBroker(a) => block_on(fake_broker::run(a)),
     }

@@ -1,0 +1,136 @@
+//! Commit latency per offset store: one batch of 4 partitions committed per iteration, each
+//! batch starting where the previous one ended (so every commit passes compare-and-set and
+//! writes). Named `commit/<store>/4p`.
+//!
+//! - checkpoint: on local disk (under cargo's target tmpdir), with fsync of the file and the
+//!   directory; `log_plan` runs outside the timed part, as it runs before the batch.
+//! - sqlite: a file in the same place (WAL, synchronous=FULL).
+//! - postgres / mysql / redis: `KDIRECT_TEST_POSTGRES`, `KDIRECT_TEST_MYSQL`,
+//!   `KDIRECT_TEST_REDIS`; skipped with a printed reason when unset.
+//!
+//! Besides criterion's estimates, each store prints its p50 and p99 over every timed commit.
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use kdirect::commit::{open_store, AnyStore, Batch, OffsetRange, OffsetStore, OpenOptions};
+
+const PARTITIONS: i32 = 4;
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "{prefix}_{}_{}",
+        std::process::id(),
+        nanos % 1_000_000_000_000
+    )
+}
+
+fn tmp() -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(unique("kdirect-bench-commit"));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn batch(id: u64, topic: &str) -> Batch {
+    let from = id as i64 * 100;
+    Batch::new(
+        id,
+        (0..PARTITIONS)
+            .map(|p| OffsetRange::new(topic, p, from, from + 100))
+            .collect(),
+    )
+}
+
+fn percentile(sorted: &[Duration], q: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+fn bench_store(c: &mut Criterion, name: &str, spec: Option<String>) {
+    let Some(spec) = spec else {
+        return;
+    };
+    let rt = rt();
+    let store: AnyStore = rt
+        .block_on(open_store(&spec, &unique("bench"), &OpenOptions::default()))
+        .unwrap_or_else(|e| panic!("open {name}: {e}"));
+    let topic = unique("t");
+    let mut next = 0u64;
+    let samples = Mutex::new(Vec::<Duration>::new());
+    c.bench_function(&format!("commit/{name}/{PARTITIONS}p"), |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let batch = batch(next, &topic);
+                next += 1;
+                rt.block_on(store.log_plan(&batch)).unwrap();
+                let t = Instant::now();
+                rt.block_on(store.commit(&batch)).unwrap();
+                let d = t.elapsed();
+                samples.lock().unwrap().push(d);
+                total += d;
+            }
+            total
+        })
+    });
+    let mut s = samples.into_inner().unwrap();
+    s.sort();
+    println!(
+        "commit/{name}/{PARTITIONS}p: p50 {:.3} ms, p99 {:.3} ms over {} commits",
+        percentile(&s, 0.5).as_secs_f64() * 1e3,
+        percentile(&s, 0.99).as_secs_f64() * 1e3,
+        s.len()
+    );
+}
+
+fn service(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() => Some(v),
+        _ => {
+            eprintln!("skipping its commit bench: {var} is not set");
+            None
+        }
+    }
+}
+
+fn commit(c: &mut Criterion) {
+    let dir = tmp();
+    bench_store(
+        c,
+        "checkpoint",
+        Some(format!("checkpoint:{}", dir.join("ckpt").display())),
+    );
+    bench_store(
+        c,
+        "sqlite",
+        Some(format!("sqlite:{}", dir.join("offsets.db").display())),
+    );
+    bench_store(c, "postgres", service("KDIRECT_TEST_POSTGRES"));
+    bench_store(c, "mysql", service("KDIRECT_TEST_MYSQL"));
+    bench_store(c, "redis", service("KDIRECT_TEST_REDIS"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(30)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(4));
+    targets = commit
+}
+criterion_main!(benches);

@@ -1,0 +1,74 @@
+//! Options shared by the subcommands that open an offset store (`offsets show|set|reset|
+//! migrate`, `lag`).
+use std::sync::Arc;
+use std::time::Duration;
+
+use kdirect_commit::{open_store, AnyStore, OpenOptions, StoreSpec};
+use kdirect_engine::cluster::Cluster;
+use kdirect_engine::conn::ConnConfig;
+
+use super::CliError;
+
+/// Which store, which group, and (for the `kafka` store) which cluster.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StoreArgs {
+    /// Where offsets live: `checkpoint:DIR`, `kafka`, `sqlite:PATH`, `postgres://…`,
+    /// `mysql://…` or `redis://…`.
+    #[arg(long, value_name = "SPEC", env = "KDIRECT_STORE")]
+    pub store: String,
+    /// The consumer group (ignored by `checkpoint:`, which belongs to one stream).
+    #[arg(short, long, value_name = "G")]
+    pub group: String,
+    /// Bootstrap broker(s), `HOST:PORT[,HOST:PORT…]`: needed by the `kafka` store, `lag` and
+    /// `offsets reset`.
+    #[arg(short = 'b', long, value_name = "HOST:PORT", env = "KDIRECT_BOOTSTRAP")]
+    pub bootstrap: Option<String>,
+    /// request.timeout.ms
+    #[arg(long, default_value_t = 30_000, value_name = "MS")]
+    pub request_timeout_ms: u64,
+}
+
+impl StoreArgs {
+    /// Connects to the cluster, if `-b` was given.
+    pub async fn cluster(&self) -> Result<Option<Arc<Cluster>>, CliError> {
+        let Some(b) = &self.bootstrap else {
+            return Ok(None);
+        };
+        let bootstrap: Vec<String> = b
+            .split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect();
+        let config = ConnConfig {
+            request_timeout: Duration::from_millis(self.request_timeout_ms),
+            connect_timeout: Duration::from_millis(self.request_timeout_ms.min(10_000)),
+            ..ConnConfig::default()
+        };
+        Ok(Some(Arc::new(Cluster::connect(&bootstrap, config).await?)))
+    }
+
+    /// The cluster, or an error saying `-b` is needed for `what`.
+    pub async fn require_cluster(&self, what: &str) -> Result<Arc<Cluster>, CliError> {
+        self.cluster()
+            .await?
+            .ok_or_else(|| CliError(format!("{what} needs -b HOST:PORT (or KDIRECT_BOOTSTRAP)")))
+    }
+
+    /// Opens the store `spec` (this `--store`, or another for `migrate --to`).
+    pub async fn open(
+        &self,
+        spec: &str,
+        cluster: Option<Arc<Cluster>>,
+    ) -> Result<AnyStore, CliError> {
+        let cluster = match (cluster, StoreSpec::parse(spec)?) {
+            (Some(c), _) => Some(c),
+            (None, StoreSpec::Kafka) => Some(self.require_cluster("the kafka store").await?),
+            (None, _) => None,
+        };
+        let options = OpenOptions {
+            cluster,
+            ..OpenOptions::default()
+        };
+        Ok(open_store(spec, &self.group, &options).await?)
+    }
+}
