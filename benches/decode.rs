@@ -202,10 +202,28 @@ fn group(c: &mut Criterion, name: &str, buf: Bytes, records: u64, by_elements: b
 
 fn decode(c: &mut Criterion) {
     let none = KpCompression::None;
-    group(c, "1000x100B/none", batch(1000, 100, false, none), 1000, true);
-    group(c, "1000x100B-2hdr/none", batch(1000, 100, true, none), 1000, true);
+    group(
+        c,
+        "1000x100B/none",
+        batch(1000, 100, false, none),
+        1000,
+        true,
+    );
+    group(
+        c,
+        "1000x100B-2hdr/none",
+        batch(1000, 100, true, none),
+        1000,
+        true,
+    );
     group(c, "100x1KB/none", batch(100, 1024, false, none), 100, false);
-    group(c, "10x10KB/none", batch(10, 10 * 1024, false, none), 10, false);
+    group(
+        c,
+        "10x10KB/none",
+        batch(10, 10 * 1024, false, none),
+        10,
+        false,
+    );
     for (codec, name) in [(KpCompression::Lz4, "lz4"), (KpCompression::Zstd, "zstd")] {
         group(
             c,

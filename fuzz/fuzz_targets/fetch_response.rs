@@ -19,7 +19,9 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let version = 4 + i16::from(v % 14);
-    let Ok((_correlation_id, resp)) = decode_response::<Fetch>(Bytes::copy_from_slice(frame), version) else {
+    let Ok((_correlation_id, resp)) =
+        decode_response::<Fetch>(Bytes::copy_from_slice(frame), version)
+    else {
         return;
     };
     let Ok(fetched) = view(resp, version, &HashMap::new()) else {
@@ -28,7 +30,9 @@ fuzz_target!(|data: &[u8]| {
     for p in fetched.partitions {
         let mut reader = RecordBatchReader::new(
             p.records,
-            DecodeOptions::new().check_crc(false).max_decompressed(1 << 20),
+            DecodeOptions::new()
+                .check_crc(false)
+                .max_decompressed(1 << 20),
         );
         while let Ok(Some(batch)) = reader.next_batch() {
             if let Ok(records) = reader.records(&batch) {

@@ -30,8 +30,8 @@ fuzz_target!(|data: &[u8]| {
         producer_id: pid,
         first_offset: pid,
     });
-    let mut reader =
-        RecordBatchReader::new(Bytes::copy_from_slice(records), opts).with_aborted_transactions(aborted);
+    let mut reader = RecordBatchReader::new(Bytes::copy_from_slice(records), opts)
+        .with_aborted_transactions(aborted);
     let mut sum = 0usize;
     while let Ok(Some(batch)) = reader.next_batch() {
         sum = sum.wrapping_add(batch.header().record_count as usize);

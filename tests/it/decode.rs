@@ -46,18 +46,36 @@ fn golden_records() -> Vec<Rec> {
         .flat_map(|i| format!("line {i} of a compressible value; ").into_bytes())
         .take(3000)
         .collect();
-    let rows: Vec<(Option<&[u8]>, Option<Vec<u8>>, Vec<(&str, Option<&[u8]>)>)> = vec![
+    type Row<'a> = (
+        Option<&'a [u8]>,
+        Option<Vec<u8>>,
+        Vec<(&'a str, Option<&'a [u8]>)>,
+    );
+    let rows: Vec<Row<'_>> = vec![
         (Some(b"k0"), Some(b"hello".to_vec()), vec![]),
-        (None, Some(b"null key".to_vec()), vec![("trace", Some(b"abc"))]),
+        (
+            None,
+            Some(b"null key".to_vec()),
+            vec![("trace", Some(b"abc"))],
+        ),
         (Some(b"tombstone"), None, vec![]),
         (None, None, vec![("h", None)]),
         (
             Some(b"dup"),
             Some(b"duplicate header keys".to_vec()),
-            vec![("a", Some(b"1")), ("b", Some(b"")), ("a", Some(b"2")), ("a", None)],
+            vec![
+                ("a", Some(b"1")),
+                ("b", Some(b"")),
+                ("a", Some(b"2")),
+                ("a", None),
+            ],
         ),
         (Some(b""), Some(vec![]), vec![]),
-        (Some(&[0, 159, 146, 150]), Some((0..=255u8).collect()), vec![("bin", Some(&[0xff, 0]))]),
+        (
+            Some(&[0, 159, 146, 150]),
+            Some((0..=255u8).collect()),
+            vec![("bin", Some(&[0xff, 0]))],
+        ),
         (Some(b"big"), Some(big), vec![]),
     ];
     rows.into_iter()
@@ -150,7 +168,9 @@ fn produce(bootstrap: &str, topic: &str, codec: &str) {
 fn fetch(bootstrap: &str, topic: &str, offset: i64) -> Bytes {
     const VERSION: i16 = 11;
     let mut stream = TcpStream::connect(bootstrap).expect("connect to the mock broker");
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     let header = RequestHeader::default()
         .with_request_api_key(ApiKey::Fetch as i16)
         .with_request_api_version(VERSION)

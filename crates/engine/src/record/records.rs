@@ -166,7 +166,7 @@ fn bytes_field<'a>(
 }
 
 /// Reads one header at `*pos` of `buf` (which ends where the record ends).
-#[inline]
+#[inline(always)]
 fn walk_header<'a>(buf: &'a [u8], pos: &mut usize) -> Result<Header<'a>, Fault> {
     let at = *pos;
     let klen = varint(buf, pos, Field::HeaderKey)?;

@@ -5,31 +5,35 @@
 //! They return `None` on a malformed or truncated varint and leave `pos` unchanged then; the
 //! caller turns that into a [`DecodeError`](super::DecodeError) with its own position and field.
 
-/// Reads a zigzag varint at `*pos`, advancing `pos` past it.
+/// Reads a zigzag varint at `*pos`, advancing `pos` past it. One- and two-byte values (the
+/// common lengths and deltas) take the inlined fast path.
 #[inline(always)]
 pub(crate) fn read_varint(buf: &[u8], pos: &mut usize) -> Option<i32> {
-    let b0 = *buf.get(*pos)?;
+    let p = *pos;
+    let b0 = *buf.get(p)?;
     if b0 < 0x80 {
-        *pos += 1;
+        *pos = p + 1;
         return Some(unzigzag32(u32::from(b0)));
     }
-    let b1 = *buf.get(*pos + 1)?;
+    let b1 = *buf.get(p + 1)?;
     if b1 < 0x80 {
-        *pos += 2;
+        *pos = p + 2;
         return Some(unzigzag32(u32::from(b0 & 0x7f) | (u32::from(b1) << 7)));
     }
-    read_uvarint32_slow(buf, pos).map(unzigzag32)
+    // By value, so that `pos` never escapes and stays in a register on the fast path.
+    let (v, n) = read_uvarint32_slow(buf, p)?;
+    *pos = p + n;
+    Some(unzigzag32(v))
 }
 
 #[inline(never)]
-fn read_uvarint32_slow(buf: &[u8], pos: &mut usize) -> Option<u32> {
+fn read_uvarint32_slow(buf: &[u8], p: usize) -> Option<(u32, usize)> {
     let mut value = 0u32;
     for i in 0..5usize {
-        let b = *buf.get(pos.checked_add(i)?)?;
+        let b = *buf.get(p.checked_add(i)?)?;
         value |= u32::from(b & 0x7f) << (7 * i);
         if b < 0x80 {
-            *pos += i + 1;
-            return Some(value);
+            return Some((value, i + 1));
         }
     }
     None
@@ -38,23 +42,30 @@ fn read_uvarint32_slow(buf: &[u8], pos: &mut usize) -> Option<u32> {
 /// Reads a zigzag varlong at `*pos`, advancing `pos` past it.
 #[inline(always)]
 pub(crate) fn read_varlong(buf: &[u8], pos: &mut usize) -> Option<i64> {
-    let b0 = *buf.get(*pos)?;
+    let p = *pos;
+    let b0 = *buf.get(p)?;
     if b0 < 0x80 {
-        *pos += 1;
+        *pos = p + 1;
         return Some(unzigzag64(u64::from(b0)));
     }
-    read_uvarint64_slow(buf, pos).map(unzigzag64)
+    let b1 = *buf.get(p + 1)?;
+    if b1 < 0x80 {
+        *pos = p + 2;
+        return Some(unzigzag64(u64::from(b0 & 0x7f) | (u64::from(b1) << 7)));
+    }
+    let (v, n) = read_uvarint64_slow(buf, p)?;
+    *pos = p + n;
+    Some(unzigzag64(v))
 }
 
 #[inline(never)]
-fn read_uvarint64_slow(buf: &[u8], pos: &mut usize) -> Option<u64> {
+fn read_uvarint64_slow(buf: &[u8], p: usize) -> Option<(u64, usize)> {
     let mut value = 0u64;
     for i in 0..10usize {
-        let b = *buf.get(pos.checked_add(i)?)?;
+        let b = *buf.get(p.checked_add(i)?)?;
         value |= u64::from(b & 0x7f) << (7 * i);
         if b < 0x80 {
-            *pos += i + 1;
-            return Some(value);
+            return Some((value, i + 1));
         }
     }
     None

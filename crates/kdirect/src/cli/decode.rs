@@ -48,8 +48,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode, CliError> {
-    let data = std::fs::read(&args.file)
-        .map_err(|e| CliError(format!("{}: {e}", args.file.display())))?;
+    let data =
+        std::fs::read(&args.file).map_err(|e| CliError(format!("{}: {e}", args.file.display())))?;
     let data = Bytes::from(data);
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
@@ -74,27 +74,7 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
             for record in reader.records(&batch).map_err(fail)? {
                 let r = record.map_err(fail)?;
                 line.clear();
-                let _ = write!(
-                    line,
-                    "{{\"offset\":{},\"timestamp\":{},\"key\":",
-                    r.offset(),
-                    r.timestamp()
-                );
-                push_bytes(&mut line, r.key(), args.bytes);
-                line.push_str(",\"value\":");
-                push_bytes(&mut line, r.value(), args.bytes);
-                line.push_str(",\"headers\":[");
-                for (i, h) in r.headers().enumerate() {
-                    if i > 0 {
-                        line.push(',');
-                    }
-                    line.push_str("{\"key\":");
-                    push_json_str(&mut line, &String::from_utf8_lossy(h.key()));
-                    line.push_str(",\"value\":");
-                    push_bytes(&mut line, h.value(), args.bytes);
-                    line.push('}');
-                }
-                line.push_str("]}\n");
+                push_record_json(&mut line, None, &r, args.bytes);
                 out.write_all(line.as_bytes()).map_err(io)?;
             }
         }
@@ -150,6 +130,44 @@ fn batch_line(batch: &Batch, line: &mut String) {
         h.max_timestamp,
         h.record_count,
     );
+}
+
+/// Appends one record as a JSON line (with `"topic"` and `"partition"` first when given):
+/// `{"offset":0,"timestamp":…,"key":…,"value":…,"headers":[{"key":"k","value":…}]}` and a
+/// newline. Shared by `decode` and `consume`.
+pub(super) fn push_record_json(
+    line: &mut String,
+    topic_partition: Option<(&str, i32)>,
+    r: &kdirect_engine::record::Record<'_>,
+    format: BytesFormat,
+) {
+    line.push('{');
+    if let Some((topic, partition)) = topic_partition {
+        line.push_str("\"topic\":");
+        push_json_str(line, topic);
+        let _ = write!(line, ",\"partition\":{partition},");
+    }
+    let _ = write!(
+        line,
+        "\"offset\":{},\"timestamp\":{},\"key\":",
+        r.offset(),
+        r.timestamp()
+    );
+    push_bytes(line, r.key(), format);
+    line.push_str(",\"value\":");
+    push_bytes(line, r.value(), format);
+    line.push_str(",\"headers\":[");
+    for (i, h) in r.headers().enumerate() {
+        if i > 0 {
+            line.push(',');
+        }
+        line.push_str("{\"key\":");
+        push_json_str(line, &String::from_utf8_lossy(h.key()));
+        line.push_str(",\"value\":");
+        push_bytes(line, h.value(), format);
+        line.push('}');
+    }
+    line.push_str("]}\n");
 }
 
 fn push_bytes(line: &mut String, b: Option<&[u8]>, format: BytesFormat) {
