@@ -340,13 +340,30 @@ fn bench_librdkafka_consumes_fake_broker() {
     ]);
     let want: u64 = records.parse().unwrap();
     let cpu_before = proc_cpu_seconds(child.id());
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
+    let self_before = proc_cpu_seconds(std::process::id());
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", &bootstrap)
         .set("group.id", "bench")
         .set("enable.auto.commit", "false")
         .set("check.crcs", "true")
-        .create()
-        .unwrap();
+        // librdkafka stops fetching for fetch.queue.backoff.ms (default 1000 ms) whenever its
+        // local queue holds more than queued.min.messages (default 100000): a broker this
+        // fast fills it in milliseconds, and the default turns the run into 1 s pauses.
+        // Override with KDIRECT_BENCH_RDKAFKA="key=value,…" (e.g. to measure the defaults).
+        .set("fetch.queue.backoff.ms", "10")
+        .set("queued.min.messages", "1000000");
+    for kv in env("KDIRECT_BENCH_RDKAFKA", "")
+        .split(',')
+        .filter(|s| !s.is_empty())
+    {
+        if let Some((k, v)) = kv.split_once('=') {
+            cfg.set(k, v);
+        }
+    }
+    if let Ok(d) = std::env::var("RDKAFKA_DEBUG") {
+        cfg.set("debug", &d);
+    }
+    let c: BaseConsumer = cfg.create().unwrap();
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions.parse::<i32>().unwrap() {
         tpl.add_partition_offset("bench", p, Offset::Beginning)
@@ -357,13 +374,14 @@ fn bench_librdkafka_consumes_fake_broker() {
     let (n, bytes, sum) = drain(&c, want, Duration::from_secs(600));
     let secs = t0.elapsed().as_secs_f64();
     let cpu = proc_cpu_seconds(child.id()) - cpu_before;
+    let consumer_cpu = proc_cpu_seconds(std::process::id()) - self_before;
     child.kill().unwrap();
     child.wait().unwrap();
     assert_eq!(n, want);
     println!(
         "librdkafka from kdirect fake-broker: {n} records, {bytes} B in {secs:.2} s: \
          {:.0} records/s, {:.1} MB/s (checksum {sum}); fake broker CPU {cpu:.2} s \
-         ({:.0}% of one core)",
+         ({:.0}% of one core); consumer process CPU {consumer_cpu:.2} s",
         n as f64 / secs,
         bytes as f64 / secs / 1e6,
         cpu / secs * 100.0
