@@ -198,3 +198,33 @@ fn mysql_store() {
         race(&url).await;
     });
 }
+
+/// SQLite commits are durable: WAL with synchronous=FULL on every pooled connection.
+#[test]
+fn sqlite_is_durable() {
+    let dir = tmpdir("sqlite-durable");
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite:{}", dir.join("offsets.db").display());
+    rt().block_on(async {
+        let store = SqlStore::connect(&url, "g").await.unwrap();
+        let mut conn = store.pool().acquire().await.unwrap();
+        let sync: i64 = sqlx::query("PRAGMA synchronous")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap()
+            .try_get(0)
+            .unwrap();
+        let journal: String = sqlx::query("PRAGMA journal_mode")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap()
+            .try_get(0)
+            .unwrap();
+        assert_eq!(
+            (sync, journal.as_str()),
+            (2, "wal"),
+            "synchronous=FULL, WAL"
+        );
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
