@@ -83,7 +83,11 @@ fn drop_connection_after_n_requests_then_client_reconnects() {
     let s = cluster.stats(1).unwrap();
     assert!(s.connections_accepted >= 2, "a reconnect happened: {s:?}");
 
-    // Raw view: the Nth request gets no answer, the connection is closed.
+    // Raw view (a fresh cluster, so no other client's requests count): the Nth request gets
+    // no answer, the connection is closed.
+    drop(c);
+    let cluster = FakeCluster::builder().topic(TOPIC, 1).start().unwrap();
+    load(&cluster, 1, 1, 0);
     cluster.drop_connection_after(1, 2).unwrap();
     let mut raw = RawClient::connect(cluster.broker_addr(1).unwrap());
     assert_eq!(raw_fetch_code(&mut raw, &cluster, 0, -1).0, 0);
