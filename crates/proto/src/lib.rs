@@ -17,6 +17,7 @@ pub mod code;
 pub mod error;
 pub mod frame;
 pub mod message;
+mod read;
 pub mod versions;
 
 pub use api::IsolationLevel;

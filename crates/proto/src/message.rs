@@ -12,6 +12,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes, Ve
 
 use crate::error::ProtoError;
 use crate::frame::SIZE_PREFIX_LEN;
+use crate::read::Reader;
 
 /// One Kafka API as kdirect speaks it: the kafka-protocol message types and the version range
 /// kdirect implements (always within kafka-protocol's own range).
@@ -108,6 +109,13 @@ pub(crate) fn decode_response_with_header<A: Api>(
     version: i16,
     header_version: i16,
 ) -> Result<(i32, A::Response), ProtoError> {
+    check_version::<A>(version)?;
+    // kafka-protocol sizes `Vec`s from counts read off the wire without comparing them with the
+    // bytes that remain; walk the frame with kdirect's bounded reader first, so that what it
+    // decodes is known to fit (see the crate docs). The walk allocates nothing.
+    let mut r = Reader::new(&frame, A::KEY, version, false);
+    r.header(header_version)?;
+    crate::api::check_body(A::KEY, version, &mut r)?;
     let len = frame.len();
     let mut buf = frame;
     let dec = |buf: &Bytes, e: anyhow::Error| ProtoError::Decode {

@@ -15,6 +15,7 @@ use super::api;
 use crate::code::ErrorCode;
 use crate::error::ProtoError;
 use crate::message::{decode_response_with_header, peek_correlation_id, Api};
+use crate::read::{Reader, Res};
 
 api!(
     /// ApiVersions: which versions of each API the broker speaks.
@@ -65,6 +66,48 @@ pub fn decode(frame: Bytes, version: i16) -> Result<(i32, ApiVersionsOutcome), P
     }
     let (cid, resp) = decode_response_with_header::<ApiVersions>(frame, version, 0)?;
     Ok((cid, ApiVersionsOutcome::Supported(resp)))
+}
+
+/// The first flexible version (KIP-482); the response header stays v0 regardless.
+pub const FIRST_FLEXIBLE_VERSION: i16 = 3;
+
+/// Checks an ApiVersions response body against its schema with every count and length bounded
+/// by the bytes that remain, so that kafka-protocol's decoder, run after it, allocates in
+/// proportion to the frame.
+pub(crate) fn check(r: &mut Reader<'_>, version: i16) -> Res<()> {
+    r.i16("error_code")?;
+    let n = r.count(6 + r.tags_size(), "api_keys count")?;
+    for _ in 0..n {
+        r.i16("api_key")?;
+        r.i16("min_version")?;
+        r.i16("max_version")?;
+        r.skip_tags("api_keys tagged fields")?;
+    }
+    if version >= 1 {
+        r.i32("throttle_time_ms")?;
+    }
+    r.tags("response tagged fields", |tag, t| {
+        match tag {
+            // supported_features / finalized_features: name, two int16s (KIP-584).
+            0 | 2 => {
+                let n = t.count(1 + 2 + 2 + 1, "features count")?;
+                for _ in 0..n {
+                    t.str("feature name")?;
+                    t.i16("feature version")?;
+                    t.i16("feature version")?;
+                    t.skip_tags("feature tagged fields")?;
+                }
+            }
+            1 => {
+                t.i64("finalized_features_epoch")?;
+            }
+            3 => {
+                t.bool("zk_migration_ready")?;
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })
 }
 
 #[cfg(test)]

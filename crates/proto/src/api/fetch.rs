@@ -7,6 +7,11 @@
 //! v13 replaces topic names by topic ids (KIP-516); v15 moves the replica id into
 //! `replica_state` (KIP-903). The `records` of each partition are a slice of the response
 //! frame, never a copy: decode the frame as [`bytes::Bytes`].
+//!
+//! [`decode`] reads a response frame straight into a [`FetchView`] with kdirect's bounded
+//! reader (every count and length checked against the bytes that remain; see the crate
+//! docs). [`view`] flattens kafka-protocol's [`FetchResponse`] the same way, for callers that
+//! want that struct from [`crate::message::decode_response`].
 
 use std::collections::HashMap;
 
@@ -21,6 +26,7 @@ use super::{api, topic_name, IsolationLevel};
 use crate::code::ErrorCode;
 use crate::error::ProtoError;
 use crate::message::Api;
+use crate::read::{Reader, Res};
 
 api!(
     /// Fetch: read record batches.
@@ -29,6 +35,9 @@ api!(
 
 /// The first version that names topics by id instead of by name.
 pub const FIRST_TOPIC_ID_VERSION: i16 = 13;
+
+/// The first flexible version (KIP-482).
+pub const FIRST_FLEXIBLE_VERSION: i16 = 12;
 
 /// Request-wide fetch settings (the Java client's names and defaults).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,6 +242,190 @@ pub fn view(
     Ok(FetchView {
         error: ErrorCode(resp.error_code),
         throttle_time_ms: resp.throttle_time_ms,
+        partitions,
+    })
+}
+
+/// Decodes a Fetch response frame body (size prefix already removed; header included) at
+/// `version` into a [`FetchView`], without kafka-protocol's intermediate structs. Each
+/// partition's `records` is a slice of `frame`. From v13 on, topic ids are resolved through
+/// `names` (an id the request did not name is [`ProtoError::Inconsistent`]).
+///
+/// Every count and length is checked against the bytes that remain before anything is
+/// allocated; malformed input is [`ProtoError::Decode`] with the byte position. Bytes left
+/// after the response are an error too (they mean a wrong version or a broken broker).
+/// Returns the correlation id and the view.
+pub fn decode(
+    frame: Bytes,
+    version: i16,
+    names: &HashMap<[u8; 16], String>,
+) -> Result<(i32, FetchView), ProtoError> {
+    crate::message::check_version::<Fetch>(version)?;
+    let mut r = Reader::new(&frame, Fetch::KEY, version, false);
+    let cid = r.header(if version >= FIRST_FLEXIBLE_VERSION { 1 } else { 0 })?;
+    r.flexible = version >= FIRST_FLEXIBLE_VERSION;
+    let view = walk(&mut r, version, Some((&frame, names)))?;
+    r.finish()?;
+    Ok((cid, view))
+}
+
+/// Reads a Fetch response body from `r`. With `out`, builds the view (slicing `records` out
+/// of the frame and resolving topic ids); without it, only checks the body and returns an
+/// empty view.
+pub(crate) fn walk(
+    r: &mut Reader<'_>,
+    version: i16,
+    out: Option<(&Bytes, &HashMap<[u8; 16], String>)>,
+) -> Res<FetchView> {
+    let throttle_time_ms = r.i32("throttle_time_ms")?;
+    let (error, _session_id) = if version >= 7 {
+        (r.i16("error_code")?, r.i32("session_id")?)
+    } else {
+        (0, 0)
+    };
+    let topic_min = match version {
+        ..=11 => 2,
+        12 => 1,
+        _ => 16,
+    } + r.len_size(true)
+        + r.tags_size();
+    let partition_min = 4
+        + 2
+        + 8
+        + 8
+        + if version >= 5 { 8 } else { 0 }
+        + r.len_size(true)
+        + if version >= 11 { 4 } else { 0 }
+        + r.len_size(true)
+        + r.tags_size();
+    let aborted_min = 16 + r.tags_size();
+    let topics = r.count(topic_min, "responses count")?;
+    let mut partitions = Vec::new();
+    for _ in 0..topics {
+        let topic = if version >= FIRST_TOPIC_ID_VERSION {
+            let id = r.uuid("topic_id")?;
+            match out {
+                Some((_, names)) => {
+                    names
+                        .get(&id)
+                        .cloned()
+                        .ok_or_else(|| ProtoError::Inconsistent {
+                            api: Fetch::KEY,
+                            reason: format!(
+                                "response names topic id {} that was not fetched",
+                                Uuid::from_bytes(id)
+                            ),
+                        })?
+                }
+                None => String::new(),
+            }
+        } else {
+            let name = r.topic_name(false, "topic")?.unwrap_or_default();
+            if out.is_some() {
+                name.to_owned()
+            } else {
+                String::new()
+            }
+        };
+        let n = r.count(partition_min, "partitions count")?;
+        if out.is_some() {
+            partitions.reserve(n);
+        }
+        for _ in 0..n {
+            let partition = r.i32("partition_index")?;
+            let error = r.i16("error_code")?;
+            let high_watermark = r.i64("high_watermark")?;
+            let last_stable_offset = r.i64("last_stable_offset")?;
+            let log_start_offset = if version >= 5 {
+                r.i64("log_start_offset")?
+            } else {
+                -1
+            };
+            let aborted = r.nullable_count(aborted_min, "aborted_transactions count")?;
+            let mut aborted_transactions = Vec::with_capacity(if out.is_some() {
+                aborted.unwrap_or(0)
+            } else {
+                0
+            });
+            for _ in 0..aborted.unwrap_or(0) {
+                let producer_id = r.i64("aborted producer_id")?;
+                let first_offset = r.i64("aborted first_offset")?;
+                r.skip_tags("aborted transaction tagged fields")?;
+                if out.is_some() {
+                    aborted_transactions.push(AbortedTxn {
+                        producer_id,
+                        first_offset,
+                    });
+                }
+            }
+            let preferred_read_replica = if version >= 11 {
+                r.i32("preferred_read_replica")?
+            } else {
+                -1
+            };
+            let records = r.nullable_bytes("records")?;
+            let mut current_leader = (-1, -1);
+            r.tags("partition tagged fields", |tag, t| match tag {
+                // diverging_epoch: epoch, end_offset (KIP-320).
+                0 => {
+                    t.i32("diverging_epoch.epoch")?;
+                    t.i64("diverging_epoch.end_offset")?;
+                    t.skip_tags("diverging_epoch tagged fields")?;
+                    Ok(true)
+                }
+                // current_leader: leader_id, leader_epoch (KIP-951).
+                1 => {
+                    current_leader = (
+                        t.i32("current_leader.leader_id")?,
+                        t.i32("current_leader.leader_epoch")?,
+                    );
+                    t.skip_tags("current_leader tagged fields")?;
+                    Ok(true)
+                }
+                // snapshot_id: end_offset, epoch (KIP-630).
+                2 => {
+                    t.i64("snapshot_id.end_offset")?;
+                    t.i32("snapshot_id.epoch")?;
+                    t.skip_tags("snapshot_id tagged fields")?;
+                    Ok(true)
+                }
+                _ => Ok(false),
+            })?;
+            if let Some((frame, _)) = out {
+                partitions.push(FetchedPartition {
+                    topic: topic.clone(),
+                    partition,
+                    error: ErrorCode(error),
+                    high_watermark,
+                    last_stable_offset,
+                    log_start_offset,
+                    aborted_transactions,
+                    preferred_read_replica,
+                    current_leader,
+                    records: records.map_or_else(Bytes::new, |range| frame.slice(range)),
+                });
+            }
+        }
+        r.skip_tags("topic tagged fields")?;
+    }
+    r.tags("response tagged fields", |tag, t| {
+        if tag != 0 || version < 16 {
+            return Ok(false);
+        }
+        // node_endpoints (KIP-951): node_id, host, port, rack.
+        let n = t.count(4 + 1 + 4 + 1 + 1, "node_endpoints count")?;
+        for _ in 0..n {
+            t.i32("node_endpoints.node_id")?;
+            t.str("node_endpoints.host")?;
+            t.i32("node_endpoints.port")?;
+            t.nullable_str("node_endpoints.rack")?;
+            t.skip_tags("node_endpoints tagged fields")?;
+        }
+        Ok(true)
+    })?;
+    Ok(FetchView {
+        error: ErrorCode(error),
+        throttle_time_ms,
         partitions,
     })
 }

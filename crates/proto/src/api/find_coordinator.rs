@@ -10,6 +10,7 @@ pub use kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorRespon
 
 use super::api;
 use crate::code::ErrorCode;
+use crate::read::{Reader, Res};
 
 api!(
     /// FindCoordinator: the coordinator of a group.
@@ -64,4 +65,37 @@ pub fn view(resp: &FindCoordinatorResponse, group: &str, version: i16) -> Option
             port: resp.port,
         })
     }
+}
+
+/// The first flexible version (KIP-482).
+pub const FIRST_FLEXIBLE_VERSION: i16 = 3;
+
+/// Checks a FindCoordinator response body against its schema with every count and length
+/// bounded by the bytes that remain, so that kafka-protocol's decoder, run after it, allocates
+/// in proportion to the frame.
+pub(crate) fn check(r: &mut Reader<'_>, version: i16) -> Res<()> {
+    if version >= 1 {
+        r.i32("throttle_time_ms")?;
+    }
+    if version <= 3 {
+        r.i16("error_code")?;
+        if version >= 1 {
+            r.nullable_str("error_message")?;
+        }
+        r.i32("node_id")?;
+        r.str("host")?;
+        r.i32("port")?;
+    } else {
+        let n = r.count(1 + 4 + 1 + 4 + 2 + 1 + 1, "coordinators count")?;
+        for _ in 0..n {
+            r.str("coordinator key")?;
+            r.i32("coordinator node_id")?;
+            r.str("coordinator host")?;
+            r.i32("coordinator port")?;
+            r.i16("coordinator error_code")?;
+            r.nullable_str("coordinator error_message")?;
+            r.skip_tags("coordinator tagged fields")?;
+        }
+    }
+    r.skip_tags("response tagged fields")
 }

@@ -4,14 +4,21 @@
 //! offset under read_committed — KIP-98, v2+), -3 the offset of the record with the largest
 //! timestamp (KIP-734, v7+). A real timestamp gives the first offset whose timestamp is at or
 //! after it (offset -1 when there is none). The isolation level is sent from v2; leader epochs
-//! are sent and returned from v4 (KIP-320).
+//! are sent and returned from v4 (KIP-320). v6 is the first flexible version.
+//!
+//! [`decode`] reads a response frame straight into [`PartitionOffset`]s with kdirect's bounded
+//! reader; [`view`] builds the same list from kafka-protocol's [`ListOffsetsResponse`].
 
+use bytes::Bytes;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 
 pub use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use super::{api, topic_name, IsolationLevel};
 use crate::code::ErrorCode;
+use crate::error::ProtoError;
+use crate::message::{check_version, Api};
+use crate::read::{Reader, Res};
 
 api!(
     /// ListOffsets: offsets by time.
@@ -115,4 +122,64 @@ pub fn view(resp: &ListOffsetsResponse) -> Vec<PartitionOffset> {
             })
         })
         .collect()
+}
+
+/// The first flexible version (KIP-482).
+pub const FIRST_FLEXIBLE_VERSION: i16 = 6;
+
+/// Decodes a ListOffsets response frame body (size prefix removed, header included) at
+/// `version` into the same list as [`view`], with every count and length checked against the
+/// bytes that remain. Topic names longer than Kafka's 249-character limit and bytes left after
+/// the response are [`ProtoError::Decode`] errors. Returns the correlation id and the list.
+pub fn decode(frame: Bytes, version: i16) -> Result<(i32, Vec<PartitionOffset>), ProtoError> {
+    check_version::<ListOffsets>(version)?;
+    let mut r = Reader::new(&frame, ListOffsets::KEY, version, false);
+    let cid = r.header(if version >= FIRST_FLEXIBLE_VERSION { 1 } else { 0 })?;
+    r.flexible = version >= FIRST_FLEXIBLE_VERSION;
+    let out = walk(&mut r, version, true)?;
+    r.finish()?;
+    Ok((cid, out))
+}
+
+/// Reads a ListOffsets response body; builds the list only when `build`.
+pub(crate) fn walk(r: &mut Reader<'_>, version: i16, build: bool) -> Res<Vec<PartitionOffset>> {
+    if version >= 2 {
+        r.i32("throttle_time_ms")?;
+    }
+    let topic_min = r.len_size(false) + r.len_size(true) + r.tags_size();
+    let partition_min = 4 + 2 + 8 + 8 + if version >= 4 { 4 } else { 0 } + r.tags_size();
+    let n = r.count(topic_min, "topics count")?;
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let topic = r.topic_name(false, "topic name")?.unwrap_or_default();
+        let np = r.count(partition_min, "partitions count")?;
+        if build {
+            out.reserve(np);
+        }
+        for _ in 0..np {
+            let partition = r.i32("partition_index")?;
+            let error = r.i16("error_code")?;
+            let timestamp = r.i64("timestamp")?;
+            let offset = r.i64("offset")?;
+            let leader_epoch = if version >= 4 {
+                r.i32("leader_epoch")?
+            } else {
+                -1
+            };
+            r.skip_tags("partition tagged fields")?;
+            if build {
+                out.push(PartitionOffset {
+                    topic: topic.to_owned(),
+                    partition,
+                    error: ErrorCode(error),
+                    offset,
+                    timestamp,
+                    leader_epoch,
+                });
+            }
+        }
+        r.skip_tags("topic tagged fields")?;
+    }
+    r.skip_tags("response tagged fields")?;
+    Ok(out)
 }

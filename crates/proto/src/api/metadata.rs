@@ -2,15 +2,22 @@
 //!
 //! v1 made an empty topic list mean "no topics" and null mean "all" (v0 used empty for all,
 //! so kdirect starts at v1). Leader epochs arrive at v7 (KIP-320), topic ids at v10 (KIP-516).
-//! kdirect never asks the broker to auto-create topics.
+//! kdirect never asks the broker to auto-create topics. v9 is the first flexible version.
+//!
+//! [`decode`] reads a response frame straight into a [`MetadataView`] with kdirect's bounded
+//! reader; [`view`] builds the same view from kafka-protocol's [`MetadataResponse`].
 
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use bytes::Bytes;
 use kafka_protocol::messages::TopicName;
 
 pub use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
 
 use super::{api, topic_name};
 use crate::code::ErrorCode;
+use crate::error::ProtoError;
+use crate::message::{check_version, Api};
+use crate::read::{Reader, Res};
 
 api!(
     /// Metadata: the cluster's brokers, topics and partition leaders.
@@ -133,4 +140,159 @@ pub fn view(resp: &MetadataResponse) -> MetadataView {
         controller_id: resp.controller_id.0,
         topics,
     }
+}
+
+/// The first flexible version (KIP-482).
+pub const FIRST_FLEXIBLE_VERSION: i16 = 9;
+
+/// Decodes a Metadata response frame body (size prefix removed, header included) at `version`
+/// into a [`MetadataView`] (the same view as [`view`]), with every count and length checked
+/// against the bytes that remain. Topic names longer than Kafka's 249-character limit and
+/// bytes left after the response are [`ProtoError::Decode`] errors. Returns the correlation id
+/// and the view.
+pub fn decode(frame: Bytes, version: i16) -> Result<(i32, MetadataView), ProtoError> {
+    check_version::<Metadata>(version)?;
+    let mut r = Reader::new(&frame, Metadata::KEY, version, false);
+    let cid = r.header(if version >= FIRST_FLEXIBLE_VERSION { 1 } else { 0 })?;
+    r.flexible = version >= FIRST_FLEXIBLE_VERSION;
+    let view = walk(&mut r, version, true)?;
+    r.finish()?;
+    Ok((cid, view))
+}
+
+/// Reads a Metadata response body; builds the view only when `build`.
+pub(crate) fn walk(r: &mut Reader<'_>, version: i16, build: bool) -> Res<MetadataView> {
+    if version >= 3 {
+        r.i32("throttle_time_ms")?;
+    }
+    let broker_min =
+        4 + r.len_size(false) + 4 + if version >= 1 { r.len_size(false) } else { 0 } + r.tags_size();
+    let n = r.count(broker_min, "brokers count")?;
+    let mut brokers = Vec::with_capacity(if build { n } else { 0 });
+    for _ in 0..n {
+        let node_id = r.i32("broker node_id")?;
+        let host = r.str("broker host")?;
+        let port = r.i32("broker port")?;
+        let rack = if version >= 1 {
+            r.nullable_str("broker rack")?
+        } else {
+            None
+        };
+        r.skip_tags("broker tagged fields")?;
+        if build {
+            brokers.push(BrokerInfo {
+                node_id,
+                host: host.to_owned(),
+                port,
+                rack: rack.map(str::to_owned),
+            });
+        }
+    }
+    let cluster_id = if version >= 2 {
+        r.nullable_str("cluster_id")?
+    } else {
+        None
+    };
+    let controller_id = if version >= 1 {
+        r.i32("controller_id")?
+    } else {
+        -1
+    };
+    let topic_min = 2
+        + r.len_size(false)
+        + if version >= 10 { 16 } else { 0 }
+        + if version >= 1 { 1 } else { 0 }
+        + r.len_size(true)
+        + if version >= 8 { 4 } else { 0 }
+        + r.tags_size();
+    let partition_min = 2
+        + 4
+        + 4
+        + if version >= 7 { 4 } else { 0 }
+        + 2 * r.len_size(true)
+        + if version >= 5 { r.len_size(true) } else { 0 }
+        + r.tags_size();
+    let n = r.count(topic_min, "topics count")?;
+    let mut topics = Vec::with_capacity(if build { n } else { 0 });
+    for _ in 0..n {
+        let error = r.i16("topic error_code")?;
+        // Nullable at every version in kafka-protocol's type; null names are left out.
+        let name = r.topic_name(true, "topic name")?;
+        let id = if version >= 10 {
+            r.uuid("topic_id")?
+        } else {
+            [0; 16]
+        };
+        let internal = version >= 1 && r.bool("is_internal")?;
+        let np = r.count(partition_min, "partitions count")?;
+        let mut partitions = Vec::with_capacity(if build { np } else { 0 });
+        for _ in 0..np {
+            let error = r.i16("partition error_code")?;
+            let partition = r.i32("partition_index")?;
+            let leader = r.i32("leader_id")?;
+            let leader_epoch = if version >= 7 {
+                r.i32("leader_epoch")?
+            } else {
+                -1
+            };
+            let replicas = node_ids(r, build, "replica_nodes")?;
+            let isr = node_ids(r, build, "isr_nodes")?;
+            if version >= 5 {
+                node_ids(r, false, "offline_replicas")?;
+            }
+            r.skip_tags("partition tagged fields")?;
+            if build {
+                partitions.push(PartitionInfo {
+                    partition,
+                    error: ErrorCode(error),
+                    leader,
+                    leader_epoch,
+                    replicas,
+                    isr,
+                });
+            }
+        }
+        if version >= 8 {
+            r.i32("topic_authorized_operations")?;
+        }
+        r.skip_tags("topic tagged fields")?;
+        if let (true, Some(name)) = (build, name) {
+            partitions.sort_by_key(|p| p.partition);
+            topics.push(TopicInfo {
+                name: name.to_owned(),
+                id,
+                error: ErrorCode(error),
+                internal,
+                partitions,
+            });
+        }
+    }
+    if (8..=10).contains(&version) {
+        r.i32("cluster_authorized_operations")?;
+    }
+    if version >= 13 {
+        r.i16("error_code")?;
+    }
+    r.skip_tags("response tagged fields")?;
+    brokers.sort_by_key(|b| b.node_id);
+    topics.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(MetadataView {
+        brokers,
+        cluster_id: cluster_id.filter(|_| build).map(str::to_owned),
+        controller_id,
+        topics,
+    })
+}
+
+/// An array of node ids (`int32`s); collected only when `build`.
+fn node_ids(r: &mut Reader<'_>, build: bool, what: &str) -> Res<Vec<i32>> {
+    let n = r.count(4, what)?;
+    let mut out = Vec::with_capacity(if build { n } else { 0 });
+    for _ in 0..n {
+        let id = r.i32(what)?;
+        if build {
+            out.push(id);
+        }
+    }
+    Ok(out)
 }

@@ -11,8 +11,10 @@ pub mod metadata;
 pub mod offset_commit;
 pub mod offset_fetch;
 
-use kafka_protocol::messages::TopicName;
+use kafka_protocol::messages::{ApiKey, TopicName};
 use kafka_protocol::protocol::StrBytes;
+
+use crate::read::{Reader, Res};
 
 /// Declares a marker type implementing [`crate::message::Api`].
 macro_rules! api {
@@ -34,6 +36,42 @@ macro_rules! api {
     };
 }
 pub(crate) use api;
+
+/// The first flexible version of `key`'s response (KIP-482), for the APIs kdirect speaks.
+pub(crate) fn first_flexible_version(key: ApiKey) -> Option<i16> {
+    Some(match key {
+        ApiKey::ApiVersions => api_versions::FIRST_FLEXIBLE_VERSION,
+        ApiKey::Metadata => metadata::FIRST_FLEXIBLE_VERSION,
+        ApiKey::ListOffsets => list_offsets::FIRST_FLEXIBLE_VERSION,
+        ApiKey::Fetch => fetch::FIRST_FLEXIBLE_VERSION,
+        ApiKey::FindCoordinator => find_coordinator::FIRST_FLEXIBLE_VERSION,
+        ApiKey::OffsetCommit => offset_commit::FIRST_FLEXIBLE_VERSION,
+        ApiKey::OffsetFetch => offset_fetch::FIRST_FLEXIBLE_VERSION,
+        _ => return None,
+    })
+}
+
+/// Checks a response body of `key` at `version` with kdirect's bounded reader (positioned
+/// after the header), before kafka-protocol decodes it: see the crate docs. An API without a
+/// bounded reader is refused rather than handed over unchecked.
+pub(crate) fn check_body(key: ApiKey, version: i16, r: &mut Reader<'_>) -> Res<()> {
+    let Some(flexible_from) = first_flexible_version(key) else {
+        return Err(r.error_at(
+            r.position(),
+            format!("kdirect-proto has no bounded reader for {key:?} responses"),
+        ));
+    };
+    r.flexible = version >= flexible_from;
+    match key {
+        ApiKey::ApiVersions => api_versions::check(r, version),
+        ApiKey::Metadata => metadata::walk(r, version, false).map(drop),
+        ApiKey::ListOffsets => list_offsets::walk(r, version, false).map(drop),
+        ApiKey::Fetch => fetch::walk(r, version, None).map(drop),
+        ApiKey::FindCoordinator => find_coordinator::check(r, version),
+        ApiKey::OffsetCommit => offset_commit::check(r, version),
+        _ => offset_fetch::check(r, version),
+    }
+}
 
 pub(crate) fn topic_name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_owned()))

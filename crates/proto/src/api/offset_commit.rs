@@ -17,6 +17,7 @@ pub use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 
 use super::{api, topic_name};
 use crate::code::ErrorCode;
+use crate::read::{Reader, Res};
 
 api!(
     /// OffsetCommit: store committed offsets.
@@ -83,4 +84,33 @@ pub fn view(resp: &OffsetCommitResponse) -> Vec<(String, i32, ErrorCode)> {
             })
         })
         .collect()
+}
+
+/// The first flexible version (KIP-482).
+pub const FIRST_FLEXIBLE_VERSION: i16 = 8;
+
+/// Checks an OffsetCommit response body against its schema with every count and length
+/// bounded by the bytes that remain, so that kafka-protocol's decoder, run after it, allocates
+/// in proportion to the frame.
+pub(crate) fn check(r: &mut Reader<'_>, version: i16) -> Res<()> {
+    if version >= 3 {
+        r.i32("throttle_time_ms")?;
+    }
+    let topic_min = if version <= 9 { r.len_size(false) } else { 16 } + r.len_size(true) + r.tags_size();
+    let n = r.count(topic_min, "topics count")?;
+    for _ in 0..n {
+        if version <= 9 {
+            r.str("topic name")?;
+        } else {
+            r.uuid("topic_id")?;
+        }
+        let np = r.count(4 + 2 + r.tags_size(), "partitions count")?;
+        for _ in 0..np {
+            r.i32("partition_index")?;
+            r.i16("error_code")?;
+            r.skip_tags("partition tagged fields")?;
+        }
+        r.skip_tags("topic tagged fields")?;
+    }
+    r.skip_tags("response tagged fields")
 }

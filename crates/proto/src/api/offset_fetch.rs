@@ -14,6 +14,7 @@ pub use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse};
 
 use super::{api, topic_name};
 use crate::code::ErrorCode;
+use crate::read::{Reader, Res};
 
 api!(
     /// OffsetFetch: read committed offsets.
@@ -110,4 +111,71 @@ pub fn view(resp: &OffsetFetchResponse, version: i16) -> (ErrorCode, Vec<Committ
             .collect();
         (ErrorCode(resp.error_code), parts)
     }
+}
+
+/// The first flexible version (KIP-482).
+pub const FIRST_FLEXIBLE_VERSION: i16 = 6;
+
+/// Checks an OffsetFetch response body against its schema with every count and length
+/// bounded by the bytes that remain, so that kafka-protocol's decoder, run after it, allocates
+/// in proportion to the frame.
+pub(crate) fn check(r: &mut Reader<'_>, version: i16) -> Res<()> {
+    if version >= 3 {
+        r.i32("throttle_time_ms")?;
+    }
+    if version <= 7 {
+        let partition_min = 4
+            + 8
+            + if version >= 5 { 4 } else { 0 }
+            + r.len_size(false)
+            + 2
+            + r.tags_size();
+        let topic_min = r.len_size(false) + r.len_size(true) + r.tags_size();
+        let n = r.count(topic_min, "topics count")?;
+        for _ in 0..n {
+            r.str("topic name")?;
+            let np = r.count(partition_min, "partitions count")?;
+            for _ in 0..np {
+                r.i32("partition_index")?;
+                r.i64("committed_offset")?;
+                if version >= 5 {
+                    r.i32("committed_leader_epoch")?;
+                }
+                r.nullable_str("metadata")?;
+                r.i16("error_code")?;
+                r.skip_tags("partition tagged fields")?;
+            }
+            r.skip_tags("topic tagged fields")?;
+        }
+        if version >= 2 {
+            r.i16("error_code")?;
+        }
+    } else {
+        let n = r.count(1 + 1 + 2 + 1, "groups count")?;
+        for _ in 0..n {
+            r.str("group_id")?;
+            let topic_min = if version <= 9 { 1 } else { 16 } + 1 + 1;
+            let nt = r.count(topic_min, "topics count")?;
+            for _ in 0..nt {
+                if version <= 9 {
+                    r.str("topic name")?;
+                } else {
+                    r.uuid("topic_id")?;
+                }
+                let np = r.count(4 + 8 + 4 + 1 + 2 + 1, "partitions count")?;
+                for _ in 0..np {
+                    r.i32("partition_index")?;
+                    r.i64("committed_offset")?;
+                    r.i32("committed_leader_epoch")?;
+                    r.nullable_str("metadata")?;
+                    r.i16("error_code")?;
+                    r.skip_tags("partition tagged fields")?;
+                }
+                r.skip_tags("topic tagged fields")?;
+            }
+            r.i16("group error_code")?;
+            r.skip_tags("group tagged fields")?;
+        }
+    }
+    r.skip_tags("response tagged fields")
 }
