@@ -13,6 +13,10 @@
 //! five bytes or above `u32::MAX` are refused (kafka-protocol silently truncates them), and a
 //! known tagged field must fill exactly the size its header announces (kafka-protocol ignores
 //! the size of known tags). Anything this reader accepts, kafka-protocol reads the same way.
+//!
+//! Bytes after the last field are ignored, as kafka-protocol, the Java client and librdkafka
+//! ignore them: the Metadata answers of librdkafka 2.12's mock cluster carry one
+//! (`tests/data/metadata-v*-response.bin`).
 
 use std::ops::Range;
 
@@ -74,28 +78,11 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Refuses bytes left over after the last field.
-    pub(crate) fn finish(&self) -> Res<()> {
-        if self.remaining() != 0 {
-            return Err(self.error_at(
-                self.pos,
-                format!(
-                    "{} bytes left after the end of the response",
-                    self.remaining()
-                ),
-            ));
-        }
-        Ok(())
-    }
-
     fn take(&mut self, n: usize, what: &str) -> Res<&'a [u8]> {
         if n > self.remaining() {
             return Err(self.error_at(
                 self.pos,
-                format!(
-                    "{what}: needs {n} bytes, {} remain",
-                    self.remaining()
-                ),
+                format!("{what}: needs {n} bytes, {} remain", self.remaining()),
             ));
         }
         let s = &self.buf[self.pos..self.pos + n];
@@ -369,22 +356,40 @@ mod tests {
         b.extend([0; 16]);
         let e = r(&b, false).count(8, "things").unwrap_err();
         assert!(
-            matches!(e, ProtoError::Decode { position: 0, len: 20, .. }),
+            matches!(
+                e,
+                ProtoError::Decode {
+                    position: 0,
+                    len: 20,
+                    ..
+                }
+            ),
             "{e:?}"
         );
         assert!(e.to_string().contains("things: 1000 elements"), "{e}");
         // Two of them fit.
-        let b = [0, 0, 0, 2, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16];
+        let b = [
+            0, 0, 0, 2, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+        ];
         assert_eq!(r(&b, false).count(8, "things").unwrap(), 2);
         // Negative and null.
-        let e = r(&[0xff, 0xff, 0xff, 0xfe], false).count(1, "x").unwrap_err();
+        let e = r(&[0xff, 0xff, 0xff, 0xfe], false)
+            .count(1, "x")
+            .unwrap_err();
         assert!(e.to_string().contains("negative length -2"), "{e}");
-        assert_eq!(r(&[0xff, 0xff, 0xff, 0xff], false).nullable_count(1, "x").unwrap(), None);
+        assert_eq!(
+            r(&[0xff, 0xff, 0xff, 0xff], false)
+                .nullable_count(1, "x")
+                .unwrap(),
+            None
+        );
         assert!(r(&[0xff, 0xff, 0xff, 0xff], false).count(1, "x").is_err());
         // Compact: 0 is null, n + 1 otherwise; u32::MAX elements never fit.
         assert_eq!(r(&[0], true).nullable_count(4, "x").unwrap(), None);
         assert_eq!(r(&[1], true).count(4, "x").unwrap(), 0);
-        assert!(r(&[0xff, 0xff, 0xff, 0xff, 0x0f], true).count(1, "x").is_err());
+        assert!(r(&[0xff, 0xff, 0xff, 0xff, 0x0f], true)
+            .count(1, "x")
+            .is_err());
     }
 
     #[test]

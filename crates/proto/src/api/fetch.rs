@@ -252,9 +252,10 @@ pub fn view(
 /// `names` (an id the request did not name is [`ProtoError::Inconsistent`]).
 ///
 /// Every count and length is checked against the bytes that remain before anything is
-/// allocated; malformed input is [`ProtoError::Decode`] with the byte position. Bytes left
-/// after the response are an error too (they mean a wrong version or a broken broker).
-/// Returns the correlation id and the view.
+/// allocated; malformed input is [`ProtoError::Decode`] with the byte position, and a topic
+/// name longer than Kafka's 249-character limit is one too (each partition repeats its
+/// topic's name, so the limit keeps the view proportional to the frame). Bytes after the last
+/// field are ignored, as kafka-protocol ignores them. Returns the correlation id and the view.
 pub fn decode(
     frame: Bytes,
     version: i16,
@@ -262,10 +263,13 @@ pub fn decode(
 ) -> Result<(i32, FetchView), ProtoError> {
     crate::message::check_version::<Fetch>(version)?;
     let mut r = Reader::new(&frame, Fetch::KEY, version, false);
-    let cid = r.header(if version >= FIRST_FLEXIBLE_VERSION { 1 } else { 0 })?;
+    let cid = r.header(if version >= FIRST_FLEXIBLE_VERSION {
+        1
+    } else {
+        0
+    })?;
     r.flexible = version >= FIRST_FLEXIBLE_VERSION;
     let view = walk(&mut r, version, Some((&frame, names)))?;
-    r.finish()?;
     Ok((cid, view))
 }
 

@@ -129,15 +129,19 @@ pub const FIRST_FLEXIBLE_VERSION: i16 = 6;
 
 /// Decodes a ListOffsets response frame body (size prefix removed, header included) at
 /// `version` into the same list as [`view`], with every count and length checked against the
-/// bytes that remain. Topic names longer than Kafka's 249-character limit and bytes left after
-/// the response are [`ProtoError::Decode`] errors. Returns the correlation id and the list.
+/// bytes that remain. Topic names longer than Kafka's 249-character limit are
+/// [`ProtoError::Decode`] errors; bytes after the last field are ignored, as kafka-protocol
+/// ignores them. Returns the correlation id and the list.
 pub fn decode(frame: Bytes, version: i16) -> Result<(i32, Vec<PartitionOffset>), ProtoError> {
     check_version::<ListOffsets>(version)?;
     let mut r = Reader::new(&frame, ListOffsets::KEY, version, false);
-    let cid = r.header(if version >= FIRST_FLEXIBLE_VERSION { 1 } else { 0 })?;
+    let cid = r.header(if version >= FIRST_FLEXIBLE_VERSION {
+        1
+    } else {
+        0
+    })?;
     r.flexible = version >= FIRST_FLEXIBLE_VERSION;
     let out = walk(&mut r, version, true)?;
-    r.finish()?;
     Ok((cid, out))
 }
 

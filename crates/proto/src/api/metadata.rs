@@ -7,8 +7,8 @@
 //! [`decode`] reads a response frame straight into a [`MetadataView`] with kdirect's bounded
 //! reader; [`view`] builds the same view from kafka-protocol's [`MetadataResponse`].
 
-use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use bytes::Bytes;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::TopicName;
 
 pub use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
@@ -147,16 +147,20 @@ pub const FIRST_FLEXIBLE_VERSION: i16 = 9;
 
 /// Decodes a Metadata response frame body (size prefix removed, header included) at `version`
 /// into a [`MetadataView`] (the same view as [`view`]), with every count and length checked
-/// against the bytes that remain. Topic names longer than Kafka's 249-character limit and
-/// bytes left after the response are [`ProtoError::Decode`] errors. Returns the correlation id
+/// against the bytes that remain. Topic names longer than Kafka's 249-character limit are
+/// [`ProtoError::Decode`] errors; bytes after the last field are ignored, as kafka-protocol
+/// ignores them. Returns the correlation id
 /// and the view.
 pub fn decode(frame: Bytes, version: i16) -> Result<(i32, MetadataView), ProtoError> {
     check_version::<Metadata>(version)?;
     let mut r = Reader::new(&frame, Metadata::KEY, version, false);
-    let cid = r.header(if version >= FIRST_FLEXIBLE_VERSION { 1 } else { 0 })?;
+    let cid = r.header(if version >= FIRST_FLEXIBLE_VERSION {
+        1
+    } else {
+        0
+    })?;
     r.flexible = version >= FIRST_FLEXIBLE_VERSION;
     let view = walk(&mut r, version, true)?;
-    r.finish()?;
     Ok((cid, view))
 }
 
@@ -165,8 +169,11 @@ pub(crate) fn walk(r: &mut Reader<'_>, version: i16, build: bool) -> Res<Metadat
     if version >= 3 {
         r.i32("throttle_time_ms")?;
     }
-    let broker_min =
-        4 + r.len_size(false) + 4 + if version >= 1 { r.len_size(false) } else { 0 } + r.tags_size();
+    let broker_min = 4
+        + r.len_size(false)
+        + 4
+        + if version >= 1 { r.len_size(false) } else { 0 }
+        + r.tags_size();
     let n = r.count(broker_min, "brokers count")?;
     let mut brokers = Vec::with_capacity(if build { n } else { 0 });
     for _ in 0..n {

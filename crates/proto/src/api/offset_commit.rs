@@ -96,7 +96,8 @@ pub(crate) fn check(r: &mut Reader<'_>, version: i16) -> Res<()> {
     if version >= 3 {
         r.i32("throttle_time_ms")?;
     }
-    let topic_min = if version <= 9 { r.len_size(false) } else { 16 } + r.len_size(true) + r.tags_size();
+    let topic_min =
+        if version <= 9 { r.len_size(false) } else { 16 } + r.len_size(true) + r.tags_size();
     let n = r.count(topic_min, "topics count")?;
     for _ in 0..n {
         if version <= 9 {

@@ -124,12 +124,8 @@ pub(crate) fn check(r: &mut Reader<'_>, version: i16) -> Res<()> {
         r.i32("throttle_time_ms")?;
     }
     if version <= 7 {
-        let partition_min = 4
-            + 8
-            + if version >= 5 { 4 } else { 0 }
-            + r.len_size(false)
-            + 2
-            + r.tags_size();
+        let partition_min =
+            4 + 8 + if version >= 5 { 4 } else { 0 } + r.len_size(false) + 2 + r.tags_size();
         let topic_min = r.len_size(false) + r.len_size(true) + r.tags_size();
         let n = r.count(topic_min, "topics count")?;
         for _ in 0..n {
