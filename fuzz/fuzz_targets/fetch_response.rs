@@ -1,16 +1,21 @@
-//! Fuzzes a Fetch response frame end to end: kdirect_proto's response decoding (header and
-//! body, via kafka-protocol) at a fuzzer-chosen version, the flattened view, then the record
-//! decoder over every partition's `records`.
+//! Fuzzes a Fetch response frame end to end: kdirect_proto's bounded decoder
+//! (`fetch::decode`) at a fuzzer-chosen version, checked against kafka-protocol's decoder plus
+//! `fetch::view` (`decode_response`, whose bounded walk runs first) wherever both accept the
+//! frame, then the record decoder over every partition's `records`.
 //!
 //! Input: one byte choosing the version (4 + byte % 14, i.e. 4–17), then the frame body
-//! (without its size prefix), as in `crates/proto/tests/data/fetch-v*-response.bin`.
+//! (without its size prefix), as in `crates/proto/tests/data/fetch-v*-response.bin`. From v13
+//! topic ids resolve through a fixed map: the golden frames' topic id and the id of all zeros.
+//!
+//! Run with `-malloc_limit_mb` well below the default: an allocation sized from the wire
+//! rather than the input's length is the bug this target is for.
 #![no_main]
 
 use std::collections::HashMap;
 
 use bytes::Bytes;
 use kdirect_engine::record::{DecodeOptions, RecordBatchReader};
-use kdirect_proto::api::fetch::{view, Fetch};
+use kdirect_proto::api::fetch::{self, Fetch};
 use kdirect_proto::message::decode_response;
 use libfuzzer_sys::fuzz_target;
 
@@ -19,12 +24,26 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let version = 4 + i16::from(v % 14);
-    let Ok((_correlation_id, resp)) =
-        decode_response::<Fetch>(Bytes::copy_from_slice(frame), version)
-    else {
-        return;
-    };
-    let Ok(fetched) = view(resp, version, &HashMap::new()) else {
+    let frame = Bytes::copy_from_slice(frame);
+    let names: HashMap<[u8; 16], String> = [
+        ([0; 16], "zero".to_owned()),
+        (
+            [
+                0x66, 0x55, 0x45, 0x3f, 0x52, 0x5f, 0x43, 0x11, 0xaf, 0x20, 0x4f, 0x6e, 0xdc,
+                0x76, 0x1b, 0x7a,
+            ],
+            "golden1".to_owned(),
+        ),
+    ]
+    .into_iter()
+    .collect();
+    let ours = fetch::decode(frame.clone(), version, &names);
+    let theirs = decode_response::<Fetch>(frame, version)
+        .and_then(|(cid, resp)| Ok((cid, fetch::view(resp, version, &names)?)));
+    if let (Ok(ours), Ok(theirs)) = (&ours, &theirs) {
+        assert_eq!(ours, theirs, "fetch::decode and kafka-protocol disagree");
+    }
+    let Ok((_, fetched)) = ours else {
         return;
     };
     for p in fetched.partitions {

@@ -611,3 +611,145 @@ fn versions_kdirect_does_not_speak_are_refused() {
         assert!(matches!(e, ProtoError::VersionNotSpoken { .. }), "{e:?}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The APIs decoded through kafka-protocol behind the bounded walk: the walk must accept every
+// valid response at every version kdirect speaks.
+
+mod walked {
+    use super::*;
+    use kafka_protocol::messages::api_versions_response::{
+        ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
+    };
+    use kafka_protocol::messages::find_coordinator_response::Coordinator;
+    use kafka_protocol::messages::offset_commit_response::{
+        OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+    };
+    use kafka_protocol::messages::offset_fetch_response::{
+        OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+        OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+    };
+    use kafka_protocol::messages::{
+        ApiVersionsResponse, FindCoordinatorResponse, GroupId, OffsetCommitResponse,
+        OffsetFetchResponse,
+    };
+
+    fn roundtrip<A: Api>(resp: &A::Response, version: i16, cid: i32) -> Result<(), TestCaseError>
+    where
+        A::Response: PartialEq + std::fmt::Debug,
+    {
+        let frame = encode_response::<A>(resp, version, cid).unwrap().slice(4..);
+        let (got_cid, back) = decode_response::<A>(frame.clone(), version)
+            .map_err(|e| TestCaseError::fail(format!("v{version}: {e}")))?;
+        prop_assert_eq!(got_cid, cid);
+        prop_assert_eq!(&back, resp);
+        let cut = frame.len() * (cid.unsigned_abs() as usize % 1000) / 1000;
+        let Err(e) = decode_response::<A>(frame.slice(..cut), version) else {
+            return Err(TestCaseError::fail(format!(
+                "v{version}: cut at {cut} decoded"
+            )));
+        };
+        prop_assert!(decode_position(&e) <= cut);
+        Ok(())
+    }
+
+    fn names() -> impl Strategy<Value = Vec<String>> {
+        proptest::collection::vec("[a-z]{1,12}", 0..3)
+    }
+
+    proptest! {
+        #[test]
+        fn api_versions(
+            version in ApiVersions::VERSIONS.min..=ApiVersions::VERSIONS.max,
+            keys in proptest::collection::vec((any::<i16>(), any::<i16>(), any::<i16>()), 0..6),
+            throttle in any::<i32>(),
+            features in names(),
+            epoch in any::<i64>(),
+            zk in any::<bool>(),
+            cid in any::<i32>(),
+        ) {
+            let mut r = ApiVersionsResponse::default()
+                .with_error_code(3)
+                .with_api_keys(keys.iter().map(|(k, lo, hi)| ApiVersion::default().with_api_key(*k).with_min_version(*lo).with_max_version(*hi)).collect());
+            if version >= 1 {
+                r = r.with_throttle_time_ms(throttle);
+            }
+            if version >= 3 {
+                r = r
+                    .with_supported_features(features.iter().map(|f| SupportedFeatureKey::default().with_name(s(f)).with_min_version(1).with_max_version(2)).collect())
+                    .with_finalized_features_epoch(epoch)
+                    .with_finalized_features(features.iter().map(|f| FinalizedFeatureKey::default().with_name(s(f)).with_min_version_level(1).with_max_version_level(3)).collect())
+                    .with_zk_migration_ready(zk);
+            }
+            roundtrip::<ApiVersions>(&r, version, cid)?;
+        }
+
+        #[test]
+        fn find_coordinator(
+            version in FindCoordinator::VERSIONS.min..=FindCoordinator::VERSIONS.max,
+            coordinators in proptest::collection::vec(("[a-z]{0,10}", any::<i32>(), "[a-z.]{0,10}", any::<i32>(), any::<i16>(), proptest::option::of("[a-z ]{0,10}")), 0..3),
+            throttle in any::<i32>(),
+            cid in any::<i32>(),
+        ) {
+            let mut r = FindCoordinatorResponse::default();
+            if version >= 1 {
+                r = r.with_throttle_time_ms(throttle);
+            }
+            if version >= 4 {
+                r = r.with_coordinators(coordinators.iter().map(|(k, id, h, p, e, m)| Coordinator::default()
+                    .with_key(s(k)).with_node_id(BrokerId(*id)).with_host(s(h)).with_port(*p)
+                    .with_error_code(*e).with_error_message(m.as_deref().map(s))).collect());
+            } else if let Some((_, id, h, p, e, m)) = coordinators.first() {
+                r = r.with_node_id(BrokerId(*id)).with_host(s(h)).with_port(*p).with_error_code(*e);
+                if version >= 1 {
+                    r = r.with_error_message(m.as_deref().map(s));
+                }
+            }
+            roundtrip::<FindCoordinator>(&r, version, cid)?;
+        }
+
+        #[test]
+        fn offset_commit(
+            version in OffsetCommit::VERSIONS.min..=OffsetCommit::VERSIONS.max,
+            topics in proptest::collection::vec(("[a-z]{1,12}", proptest::collection::vec((any::<i32>(), any::<i16>()), 0..4)), 0..3),
+            throttle in any::<i32>(),
+            cid in any::<i32>(),
+        ) {
+            let r = OffsetCommitResponse::default()
+                .with_throttle_time_ms(if version >= 3 { throttle } else { 0 })
+                .with_topics(topics.iter().map(|(n, ps)| OffsetCommitResponseTopic::default().with_name(TopicName(s(n)))
+                    .with_partitions(ps.iter().map(|(i, e)| OffsetCommitResponsePartition::default().with_partition_index(*i).with_error_code(*e)).collect())).collect());
+            roundtrip::<OffsetCommit>(&r, version, cid)?;
+        }
+
+        #[test]
+        fn offset_fetch(
+            version in OffsetFetch::VERSIONS.min..=OffsetFetch::VERSIONS.max,
+            topics in proptest::collection::vec(("[a-z]{1,12}", proptest::collection::vec((any::<i32>(), any::<i64>(), any::<i32>(), proptest::option::of("[a-z]{0,10}"), any::<i16>()), 0..4)), 0..3),
+            groups in 1usize..3,
+            throttle in any::<i32>(),
+            error in any::<i16>(),
+            cid in any::<i32>(),
+        ) {
+            let mut r = OffsetFetchResponse::default().with_throttle_time_ms(if version >= 3 { throttle } else { 0 });
+            if version >= 8 {
+                r = r.with_groups((0..groups).map(|g| OffsetFetchResponseGroup::default()
+                    .with_group_id(GroupId(s(&format!("g{g}"))))
+                    .with_error_code(error)
+                    .with_topics(topics.iter().map(|(n, ps)| OffsetFetchResponseTopics::default().with_name(TopicName(s(n)))
+                        .with_partitions(ps.iter().map(|(i, o, e, m, err)| OffsetFetchResponsePartitions::default()
+                            .with_partition_index(*i).with_committed_offset(*o).with_committed_leader_epoch(*e)
+                            .with_metadata(m.as_deref().map(s)).with_error_code(*err)).collect())).collect())).collect());
+            } else {
+                r = r
+                    .with_error_code(if version >= 2 { error } else { 0 })
+                    .with_topics(topics.iter().map(|(n, ps)| OffsetFetchResponseTopic::default().with_name(TopicName(s(n)))
+                        .with_partitions(ps.iter().map(|(i, o, e, m, err)| OffsetFetchResponsePartition::default()
+                            .with_partition_index(*i).with_committed_offset(*o)
+                            .with_committed_leader_epoch(if version >= 5 { *e } else { -1 })
+                            .with_metadata(m.as_deref().map(s)).with_error_code(*err)).collect())).collect());
+            }
+            roundtrip::<OffsetFetch>(&r, version, cid)?;
+        }
+    }
+}
