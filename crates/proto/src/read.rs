@@ -12,7 +12,9 @@
 //! Strictness, compared with kafka-protocol's generated decoders: unsigned varints longer than
 //! five bytes or above `u32::MAX` are refused (kafka-protocol silently truncates them), and a
 //! known tagged field must fill exactly the size its header announces (kafka-protocol ignores
-//! the size of known tags). Anything this reader accepts, kafka-protocol reads the same way.
+//! the size of known tags). So wherever this reader accepts a frame, kafka-protocol reads the
+//! same fields at the same positions with the same values, or fails before allocating (it
+//! refuses Fetch's top-level tag 0 below v16, which the schema walk skips as unknown).
 //!
 //! Bytes after the last field are ignored, as kafka-protocol, the Java client and librdkafka
 //! ignore them: the Metadata answers of librdkafka 2.12's mock cluster carry one
