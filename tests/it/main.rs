@@ -6,5 +6,6 @@ mod decode;
 mod engine_fake;
 mod fake_broker;
 mod fetch;
+mod stream;
 mod support;
 mod wire;

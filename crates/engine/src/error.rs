@@ -47,6 +47,12 @@ impl From<ErrorKind> for Error {
     }
 }
 
+impl From<crate::plan::PlanError> for Error {
+    fn from(e: crate::plan::PlanError) -> Self {
+        ErrorKind::Plan(e).into()
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(&self.0, f)
@@ -208,6 +214,14 @@ pub enum ErrorKind {
     /// The planner refused to plan (no position, data loss, bad input).
     #[error(transparent)]
     Plan(#[from] crate::plan::PlanError),
+    /// One batch needs more memory than the whole budget: bound it with a rate limit.
+    #[error("a batch needs more than the memory budget ({needed} > {budget} bytes): lower max.offsets.per.trigger or max.partition.fetch.bytes, or raise the budget")]
+    BudgetExceeded {
+        /// Bytes the batch would hold.
+        needed: usize,
+        /// The budget.
+        budget: usize,
+    },
     /// A configuration value is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),

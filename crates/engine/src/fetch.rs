@@ -15,12 +15,14 @@
 //! budget, and the `DirectStream` that drives planner, fetcher and offset store together.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use kdirect_proto::api::fetch::{self, AbortedTxn, Fetch, FetchParams, PartitionFetch, TopicFetch};
 use kdirect_proto::message::Api;
 use kdirect_proto::{ErrorCode, IsolationLevel};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::cluster::Cluster;
 use crate::error::{Error, ErrorKind};
@@ -60,6 +62,57 @@ impl Default for FetchConfig {
     }
 }
 
+/// A hard limit on fetched-but-not-released bytes, shared by every fetch that uses it (the
+/// current batch, the prefetched one). Each Fetch request reserves its `fetch.max.bytes`
+/// before it is sent and keeps exactly its response's size once it arrives; the bytes are
+/// released when the last [`RangeData`] holding them is dropped. The one excess Kafka forces:
+/// a broker returns a first batch larger than `fetch.max.bytes` whole (KIP-74), and such a
+/// response is accounted in full once it has arrived.
+#[derive(Debug, Clone)]
+pub struct MemoryBudget {
+    sem: Arc<Semaphore>,
+    total: usize,
+}
+
+impl MemoryBudget {
+    /// The default budget: 64 MiB.
+    pub const DEFAULT: usize = 64 << 20;
+
+    /// A budget of `total` bytes.
+    pub fn new(total: usize) -> MemoryBudget {
+        let total = total.clamp(1, Semaphore::MAX_PERMITS);
+        MemoryBudget {
+            sem: Arc::new(Semaphore::new(total)),
+            total,
+        }
+    }
+
+    /// No practical limit.
+    pub fn unlimited() -> MemoryBudget {
+        MemoryBudget::new(Semaphore::MAX_PERMITS)
+    }
+
+    /// The budget's size in bytes.
+    pub fn total(&self) -> usize {
+        self.total
+    }
+
+    /// Bytes reserved or held right now.
+    pub fn in_use(&self) -> usize {
+        self.total - self.sem.available_permits()
+    }
+
+    async fn reserve(&self, n: usize) -> Result<OwnedSemaphorePermit, Error> {
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        // The semaphore is never closed; the error path exists only to avoid a panic.
+        self.sem
+            .clone()
+            .acquire_many_owned(n)
+            .await
+            .map_err(|_| ErrorKind::Config("memory budget closed".to_owned()).into())
+    }
+}
+
 /// One Fetch response's records for a range: the bytes as received and what is needed to
 /// decode them again.
 #[derive(Debug, Clone)]
@@ -72,6 +125,9 @@ pub struct Chunk {
     pub records: Bytes,
     /// Aborted transactions the broker reported with these records (read_committed).
     pub aborted: Vec<AbortedTxn>,
+    /// This response's share of the memory budget, released when the last chunk of the
+    /// response is dropped.
+    _budget: Option<Arc<OwnedSemaphorePermit>>,
 }
 
 /// A range read whole.
@@ -129,6 +185,23 @@ pub async fn fetch_ranges(
     ranges: &[OffsetRange],
     cfg: &FetchConfig,
 ) -> Result<Vec<RangeData>, Error> {
+    fetch_ranges_within(cluster, ranges, cfg, &MemoryBudget::unlimited()).await
+}
+
+/// [`fetch_ranges`] within a memory budget: requests wait for room, and the returned data
+/// holds its bytes of the budget until dropped. A set of ranges that cannot fit the budget on
+/// its own is [`ErrorKind::BudgetExceeded`] (bound the batch with a rate limit).
+pub async fn fetch_ranges_within(
+    cluster: &Cluster,
+    ranges: &[OffsetRange],
+    cfg: &FetchConfig,
+    budget: &MemoryBudget,
+) -> Result<Vec<RangeData>, Error> {
+    // Bytes of fetched data this call holds. Requests share what is left of the budget after
+    // them; more would make this call wait for itself.
+    let mut held: usize = 0;
+    let fetch_max = usize::try_from(cfg.params.max_bytes.max(1)).unwrap_or(usize::MAX);
+    let part_max = usize::try_from(cfg.partition_max_bytes.max(1)).unwrap_or(usize::MAX);
     let isolation = match cfg.params.isolation {
         IsolationLevel::ReadCommitted => Isolation::ReadCommitted,
         IsolationLevel::ReadUncommitted => Isolation::ReadUncommitted,
@@ -169,8 +242,30 @@ pub async fn fetch_ranges(
                 Err(e) => return Err(e),
             }
         }
+        // Each leader's request may bring back up to min(fetch.max.bytes, its partitions ×
+        // max.partition.fetch.bytes); when that does not fit the room left, the room is
+        // shared in proportion. (A broker still returns a first batch larger than the limit.)
+        let room = budget.total().saturating_sub(held);
+        if room == 0 && !by_leader.is_empty() {
+            return Err(ErrorKind::BudgetExceeded {
+                needed: held + 1,
+                budget: budget.total(),
+            }
+            .into());
+        }
+        let wants: BTreeMap<i32, usize> = by_leader
+            .iter()
+            .map(|(l, items)| (*l, fetch_max.min(items.len().saturating_mul(part_max))))
+            .collect();
+        let want_sum: usize = wants.values().sum();
         let mut tasks = tokio::task::JoinSet::new();
         for (leader, items) in by_leader {
+            let want = wants.get(&leader).copied().unwrap_or(fetch_max);
+            let reserve = if want_sum <= room {
+                want
+            } else {
+                ((room as u128 * want as u128 / want_sum.max(1) as u128) as usize).max(1)
+            };
             let conn = match cluster.connection(leader).await {
                 Ok(c) => c,
                 Err(e) if e.is_retriable() => {
@@ -201,7 +296,9 @@ pub async fn fetch_ranges(
                     });
             }
             let topics_req: Vec<TopicFetch> = topics_req.into_values().collect();
-            let params = cfg.params;
+            let mut params = cfg.params;
+            let permit = budget.reserve(reserve).await?;
+            params.max_bytes = i32::try_from(reserve).unwrap_or(i32::MAX);
             tasks.spawn(async move {
                 let mut version = conn.version::<Fetch>()?;
                 // Fetch v13+ names topics by id; without ids (an older Metadata answer), stay
@@ -215,14 +312,32 @@ pub async fn fetch_ranges(
                         source,
                     })
                 })?;
-                let resp = conn.request_at::<Fetch>(&req, version).await;
-                Ok::<_, Error>((conn, items, version, names, resp))
+                let resp = match conn.round_trip::<Fetch>(&req, version).await {
+                    Ok(frame) => {
+                        let size = frame.len();
+                        let mut permit = permit;
+                        if size < reserve {
+                            // Keep exactly the response's size of the reservation.
+                            drop(permit.split(reserve - size));
+                        }
+                        kdirect_proto::message::decode_response::<Fetch>(frame, version)
+                            .map(|(_, body)| (body, size, permit))
+                            .map_err(|source| {
+                                Error::from(ErrorKind::Protocol {
+                                    broker: conn.broker().clone(),
+                                    source,
+                                })
+                            })
+                    }
+                    Err(e) => Err(e),
+                };
+                Ok::<_, Error>((conn, items, version, names, reserve, resp))
             });
         }
         while let Some(joined) = tasks.join_next().await {
-            let (conn, items, version, names, resp) = joined
+            let (conn, items, version, names, reserve, resp) = joined
                 .map_err(|e| Error::from(ErrorKind::Config(format!("fetch task failed: {e}"))))??;
-            let resp = match resp {
+            let (resp, size, mut permit) = match resp {
                 Ok(r) => r,
                 Err(e) if e.is_retriable() => {
                     retry_reason = Some(e);
@@ -230,6 +345,20 @@ pub async fn fetch_ranges(
                 }
                 Err(e) => return Err(e),
             };
+            if size > reserve {
+                // A first batch larger than the limit (KIP-74): account for all of it, waiting
+                // for room unless this call alone would overflow the budget.
+                if held + size > budget.total() {
+                    return Err(ErrorKind::BudgetExceeded {
+                        needed: held + size,
+                        budget: budget.total(),
+                    }
+                    .into());
+                }
+                permit.merge(budget.reserve(size - reserve).await?);
+            }
+            held += size;
+            let permit = Arc::new(permit);
             let fv = fetch::view(resp, version, &names).map_err(|source| {
                 Error::from(ErrorKind::Protocol {
                     broker: conn.broker().clone(),
@@ -283,6 +412,7 @@ pub async fn fetch_ranges(
                         next_offset: next,
                         records: p.records,
                         aborted: p.aborted_transactions,
+                        _budget: Some(permit.clone()),
                     });
                     pos[i] = next;
                 } else {

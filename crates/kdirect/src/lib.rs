@@ -26,9 +26,12 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod stream;
+
 pub use kdirect_commit as commit;
 pub use kdirect_engine as engine;
 pub use kdirect_proto as proto;
+pub use stream::{Batch, DirectStream, DirectStreamBuilder};
 
 /// The README's Rust examples, compiled as doctests so they stay true.
 #[cfg(doctest)]

@@ -1,0 +1,205 @@
+//! `kdirect consume`: read topics batch by batch in the Direct model and print the records.
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use kdirect::engine::plan::StartPolicy;
+use kdirect::proto::IsolationLevel;
+use kdirect::stream::DirectStream;
+
+use super::common::ConnectArgs;
+use super::decode::{push_record_json, BytesFormat};
+use super::offsets::parse_isolation;
+use super::CliError;
+
+/// Arguments of `kdirect consume`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    conn: ConnectArgs,
+    /// Topic(s), comma-separated.
+    #[arg(short, long, value_delimiter = ',', required = true)]
+    topic: Vec<String>,
+    /// Only these partitions (of every topic), comma-separated.
+    #[arg(short, long, value_delimiter = ',')]
+    partitions: Option<Vec<i32>>,
+    /// Where partitions start: `earliest`, `latest`, a time in ms since the Unix epoch, or
+    /// `none` (an error naming partitions that have no position).
+    #[arg(long, default_value = "earliest", value_parser = parse_start)]
+    starting: StartPolicy,
+    /// Stop once the end offsets seen at start are reached, and exit 0.
+    #[arg(long)]
+    until_latest: bool,
+    /// At most this many offsets per batch, split across partitions by lag
+    /// (Structured Streaming's maxOffsetsPerTrigger).
+    #[arg(long, value_name = "N")]
+    max_offsets_per_batch: Option<u64>,
+    /// At most this many records per partition per second of batch interval
+    /// (Spark's maxRatePerPartition).
+    #[arg(long, value_name = "R")]
+    max_rate_per_partition: Option<u64>,
+    /// read_uncommitted or read_committed.
+    #[arg(long, default_value = "read_uncommitted", value_parser = parse_isolation)]
+    isolation: IsolationLevel,
+    /// `-` for stdout, a file path, or `null` to read every byte and print nothing.
+    #[arg(short, long, default_value = "-")]
+    output: String,
+    /// Encoding of keys, values and header values.
+    #[arg(long = "bytes", value_enum, default_value_t = BytesFormat::Base64)]
+    bytes: BytesFormat,
+    /// Print one final line of statistics to stderr.
+    #[arg(long)]
+    stats: bool,
+    /// max.partition.fetch.bytes
+    #[arg(long, default_value_t = 1_048_576)]
+    max_partition_fetch_bytes: i32,
+    /// fetch.max.bytes
+    #[arg(long, default_value_t = 52_428_800)]
+    fetch_max_bytes: i32,
+    /// The memory budget for fetched-but-unreleased data, in MiB.
+    #[arg(long, default_value_t = 64)]
+    memory_mib: usize,
+    /// check.crcs
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    check_crcs: bool,
+}
+
+fn parse_start(s: &str) -> Result<StartPolicy, String> {
+    match s {
+        "earliest" => Ok(StartPolicy::Earliest),
+        "latest" => Ok(StartPolicy::Latest),
+        "none" => Ok(StartPolicy::None),
+        _ => s
+            .parse::<i64>()
+            .ok()
+            .filter(|t| *t >= 0)
+            .map(StartPolicy::Timestamp)
+            .ok_or_else(|| format!("'{s}' is not earliest, latest, none or a unix time in ms")),
+    }
+}
+
+/// Counts what was delivered; the checksum covers every key and value byte, and does not
+/// depend on the order partitions were read in (a wrapping sum of per-record CRC32Cs), so
+/// it can be compared with another consumer's.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    pub records: u64,
+    pub bytes: u64,
+    pub checksum: u64,
+    pub batches: u64,
+}
+
+impl Stats {
+    pub(crate) fn add(&mut self, key: Option<&[u8]>, value: Option<&[u8]>) {
+        let k = key.unwrap_or_default();
+        let v = value.unwrap_or_default();
+        self.records += 1;
+        self.bytes += (k.len() + v.len()) as u64;
+        let c = crc32c::crc32c_append(crc32c::crc32c(k), v);
+        self.checksum = self.checksum.wrapping_add(u64::from(c));
+    }
+
+    pub(crate) fn line(&self, seconds: f64) -> String {
+        let s = seconds.max(1e-9);
+        format!(
+            "records={} bytes={} seconds={:.3} records_per_s={:.0} MB_per_s={:.1} batches={} checksum={:016x}",
+            self.records,
+            self.bytes,
+            seconds,
+            self.records as f64 / s,
+            self.bytes as f64 / s / 1e6,
+            self.batches,
+            self.checksum
+        )
+    }
+}
+
+pub async fn run(args: Args) -> Result<ExitCode, CliError> {
+    let mut builder = DirectStream::builder()
+        .bootstrap(&args.conn.bootstrap)
+        .topics(&args.topic)
+        .start(args.starting.clone())
+        .isolation(args.isolation)
+        .until_latest(args.until_latest)
+        .memory_budget(args.memory_mib << 20);
+    if let Some(ps) = args.partitions.clone() {
+        builder = builder.partitions(ps);
+    }
+    builder = builder
+        .set(
+            "request.timeout.ms",
+            &args.conn.request_timeout_ms.to_string(),
+        )?
+        .set(
+            "max.partition.fetch.bytes",
+            &args.max_partition_fetch_bytes.to_string(),
+        )?
+        .set("fetch.max.bytes", &args.fetch_max_bytes.to_string())?
+        .set("check.crcs", &args.check_crcs.to_string())?;
+    if let Some(n) = args.max_offsets_per_batch {
+        builder = builder.set("maxOffsetsPerTrigger", &n.to_string())?;
+    }
+    if let Some(r) = args.max_rate_per_partition {
+        builder = builder.set("maxRatePerPartition", &r.to_string())?;
+    }
+    let mut stream = builder.build().await?;
+    let mut out: Option<Box<dyn Write>> = match args.output.as_str() {
+        "null" => None,
+        "-" => Some(Box::new(BufWriter::with_capacity(
+            1 << 20,
+            std::io::stdout().lock(),
+        ))),
+        path => Some(Box::new(BufWriter::with_capacity(
+            1 << 20,
+            File::create(PathBuf::from(path)).map_err(|e| CliError(format!("{path}: {e}")))?,
+        ))),
+    };
+    let started = Instant::now();
+    let mut stats = Stats::default();
+    let mut line = String::with_capacity(512);
+    let mut io_err: Option<std::io::Error> = None;
+    while let Some(batch) = stream.next_batch().await? {
+        for lost in batch.lost() {
+            eprintln!(
+                "kdirect: data loss: {}-{} offsets [{}, {}) are gone ({:?}); continuing from the log start",
+                lost.topic, lost.partition, lost.from, lost.until, lost.reason
+            );
+        }
+        batch
+            .for_each_record(|range, r| {
+                stats.add(r.key(), r.value());
+                if let Some(w) = out.as_mut() {
+                    line.clear();
+                    push_record_json(
+                        &mut line,
+                        Some((&range.topic, range.partition)),
+                        r,
+                        args.bytes,
+                    );
+                    if let Err(e) = w.write_all(line.as_bytes()) {
+                        io_err.get_or_insert(e);
+                    }
+                }
+            })
+            .map_err(|e| CliError(format!("batch {}: {e}", batch.id())))?;
+        if let Some(e) = io_err.take() {
+            // A closed pipe (`| head`) ends the run quietly, like other Unix tools.
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                return Ok(ExitCode::SUCCESS);
+            }
+            return Err(CliError(format!("writing output: {e}")));
+        }
+        stats.batches += 1;
+        stream.done(batch);
+    }
+    if let Some(w) = out.as_mut() {
+        w.flush()
+            .map_err(|e| CliError(format!("writing output: {e}")))?;
+    }
+    if args.stats {
+        eprintln!("{}", stats.line(started.elapsed().as_secs_f64()));
+    }
+    Ok(ExitCode::SUCCESS)
+}

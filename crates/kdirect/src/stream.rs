@@ -1,0 +1,642 @@
+//! `DirectStream`: the driver that ties the cluster view, the planner and the fetcher together
+//! and hands the user one batch at a time, each knowing its exact offset ranges (Spark's
+//! `HasOffsetRanges`).
+//!
+//! Each batch: refresh the subscribed topics' metadata (new partitions are picked up here),
+//! ask every leader where its partitions begin and end (ListOffsets earliest, and latest — the
+//! last stable offset under read_committed), let the [`Planner`] cut exact ranges under the
+//! rate policy, and fetch them whole within the memory budget. While the user holds batch N,
+//! batch N+1 is planned and fetched in the background (prefetch); the memory budget is shared,
+//! so the prefetch waits when the user holds too much.
+//!
+//! Positions live in memory here: where committed offsets are stored is the caller's choice
+//! (the `kdirect-commit` stores; see `kdirect consume --store`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use kdirect_engine::cluster::Cluster;
+use kdirect_engine::conn::ConnConfig;
+use kdirect_engine::fetch::{fetch_ranges_within, FetchConfig, MemoryBudget, RangeData};
+use kdirect_engine::plan::{
+    BatchCompletion, DataLossPolicy, LostRange, OffsetRange, PartitionSnapshot, PidConfig,
+    PlanOutcome, Planner, PlannerConfig, RatePolicy, StartOffset, StartPolicy, TimestampLookup,
+    TopicPartition,
+};
+use kdirect_engine::record::Record;
+use kdirect_engine::{Error, ErrorKind};
+use kdirect_proto::api::list_offsets::OffsetSpec;
+use kdirect_proto::IsolationLevel;
+use tokio::task::JoinHandle;
+
+/// When no rate limit is set, batches are still bounded to this many offsets, so that one
+/// batch fits the default memory budget (64 MiB) at typical record sizes.
+pub const DEFAULT_MAX_OFFSETS_PER_BATCH: u64 = 200_000;
+
+/// Everything a [`DirectStream`] is configured with. Build it with [`DirectStreamBuilder`].
+#[derive(Debug, Clone)]
+pub struct StreamConfig {
+    /// `bootstrap.servers`.
+    pub bootstrap: Vec<String>,
+    /// Topics to read.
+    pub topics: Vec<String>,
+    /// Only these partitions (of every topic); all when `None`.
+    pub partitions: Option<Vec<i32>>,
+    /// Connection settings.
+    pub conn: ConnConfig,
+    /// Fetch settings (isolation level included).
+    pub fetch: FetchConfig,
+    /// Where to start partitions that have no position.
+    pub start: StartPolicy,
+    /// What a detected data loss does.
+    pub data_loss: DataLossPolicy,
+    /// Rate limits.
+    pub rate: RatePolicy,
+    /// The batch interval (for rates per second and backpressure).
+    pub batch_interval: Duration,
+    /// Fetched-but-not-released bytes, at most.
+    pub memory_budget: usize,
+    /// Stop once the end offsets seen at start are reached.
+    pub until_latest: bool,
+    /// Positions to resume from (next offset per partition), e.g. from an offset store.
+    pub resume_positions: BTreeMap<TopicPartition, i64>,
+    /// The batch id to resume at.
+    pub resume_batch_id: u64,
+}
+
+/// Builds a [`DirectStream`] from Kafka-style keys or typed setters.
+#[derive(Debug, Clone)]
+pub struct DirectStreamBuilder {
+    config: StreamConfig,
+    rate_set: bool,
+}
+
+impl Default for DirectStreamBuilder {
+    fn default() -> Self {
+        Self {
+            config: StreamConfig {
+                bootstrap: Vec::new(),
+                topics: Vec::new(),
+                partitions: None,
+                conn: ConnConfig::default(),
+                fetch: FetchConfig::default(),
+                start: StartPolicy::Latest,
+                data_loss: DataLossPolicy::Fail,
+                rate: RatePolicy::default(),
+                batch_interval: Duration::from_secs(1),
+                memory_budget: MemoryBudget::DEFAULT,
+                until_latest: false,
+                resume_positions: BTreeMap::new(),
+                resume_batch_id: 0,
+            },
+            rate_set: false,
+        }
+    }
+}
+
+fn parse<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, Error> {
+    value
+        .parse()
+        .map_err(|_| ErrorKind::Config(format!("{key}: '{value}' is not a valid value")).into())
+}
+
+impl DirectStreamBuilder {
+    /// Sets one setting by its Kafka (or Spark) name. Known keys: `bootstrap.servers`,
+    /// `client.id`, `request.timeout.ms`, `isolation.level`, `fetch.min.bytes`,
+    /// `fetch.max.bytes`, `fetch.max.wait.ms`, `max.partition.fetch.bytes`, `check.crcs`,
+    /// `auto.offset.reset` (earliest|latest|none), `startingTimestamp`,
+    /// `maxOffsetsPerTrigger`, `maxRatePerPartition`, `minOffsetsPerTrigger`,
+    /// `maxTriggerDelay` (ms), `failOnDataLoss`, `backpressure.enabled`,
+    /// `batch.interval.ms`, `memory.budget.bytes`.
+    pub fn set(mut self, key: &str, value: &str) -> Result<Self, Error> {
+        let c = &mut self.config;
+        match key {
+            "bootstrap.servers" => {
+                c.bootstrap = value
+                    .split(',')
+                    .map(|s| s.trim().to_owned())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            }
+            "client.id" => c.conn.client_id = value.to_owned(),
+            "request.timeout.ms" => {
+                c.conn.request_timeout = Duration::from_millis(parse(key, value)?)
+            }
+            "isolation.level" => {
+                c.fetch.params.isolation = match value {
+                    "read_committed" => IsolationLevel::ReadCommitted,
+                    "read_uncommitted" => IsolationLevel::ReadUncommitted,
+                    _ => {
+                        return Err(ErrorKind::Config(format!(
+                            "{key}: '{value}' is not read_committed or read_uncommitted"
+                        ))
+                        .into())
+                    }
+                }
+            }
+            "fetch.min.bytes" => c.fetch.params.min_bytes = parse(key, value)?,
+            "fetch.max.bytes" => c.fetch.params.max_bytes = parse(key, value)?,
+            "fetch.max.wait.ms" => c.fetch.params.max_wait_ms = parse(key, value)?,
+            "max.partition.fetch.bytes" => c.fetch.partition_max_bytes = parse(key, value)?,
+            "check.crcs" => c.fetch.check_crcs = parse(key, value)?,
+            "auto.offset.reset" | "startingOffsets" => {
+                c.start = match value {
+                    "earliest" => StartPolicy::Earliest,
+                    "latest" => StartPolicy::Latest,
+                    "none" => StartPolicy::None,
+                    _ => {
+                        return Err(ErrorKind::Config(format!(
+                            "{key}: '{value}' is not earliest, latest or none"
+                        ))
+                        .into())
+                    }
+                }
+            }
+            "startingTimestamp" => c.start = StartPolicy::Timestamp(parse(key, value)?),
+            "maxOffsetsPerTrigger" => {
+                c.rate = c
+                    .rate
+                    .clone()
+                    .with_max_offsets_per_trigger(parse(key, value)?);
+                self.rate_set = true;
+            }
+            "maxRatePerPartition" => {
+                c.rate = c
+                    .rate
+                    .clone()
+                    .with_max_rate_per_partition(parse(key, value)?);
+                self.rate_set = true;
+            }
+            "minOffsetsPerTrigger" => {
+                let delay = c.rate.max_trigger_delay;
+                c.rate = c
+                    .rate
+                    .clone()
+                    .with_min_offsets_per_trigger(parse(key, value)?, delay);
+            }
+            "maxTriggerDelay" => {
+                c.rate.max_trigger_delay = Duration::from_millis(parse(key, value)?)
+            }
+            "failOnDataLoss" => {
+                c.data_loss = if parse::<bool>(key, value)? {
+                    DataLossPolicy::Fail
+                } else {
+                    DataLossPolicy::Earliest
+                }
+            }
+            "backpressure.enabled" => {
+                if parse::<bool>(key, value)? {
+                    c.rate = c.rate.clone().with_backpressure(PidConfig::default());
+                    self.rate_set = true;
+                }
+            }
+            "batch.interval.ms" => c.batch_interval = Duration::from_millis(parse(key, value)?),
+            "memory.budget.bytes" => c.memory_budget = parse(key, value)?,
+            _ => return Err(ErrorKind::Config(format!("unknown setting '{key}'")).into()),
+        }
+        Ok(self)
+    }
+
+    /// `bootstrap.servers`.
+    pub fn bootstrap(mut self, servers: &str) -> Self {
+        self.config.bootstrap = servers
+            .split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect();
+        self
+    }
+
+    /// Topics to read.
+    pub fn topics<S: AsRef<str>>(mut self, topics: &[S]) -> Self {
+        self.config.topics = topics.iter().map(|t| t.as_ref().to_owned()).collect();
+        self
+    }
+
+    /// Only these partitions.
+    pub fn partitions(mut self, partitions: Vec<i32>) -> Self {
+        self.config.partitions = Some(partitions);
+        self
+    }
+
+    /// Where partitions without a position start.
+    pub fn start(mut self, start: StartPolicy) -> Self {
+        self.config.start = start;
+        self
+    }
+
+    /// The isolation level.
+    pub fn isolation(mut self, isolation: IsolationLevel) -> Self {
+        self.config.fetch.params.isolation = isolation;
+        self
+    }
+
+    /// Rate limits (replaces the default batch bound).
+    pub fn rate(mut self, rate: RatePolicy) -> Self {
+        self.config.rate = rate;
+        self.rate_set = true;
+        self
+    }
+
+    /// What a detected data loss does.
+    pub fn data_loss(mut self, policy: DataLossPolicy) -> Self {
+        self.config.data_loss = policy;
+        self
+    }
+
+    /// The memory budget in bytes (default 64 MiB).
+    pub fn memory_budget(mut self, bytes: usize) -> Self {
+        self.config.memory_budget = bytes;
+        self
+    }
+
+    /// Stop at the end offsets seen at start.
+    pub fn until_latest(mut self, on: bool) -> Self {
+        self.config.until_latest = on;
+        self
+    }
+
+    /// Resume from stored positions and batch id.
+    pub fn resume(mut self, next_batch_id: u64, positions: BTreeMap<TopicPartition, i64>) -> Self {
+        self.config.resume_batch_id = next_batch_id;
+        self.config.resume_positions = positions;
+        self
+    }
+
+    /// Fetch settings.
+    pub fn fetch_config(mut self, fetch: FetchConfig) -> Self {
+        self.config.fetch = fetch;
+        self
+    }
+
+    /// The configuration as built so far.
+    pub fn config(&self) -> &StreamConfig {
+        &self.config
+    }
+
+    /// Connects and returns the stream.
+    pub async fn build(self) -> Result<DirectStream, Error> {
+        let mut c = self.config;
+        if c.topics.is_empty() {
+            return Err(ErrorKind::Config("no topic to read".to_owned()).into());
+        }
+        if !self.rate_set && c.rate.max_offsets_per_trigger.is_none() {
+            c.rate = c
+                .rate
+                .clone()
+                .with_max_offsets_per_trigger(DEFAULT_MAX_OFFSETS_PER_BATCH);
+        }
+        let cluster = Arc::new(Cluster::connect(&c.bootstrap, c.conn.clone()).await?);
+        let topics: Vec<&str> = c.topics.iter().map(String::as_str).collect();
+        let view = cluster.refresh(Some(&topics)).await?;
+        for t in &topics {
+            let info = view.topic(t)?;
+            if let Some(ps) = &c.partitions {
+                for p in ps {
+                    if !info.partitions.iter().any(|x| x.partition == *p) {
+                        return Err(ErrorKind::UnknownPartition {
+                            topic: (*t).to_owned(),
+                            partition: *p,
+                        }
+                        .into());
+                    }
+                }
+            }
+        }
+        let planner_cfg = PlannerConfig::new(c.batch_interval)
+            .with_rate(c.rate.clone())
+            .with_start(c.start.clone())
+            .with_data_loss(c.data_loss);
+        let planner = if c.resume_positions.is_empty() && c.resume_batch_id == 0 {
+            Planner::new(planner_cfg)?
+        } else {
+            Planner::resume(planner_cfg, c.resume_batch_id, c.resume_positions.clone())?
+        };
+        let driver = Arc::new(Driver {
+            cluster,
+            budget: MemoryBudget::new(c.memory_budget),
+            planner: Mutex::new(planner),
+            started: Instant::now(),
+            until: Mutex::new(None),
+            config: c,
+        });
+        Ok(DirectStream {
+            driver,
+            pending: None,
+        })
+    }
+}
+
+struct Driver {
+    cluster: Arc<Cluster>,
+    config: StreamConfig,
+    budget: MemoryBudget,
+    planner: Mutex<Planner>,
+    started: Instant,
+    /// With `until_latest`: the end offsets seen at the first snapshot.
+    until: Mutex<Option<BTreeMap<TopicPartition, i64>>>,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("topics", &self.config.topics)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Driver {
+    fn planner(&self) -> std::sync::MutexGuard<'_, Planner> {
+        self.planner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn now(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    async fn snapshot(&self) -> Result<Vec<PartitionSnapshot>, Error> {
+        let topics: Vec<&str> = self.config.topics.iter().map(String::as_str).collect();
+        let view = self.cluster.refresh(Some(&topics)).await?;
+        let mut parts: Vec<(String, i32)> = Vec::new();
+        for t in &topics {
+            for p in &view.topic(t)?.partitions {
+                if self
+                    .config
+                    .partitions
+                    .as_ref()
+                    .is_none_or(|ps| ps.contains(&p.partition))
+                {
+                    parts.push(((*t).to_owned(), p.partition));
+                }
+            }
+        }
+        let iso = self.config.fetch.params.isolation;
+        let starts = self
+            .cluster
+            .list_offsets(&parts, OffsetSpec::Earliest, iso)
+            .await?;
+        let ends = self
+            .cluster
+            .list_offsets(&parts, OffsetSpec::Latest, iso)
+            .await?;
+        let tps: Vec<TopicPartition> = parts
+            .iter()
+            .map(|(t, p)| TopicPartition::new(t.clone(), *p))
+            .collect();
+        let lookups = self.planner().timestamp_lookups(tps.iter());
+        let mut found: BTreeMap<TopicPartition, TimestampLookup> = BTreeMap::new();
+        if let Some((_, ts)) = lookups.first() {
+            let ask: Vec<(String, i32)> = lookups
+                .iter()
+                .map(|(tp, _)| (tp.topic.clone(), tp.partition))
+                .collect();
+            for o in self
+                .cluster
+                .list_offsets(&ask, OffsetSpec::Timestamp(*ts), iso)
+                .await?
+            {
+                let l = if o.offset < 0 {
+                    TimestampLookup::NoMatch
+                } else {
+                    TimestampLookup::Offset(o.offset)
+                };
+                found.insert(TopicPartition::new(o.topic, o.partition), l);
+            }
+        }
+        let mut until = self.until.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.config.until_latest && until.is_none() {
+            *until = Some(
+                ends.iter()
+                    .map(|e| (TopicPartition::new(e.topic.clone(), e.partition), e.offset))
+                    .collect(),
+            );
+        }
+        let mut snap = Vec::with_capacity(parts.len());
+        for (s, e) in starts.iter().zip(&ends) {
+            let tp = TopicPartition::new(s.topic.clone(), s.partition);
+            let mut end = e.offset;
+            if let Some(u) = until.as_ref() {
+                // Partitions that appeared after the start have nothing to read in this run.
+                end = end.min(u.get(&tp).copied().unwrap_or(s.offset));
+            }
+            let mut ps =
+                PartitionSnapshot::new(s.topic.clone(), s.partition, s.offset, end.max(s.offset));
+            if let Some(l) = found.remove(&tp) {
+                ps = ps.with_timestamp_lookup(l);
+            }
+            snap.push(ps);
+        }
+        Ok(snap)
+    }
+
+    /// True once every partition reached the end offsets captured at start.
+    fn reached_until(&self) -> bool {
+        let until = self.until.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(until) = until.as_ref() else {
+            return false;
+        };
+        let planner = self.planner();
+        let pos = planner.positions();
+        until
+            .iter()
+            .all(|(tp, end)| pos.get(tp).is_some_and(|p| p >= end))
+    }
+
+    async fn next(self: Arc<Self>) -> Result<Option<Batch>, Error> {
+        loop {
+            if self.config.until_latest && self.reached_until() {
+                return Ok(None);
+            }
+            let snap = self.snapshot().await?;
+            let now = self.now();
+            let outcome = self.planner().plan(now, &snap)?;
+            match outcome {
+                PlanOutcome::Batch(plan) => {
+                    let want: Vec<OffsetRange> = plan
+                        .ranges
+                        .iter()
+                        .filter(|r| !r.is_empty())
+                        .cloned()
+                        .collect();
+                    let data =
+                        fetch_ranges_within(&self.cluster, &want, &self.config.fetch, &self.budget)
+                            .await?;
+                    return Ok(Some(Batch {
+                        id: plan.batch_id,
+                        ranges: plan.ranges,
+                        data,
+                        lost: plan.lost,
+                        planned_at: plan.planned_at,
+                        ready_at: self.now(),
+                    }));
+                }
+                PlanOutcome::Wait(w) => {
+                    if self.config.until_latest && self.reached_until() {
+                        return Ok(None);
+                    }
+                    let poll = self.config.batch_interval.min(Duration::from_millis(200));
+                    let sleep = w
+                        .retry_at
+                        .map_or(poll, |at| at.saturating_sub(self.now()).min(poll));
+                    tokio::time::sleep(sleep.max(Duration::from_millis(5))).await;
+                }
+            }
+        }
+    }
+}
+
+/// A Direct stream over some topics. See the module docs.
+#[derive(Debug)]
+pub struct DirectStream {
+    driver: Arc<Driver>,
+    pending: Option<JoinHandle<Result<Option<Batch>, Error>>>,
+}
+
+impl DirectStream {
+    /// A builder.
+    pub fn builder() -> DirectStreamBuilder {
+        DirectStreamBuilder::default()
+    }
+
+    /// The next batch; `None` when the stream is done (`until_latest` reached). The batch after
+    /// it is fetched in the background while the caller holds this one.
+    pub async fn next_batch(&mut self) -> Result<Option<Batch>, Error> {
+        let task = match self.pending.take() {
+            Some(t) => t,
+            None => tokio::spawn(self.driver.clone().next()),
+        };
+        let batch = task
+            .await
+            .map_err(|e| Error::from(ErrorKind::Config(format!("stream task failed: {e}"))))??;
+        if batch.is_some() {
+            self.pending = Some(tokio::spawn(self.driver.clone().next()));
+        }
+        Ok(batch)
+    }
+
+    /// Marks a batch done: the user's output for it succeeded. Feeds the backpressure
+    /// estimator and releases the batch's memory.
+    pub fn done(&mut self, batch: Batch) {
+        let now = self.driver.now();
+        let completion = BatchCompletion::new(
+            now,
+            batch.offset_count(),
+            now.saturating_sub(batch.ready_at),
+            batch.ready_at.saturating_sub(batch.planned_at),
+        );
+        self.driver.planner().on_batch_completed(&completion);
+    }
+
+    /// The next offset to read per partition, as planned so far.
+    pub fn positions(&self) -> BTreeMap<TopicPartition, i64> {
+        self.driver.planner().positions().clone()
+    }
+
+    /// The batch id the next plan will get.
+    pub fn next_batch_id(&self) -> u64 {
+        self.driver.planner().next_batch_id()
+    }
+
+    /// The end offsets captured at start with `until_latest`.
+    pub fn until_offsets(&self) -> Option<BTreeMap<TopicPartition, i64>> {
+        self.driver
+            .until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Bytes of the memory budget in use (held batches plus the prefetch).
+    pub fn memory_in_use(&self) -> usize {
+        self.driver.budget.in_use()
+    }
+
+    /// The cluster this stream reads from (for ListOffsets, lag, offset stores).
+    pub fn cluster(&self) -> &Arc<Cluster> {
+        &self.driver.cluster
+    }
+
+    /// Explicit start offsets as a policy (helper for callers holding stored positions).
+    pub fn explicit_start(positions: &BTreeMap<TopicPartition, i64>) -> StartPolicy {
+        StartPolicy::Explicit(
+            positions
+                .iter()
+                .map(|(tp, o)| (tp.clone(), StartOffset::Offset(*o)))
+                .collect(),
+        )
+    }
+}
+
+impl Drop for DirectStream {
+    fn drop(&mut self) {
+        if let Some(t) = self.pending.take() {
+            t.abort();
+        }
+    }
+}
+
+/// One batch: its id, its exact ranges, and their records, borrowed from the fetch buffers.
+#[derive(Debug)]
+pub struct Batch {
+    id: u64,
+    ranges: Vec<OffsetRange>,
+    data: Vec<RangeData>,
+    lost: Vec<LostRange>,
+    planned_at: Duration,
+    ready_at: Duration,
+}
+
+impl Batch {
+    /// The batch id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Every partition's range, sorted (empty ranges included: their `until`s are the
+    /// positions after this batch, which is what an offset store records).
+    pub fn ranges(&self) -> &[OffsetRange] {
+        &self.ranges
+    }
+
+    /// Ranges lost to retention and skipped under the `earliest` data-loss policy.
+    pub fn lost(&self) -> &[LostRange] {
+        &self.lost
+    }
+
+    /// Offsets planned (records can be fewer: compaction gaps, control batches, aborted
+    /// transactions).
+    pub fn offset_count(&self) -> u64 {
+        self.ranges.iter().map(OffsetRange::len).sum()
+    }
+
+    /// Bytes of fetch buffers this batch holds.
+    pub fn byte_count(&self) -> usize {
+        self.data.iter().map(RangeData::bytes).sum()
+    }
+
+    /// The fetched data, one entry per non-empty range.
+    pub fn range_data(&self) -> &[RangeData] {
+        &self.data
+    }
+
+    /// Calls `f` with every record, range by range, in offset order within each partition.
+    pub fn for_each_record(
+        &self,
+        mut f: impl FnMut(&OffsetRange, &Record<'_>),
+    ) -> Result<u64, kdirect_engine::record::DecodeError> {
+        let mut n = 0;
+        for d in &self.data {
+            n += d.for_each_record(|r| f(&d.range, r))?;
+        }
+        Ok(n)
+    }
+
+    /// The partitions in this batch.
+    pub fn partitions(&self) -> BTreeSet<TopicPartition> {
+        self.ranges
+            .iter()
+            .map(OffsetRange::topic_partition)
+            .collect()
+    }
+}

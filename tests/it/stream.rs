@@ -1,0 +1,372 @@
+//! `DirectStream` end to end: exact ranges, batch after batch, every record exactly once and
+//! in order; against librdkafka's mock (data from librdkafka's producer) and kdirect's fake
+//! broker (transactions, faults); the memory budget under a slow consumer; `kdirect consume`.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kdirect::engine::plan::{StartPolicy, TopicPartition};
+use kdirect::engine::ErrorKind;
+use kdirect::proto::kafka_protocol::messages::ApiKey;
+use kdirect::proto::{ErrorCode, IsolationLevel};
+use kdirect::DirectStream;
+use kdirect_fake_broker::{Codec, FakeCluster, FakeRecord};
+
+use crate::support::{rt, Mock};
+
+/// Drains a stream; checks that ranges are contiguous per partition and that every record is
+/// inside its batch's range. Returns the (offset, value) pairs per partition.
+async fn drain(stream: &mut DirectStream) -> (BTreeMap<TopicPartition, Vec<(i64, String)>>, u64) {
+    let mut got: BTreeMap<TopicPartition, Vec<(i64, String)>> = BTreeMap::new();
+    let mut next: BTreeMap<TopicPartition, i64> = BTreeMap::new();
+    let mut batches = 0;
+    let mut last_id = None;
+    while let Some(batch) = stream.next_batch().await.unwrap() {
+        if let Some(prev) = last_id {
+            assert_eq!(batch.id(), prev + 1, "batch ids are consecutive");
+        }
+        last_id = Some(batch.id());
+        for r in batch.ranges() {
+            let tp = r.topic_partition();
+            if let Some(n) = next.get(&tp) {
+                assert_eq!(r.from, *n, "ranges of {tp:?} are contiguous");
+            }
+            next.insert(tp, r.until);
+        }
+        batch
+            .for_each_record(|range, rec| {
+                assert!(rec.offset() >= range.from && rec.offset() < range.until);
+                got.entry(range.topic_partition()).or_default().push((
+                    rec.offset(),
+                    String::from_utf8_lossy(rec.value().unwrap_or_default()).into_owned(),
+                ));
+            })
+            .unwrap();
+        batches += 1;
+        stream.done(batch);
+    }
+    (got, batches)
+}
+
+#[test]
+fn until_latest_reads_everything_once_from_librdkafka_data() {
+    let mock = Mock::new(3);
+    mock.create_topic("s", 4);
+    mock.produce_with(
+        "s",
+        4,
+        1500,
+        &[("compression.codec", "lz4"), ("batch.num.messages", "100")],
+    );
+    rt().block_on(async {
+        let mut stream = DirectStream::builder()
+            .bootstrap(&mock.bootstrap())
+            .topics(&["s"])
+            .start(StartPolicy::Earliest)
+            .until_latest(true)
+            .set("maxOffsetsPerTrigger", "1000")
+            .unwrap()
+            .set("fetch.max.wait.ms", "50")
+            .unwrap()
+            .build()
+            .await
+            .unwrap();
+        let (got, batches) = drain(&mut stream).await;
+        assert!(
+            batches >= 6,
+            "6000 offsets at 1000 per batch: {batches} batches"
+        );
+        assert_eq!(got.len(), 4);
+        for (tp, recs) in &got {
+            let offsets: Vec<i64> = recs.iter().map(|(o, _)| *o).collect();
+            assert_eq!(offsets, (0..1500).collect::<Vec<_>>(), "{tp:?}");
+            for (o, v) in recs {
+                assert_eq!(v, &format!("value {}-{o}", tp.partition));
+            }
+        }
+    });
+}
+
+#[test]
+fn read_committed_stream_with_faults_on_the_fake_broker() {
+    rt().block_on(async {
+        let fake = FakeCluster::builder()
+            .brokers(3)
+            .topic("tx", 3)
+            .build()
+            .await
+            .unwrap();
+        let mut committed: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+        for round in 0..30 {
+            let mut txn = fake.begin_transaction();
+            for p in 0..3 {
+                let recs: Vec<FakeRecord> = (0..20)
+                    .map(|i| FakeRecord::value(Bytes::from(format!("r{round}-{i}"))))
+                    .collect();
+                let base = fake
+                    .append_transactional(&mut txn, "tx", p, &recs, Codec::Lz4)
+                    .unwrap();
+                if round % 4 != 3 {
+                    committed.entry(p).or_default().extend(base..base + 20);
+                }
+            }
+            if round % 4 == 3 {
+                fake.abort_transaction(txn).unwrap();
+            } else {
+                fake.commit_transaction(txn).unwrap();
+            }
+        }
+        let mut stream = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["tx"])
+            .start(StartPolicy::Earliest)
+            .isolation(IsolationLevel::ReadCommitted)
+            .until_latest(true)
+            .set("maxOffsetsPerTrigger", "300")
+            .unwrap()
+            .set("max.partition.fetch.bytes", "4096")
+            .unwrap()
+            .build()
+            .await
+            .unwrap();
+        // Faults while the stream runs: a retriable error, a leader move, dropped connections,
+        // truncated responses.
+        fake.inject_error(
+            "tx",
+            0,
+            ApiKey::Fetch,
+            ErrorCode::NOT_LEADER_OR_FOLLOWER.0,
+            Some(3),
+        )
+        .unwrap();
+        let (l, _) = fake.leader("tx", 1).unwrap();
+        let other = *fake.broker_ids().iter().find(|b| **b != l).unwrap();
+        fake.move_leader("tx", 1, other).unwrap();
+        fake.drop_connection_after(fake.broker_ids()[0], 5).unwrap();
+        fake.truncate_fetches("tx", 2, 4).unwrap();
+        let (got, _) = drain(&mut stream).await;
+        for p in 0..3 {
+            let offsets: Vec<i64> = got[&TopicPartition::new("tx", p)]
+                .iter()
+                .map(|(o, _)| *o)
+                .collect();
+            assert_eq!(
+                offsets, committed[&p],
+                "tx-{p}: committed records exactly once, in order"
+            );
+        }
+    });
+}
+
+#[test]
+fn memory_budget_holds_under_a_slow_consumer() {
+    rt().block_on(async {
+        let fake = FakeCluster::builder()
+            .brokers(1)
+            .topic("big", 2)
+            .build()
+            .await
+            .unwrap();
+        let value = Bytes::from(vec![b'x'; 1000]);
+        for p in 0..2 {
+            for _ in 0..200 {
+                let recs: Vec<FakeRecord> =
+                    (0..10).map(|_| FakeRecord::value(value.clone())).collect();
+                fake.append_records("big", p, &recs, Codec::None).unwrap();
+            }
+        }
+        let budget = 256 * 1024;
+        let mut stream = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["big"])
+            .start(StartPolicy::Earliest)
+            .until_latest(true)
+            .memory_budget(budget)
+            .set("maxOffsetsPerTrigger", "100")
+            .unwrap()
+            .set("fetch.max.bytes", "65536")
+            .unwrap()
+            .set("max.partition.fetch.bytes", "16384")
+            .unwrap()
+            .build()
+            .await
+            .unwrap();
+        let mut held = Vec::new();
+        let mut records = 0u64;
+        // Hold two batches (about 100 KB each) as a slow consumer would: the prefetch of the
+        // third cannot fit beside them and must wait, never exceeding the budget.
+        for _ in 0..2 {
+            let b = stream.next_batch().await.unwrap().unwrap();
+            assert!(
+                stream.memory_in_use() <= budget,
+                "{} > {budget}",
+                stream.memory_in_use()
+            );
+            held.push(b);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert!(
+                stream.memory_in_use() <= budget,
+                "{} > {budget}",
+                stream.memory_in_use()
+            );
+        }
+        let before = stream.memory_in_use();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(stream.memory_in_use() <= budget);
+        assert!(before >= 150 * 1024, "two batches held: {before} bytes");
+        // Release: consumption resumes and finishes.
+        for b in held.drain(..) {
+            records += b.for_each_record(|_, _| {}).unwrap();
+            stream.done(b);
+        }
+        while let Some(b) = stream.next_batch().await.unwrap() {
+            assert!(stream.memory_in_use() <= budget);
+            records += b.for_each_record(|_, _| {}).unwrap();
+            stream.done(b);
+        }
+        assert_eq!(records, 4000);
+        assert_eq!(stream.memory_in_use(), 0, "everything released");
+    });
+}
+
+#[test]
+fn a_batch_larger_than_the_budget_is_a_typed_error() {
+    rt().block_on(async {
+        let fake = FakeCluster::builder()
+            .brokers(1)
+            .topic("huge", 1)
+            .build()
+            .await
+            .unwrap();
+        let value = Bytes::from(vec![b'y'; 10_000]);
+        for _ in 0..50 {
+            fake.append_records("huge", 0, &[FakeRecord::value(value.clone())], Codec::None)
+                .unwrap();
+        }
+        let mut stream = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["huge"])
+            .start(StartPolicy::Earliest)
+            .until_latest(true)
+            .memory_budget(64 * 1024)
+            .set("fetch.max.bytes", "32768")
+            .unwrap()
+            .set("max.partition.fetch.bytes", "16384")
+            .unwrap()
+            .build()
+            .await
+            .unwrap();
+        let err = stream.next_batch().await.unwrap_err();
+        assert!(
+            matches!(err.kind(), ErrorKind::BudgetExceeded { .. }),
+            "{err}"
+        );
+    });
+}
+
+#[test]
+fn start_none_names_the_partitions() {
+    rt().block_on(async {
+        let fake = FakeCluster::builder()
+            .brokers(1)
+            .topic("n", 2)
+            .build()
+            .await
+            .unwrap();
+        let mut stream = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["n"])
+            .start(StartPolicy::None)
+            .build()
+            .await
+            .unwrap();
+        let err = stream.next_batch().await.unwrap_err().to_string();
+        assert!(
+            err.contains("n-0") || err.contains("n/0") || err.contains("\"n\""),
+            "{err}"
+        );
+    });
+}
+
+fn kdirect(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kdirect"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn consume_cli_prints_exactly_the_produced_records() {
+    let mock = Mock::new(2);
+    mock.create_topic("c", 3);
+    mock.produce_with("c", 3, 200, &[("compression.codec", "zstd")]);
+    let boot = mock.bootstrap();
+    let o = kdirect(&[
+        "consume",
+        "-b",
+        &boot,
+        "-t",
+        "c",
+        "--starting",
+        "earliest",
+        "--until-latest",
+        "--bytes",
+        "utf8",
+        "--max-offsets-per-batch",
+        "100",
+        "--stats",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8(o.stdout).unwrap();
+    let mut seen: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for line in stdout.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["topic"], "c");
+        let p = v["partition"].as_i64().unwrap();
+        let off = v["offset"].as_i64().unwrap();
+        assert_eq!(v["value"], format!("value {p}-{off}"));
+        assert_eq!(v["key"], format!("k{p}-{off}"));
+        seen.entry(p).or_default().push(off);
+    }
+    for p in 0..3 {
+        assert_eq!(seen[&p], (0..200).collect::<Vec<_>>());
+    }
+    let stderr = String::from_utf8(o.stderr).unwrap();
+    let stats = stderr.lines().last().unwrap();
+    assert!(stats.starts_with("records=600 bytes="), "{stats}");
+    for k in [
+        "seconds=",
+        "records_per_s=",
+        "MB_per_s=",
+        "batches=",
+        "checksum=",
+    ] {
+        assert!(stats.contains(k), "{stats}");
+    }
+    // --output null reads every byte (same checksum), prints nothing.
+    let o2 = kdirect(&[
+        "consume",
+        "-b",
+        &boot,
+        "-t",
+        "c",
+        "--starting",
+        "earliest",
+        "--until-latest",
+        "--output",
+        "null",
+        "--stats",
+    ]);
+    assert!(o2.status.success());
+    assert!(o2.stdout.is_empty());
+    let stats2 = String::from_utf8(o2.stderr).unwrap();
+    let sum = |s: &str| {
+        s.split_whitespace()
+            .find(|w| w.starts_with("checksum="))
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(sum(stats), sum(stats2.lines().last().unwrap()));
+}
