@@ -6,6 +6,7 @@ mod decode;
 mod engine_fake;
 mod fake_broker;
 mod fetch;
+mod kill;
 mod stream;
 mod support;
 mod wire;

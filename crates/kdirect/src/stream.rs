@@ -63,6 +63,9 @@ pub struct StreamConfig {
     pub resume_positions: BTreeMap<TopicPartition, i64>,
     /// The batch id to resume at.
     pub resume_batch_id: u64,
+    /// A batch to re-run first with exactly these ranges (a write-ahead-logged batch that was
+    /// never committed).
+    pub replay: Option<(u64, Vec<OffsetRange>)>,
 }
 
 /// Builds a [`DirectStream`] from Kafka-style keys or typed setters.
@@ -89,6 +92,7 @@ impl Default for DirectStreamBuilder {
                 until_latest: false,
                 resume_positions: BTreeMap::new(),
                 resume_batch_id: 0,
+                replay: None,
             },
             rate_set: false,
         }
@@ -264,6 +268,14 @@ impl DirectStreamBuilder {
         self
     }
 
+    /// Re-runs batch `id` with exactly `ranges` before planning anything new (a batch an
+    /// offset store logged but never committed). The planner resumes after it: set
+    /// [`resume`](Self::resume) to `id + 1` and positions that include the ranges' `until`s.
+    pub fn replay(mut self, id: u64, ranges: Vec<OffsetRange>) -> Self {
+        self.config.replay = Some((id, ranges));
+        self
+    }
+
     /// Fetch settings.
     pub fn fetch_config(mut self, fetch: FetchConfig) -> Self {
         self.config.fetch = fetch;
@@ -278,6 +290,13 @@ impl DirectStreamBuilder {
     /// Connects and returns the stream.
     pub async fn build(self) -> Result<DirectStream, Error> {
         let mut c = self.config;
+        if let Some((id, ranges)) = &c.replay {
+            // The planner continues after the replayed batch.
+            c.resume_batch_id = c.resume_batch_id.max(id + 1);
+            for r in ranges {
+                c.resume_positions.insert(r.topic_partition(), r.until);
+            }
+        }
         if c.topics.is_empty() {
             return Err(ErrorKind::Config("no topic to read".to_owned()).into());
         }
@@ -313,7 +332,9 @@ impl DirectStreamBuilder {
         } else {
             Planner::resume(planner_cfg, c.resume_batch_id, c.resume_positions.clone())?
         };
+        let replay = c.replay.take();
         let driver = Arc::new(Driver {
+            replay: Mutex::new(replay),
             cluster,
             budget: MemoryBudget::new(c.memory_budget),
             planner: Mutex::new(planner),
@@ -329,6 +350,8 @@ impl DirectStreamBuilder {
 }
 
 struct Driver {
+    /// A logged batch to re-run before planning.
+    replay: Mutex<Option<(u64, Vec<OffsetRange>)>>,
     cluster: Arc<Cluster>,
     config: StreamConfig,
     budget: MemoryBudget,
@@ -444,6 +467,25 @@ impl Driver {
     }
 
     async fn next(self: Arc<Self>) -> Result<Option<Batch>, Error> {
+        let replay = self
+            .replay
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some((id, ranges)) = replay {
+            let want: Vec<OffsetRange> = ranges.iter().filter(|r| !r.is_empty()).cloned().collect();
+            let data =
+                fetch_ranges_within(&self.cluster, &want, &self.config.fetch, &self.budget).await?;
+            let now = self.now();
+            return Ok(Some(Batch {
+                id,
+                ranges,
+                data,
+                lost: Vec::new(),
+                planned_at: now,
+                ready_at: now,
+            }));
+        }
         loop {
             if self.config.until_latest && self.reached_until() {
                 return Ok(None);

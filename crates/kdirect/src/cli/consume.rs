@@ -5,6 +5,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use kdirect::commit::file_sink::FileSink;
+use kdirect::commit::sql::{Begun, SinkRow};
+use kdirect::commit::{
+    open_store, AnyStore, Batch as StoreBatch, OffsetStore, OpenOptions, StoreSpec,
+};
 use kdirect::engine::plan::StartPolicy;
 use kdirect::proto::IsolationLevel;
 use kdirect::stream::DirectStream;
@@ -64,6 +69,31 @@ pub struct Args {
     /// check.crcs
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     check_crcs: bool,
+    /// Where committed offsets live: `checkpoint:DIR`, `kafka`, `sqlite:PATH`,
+    /// `postgres://…`, `mysql://…` or `redis://…`. Without it, positions live in memory only.
+    #[arg(long, value_name = "SPEC", env = "KDIRECT_STORE")]
+    store: Option<String>,
+    /// The consumer group the offsets are stored under (not used by `checkpoint:`).
+    #[arg(short, long, value_name = "G", default_value = "kdirect")]
+    group: String,
+    /// The idempotent file sink: one file per batch, `DIR/<batchId>.jsonl`, written atomically
+    /// (a re-run batch replaces its file). Replaces `--output`.
+    #[arg(long, value_name = "DIR", conflicts_with = "output")]
+    output_dir: Option<PathBuf>,
+    /// SQL stores: insert the records into this table (created if missing) in the same
+    /// transaction as the offsets — exactly-once. Replaces `--output`.
+    #[arg(long, value_name = "NAME", requires = "store", conflicts_with_all = ["output", "output_dir"])]
+    sink_table: Option<String>,
+}
+
+/// A record copied for a SQL insert.
+struct OwnedRow {
+    topic: String,
+    partition: i32,
+    offset: i64,
+    timestamp_ms: i64,
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
 }
 
 fn parse_start(s: &str) -> Result<StartPolicy, String> {
@@ -144,8 +174,47 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
     if let Some(r) = args.max_rate_per_partition {
         builder = builder.set("maxRatePerPartition", &r.to_string())?;
     }
+    // Offsets from the store: resume where the last committed batch ended, and re-run a
+    // logged-but-uncommitted batch with exactly its ranges.
+    let store: Option<AnyStore> = match &args.store {
+        None => None,
+        Some(spec) => {
+            let cluster = match StoreSpec::parse(spec)? {
+                StoreSpec::Kafka => Some(std::sync::Arc::new(args.conn.connect().await?)),
+                _ => None,
+            };
+            let options = OpenOptions {
+                cluster,
+                ..OpenOptions::default()
+            };
+            Some(open_store(spec, &args.group, &options).await?)
+        }
+    };
+    if let Some(store) = &store {
+        let committed = store.load(&args.topic).await?;
+        let next_id = committed.next_batch_id();
+        let pending = committed.pending.clone();
+        builder = builder.resume(next_id, committed.positions);
+        if let Some(p) = pending {
+            builder = builder.replay(p.id, p.ranges);
+        }
+    }
+    let sink_table = match (&args.sink_table, store.as_ref().and_then(AnyStore::as_sql)) {
+        (Some(name), Some(sql)) => Some(sql.sink_table(name).await?),
+        (Some(_), None) => {
+            return Err(CliError(
+                "--sink-table needs a SQL store (sqlite:, postgres://, mysql://)".into(),
+            ))
+        }
+        (None, _) => None,
+    };
+    let file_sink = match &args.output_dir {
+        Some(dir) => Some(FileSink::open(dir)?),
+        None => None,
+    };
     let mut stream = builder.build().await?;
     let mut out: Option<Box<dyn Write>> = match args.output.as_str() {
+        _ if file_sink.is_some() || sink_table.is_some() => None,
         "null" => None,
         "-" => Some(Box::new(BufWriter::with_capacity(
             1 << 20,
@@ -167,10 +236,57 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
                 lost.topic, lost.partition, lost.from, lost.until, lost.reason
             );
         }
-        batch
-            .for_each_record(|range, r| {
-                stats.add(r.key(), r.value());
-                if let Some(w) = out.as_mut() {
+        let sb = StoreBatch::new(batch.id(), batch.ranges().to_vec());
+        if let Some(store) = &store {
+            store.log_plan(&sb).await?;
+        }
+        let fail = |e: kdirect::engine::record::DecodeError| {
+            CliError(format!("batch {}: {e}", batch.id()))
+        };
+        if let (Some(sink), Some(sql)) = (&sink_table, store.as_ref().and_then(AnyStore::as_sql)) {
+            // Exactly-once: records and offsets in one transaction.
+            match sql.begin(&sb).await? {
+                Begun::AlreadyCommitted => {}
+                Begun::Open(mut tx) => {
+                    // Records are views over buffers reused between batches: copy them for
+                    // the insert (the database write dominates here anyway).
+                    let mut rows: Vec<OwnedRow> = Vec::new();
+                    batch
+                        .for_each_record(|range, r| {
+                            stats.add(r.key(), r.value());
+                            rows.push(OwnedRow {
+                                topic: range.topic.clone(),
+                                partition: range.partition,
+                                offset: r.offset(),
+                                timestamp_ms: r.timestamp(),
+                                key: r.key().map(<[u8]>::to_vec),
+                                value: r.value().map(<[u8]>::to_vec),
+                            });
+                        })
+                        .map_err(fail)?;
+                    tx.insert_records(
+                        sink,
+                        rows.iter().map(|r| SinkRow {
+                            topic: &r.topic,
+                            partition: r.partition,
+                            offset: r.offset,
+                            timestamp_ms: r.timestamp_ms,
+                            key: r.key.as_deref(),
+                            value: r.value.as_deref(),
+                        }),
+                    )
+                    .await?;
+                    tx.commit().await?;
+                }
+            }
+        } else if let Some(sink) = &file_sink {
+            // Exactly-once output with a store that logs plans: a re-run batch rewrites the
+            // same file.
+            let mut file = sink.begin(batch.id())?;
+            let mut werr = None;
+            batch
+                .for_each_record(|range, r| {
+                    stats.add(r.key(), r.value());
                     line.clear();
                     push_record_json(
                         &mut line,
@@ -178,18 +294,53 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
                         r,
                         args.bytes,
                     );
-                    if let Err(e) = w.write_all(line.as_bytes()) {
-                        io_err.get_or_insert(e);
+                    // The sink adds the newline.
+                    if let Err(e) = file.write_line(line.trim_end_matches('\n').as_bytes()) {
+                        werr.get_or_insert(e);
                     }
-                }
-            })
-            .map_err(|e| CliError(format!("batch {}: {e}", batch.id())))?;
-        if let Some(e) = io_err.take() {
-            // A closed pipe (`| head`) ends the run quietly, like other Unix tools.
-            if e.kind() == std::io::ErrorKind::BrokenPipe {
-                return Ok(ExitCode::SUCCESS);
+                })
+                .map_err(fail)?;
+            if let Some(e) = werr {
+                return Err(e.into());
             }
-            return Err(CliError(format!("writing output: {e}")));
+            file.finish()?;
+        } else {
+            batch
+                .for_each_record(|range, r| {
+                    stats.add(r.key(), r.value());
+                    if let Some(w) = out.as_mut() {
+                        line.clear();
+                        push_record_json(
+                            &mut line,
+                            Some((&range.topic, range.partition)),
+                            r,
+                            args.bytes,
+                        );
+                        if let Err(e) = w.write_all(line.as_bytes()) {
+                            io_err.get_or_insert(e);
+                        }
+                    }
+                })
+                .map_err(fail)?;
+            if let Some(e) = io_err.take() {
+                // A closed pipe (`| head`) ends the run quietly, like other Unix tools.
+                if e.kind() == std::io::ErrorKind::BrokenPipe {
+                    return Ok(ExitCode::SUCCESS);
+                }
+                return Err(CliError(format!("writing output: {e}")));
+            }
+            if let Some(w) = out.as_mut() {
+                // The output must be durable before the offsets move past it.
+                if store.is_some() {
+                    w.flush()
+                        .map_err(|e| CliError(format!("writing output: {e}")))?;
+                }
+            }
+        }
+        if sink_table.is_none() {
+            if let Some(store) = &store {
+                store.commit(&sb).await?;
+            }
         }
         stats.batches += 1;
         stream.done(batch);
