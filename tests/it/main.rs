@@ -7,6 +7,7 @@ mod engine_fake;
 mod fake_broker;
 mod fetch;
 mod kill;
+mod migrate;
 mod stream;
 mod support;
 mod wire;
