@@ -3,6 +3,7 @@
 mod cli;
 mod cluster;
 mod decode;
+mod demo;
 mod engine_fake;
 mod fake_broker;
 mod fetch;

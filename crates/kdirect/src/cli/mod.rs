@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 mod common;
 mod consume;
 mod decode;
+mod demo;
 mod fake_broker;
 mod lag;
 mod metadata;
@@ -35,6 +36,9 @@ enum Command {
     Decode(decode::Args),
     /// Serve generated data from kdirect's in-memory fake broker (a test double) until stopped.
     FakeBroker(fake_broker::Args),
+    /// Run the whole job on a built-in fake broker: consume, crash, restart, and prove from
+    /// the output that every record arrived exactly once.
+    Demo(demo::Args),
 }
 
 /// An error the CLI prints as one line and exits non-zero on.
@@ -62,6 +66,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Decode(a) => decode::run(a),
         Command::Consume(a) => block_on(consume::run(a)),
         Command::FakeBroker(a) => block_on(fake_broker::run(a)),
+        Command::Demo(a) => block_on(demo::run(a)),
     }
 }
 
