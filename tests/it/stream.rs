@@ -370,3 +370,64 @@ fn consume_cli_prints_exactly_the_produced_records() {
     };
     assert_eq!(sum(stats), sum(stats2.lines().last().unwrap()));
 }
+
+#[test]
+fn survives_a_broker_going_down_and_up_on_the_mock() {
+    let mock = Mock::new(3);
+    mock.create_topic("bd", 3);
+    mock.produce_with(
+        "bd",
+        3,
+        2000,
+        &[
+            ("compression.codec", "snappy"),
+            ("batch.num.messages", "100"),
+        ],
+    );
+    rt().block_on(async {
+        let mut stream = DirectStream::builder()
+            .bootstrap(&mock.bootstrap())
+            .topics(&["bd"])
+            .start(StartPolicy::Earliest)
+            .until_latest(true)
+            .set("maxOffsetsPerTrigger", "600")
+            .unwrap()
+            .set("max.partition.fetch.bytes", "2048")
+            .unwrap()
+            .set("request.timeout.ms", "2000")
+            .unwrap()
+            .build()
+            .await
+            .unwrap();
+        let leader = stream.cluster().view().leader("bd", 0).unwrap().0;
+        let mut got: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+        let first = stream.next_batch().await.unwrap().unwrap();
+        first
+            .for_each_record(|r, rec| got.entry(r.partition).or_default().push(rec.offset()))
+            .unwrap();
+        stream.done(first);
+        // A leader goes down mid-run and comes back 700 ms later: the stream retries and goes
+        // on. Calls that time out meanwhile are cancelled and must lose nothing.
+        mock.cluster.broker_down(leader).unwrap();
+        let down_at = std::time::Instant::now();
+        let mut up = false;
+        loop {
+            if !up && down_at.elapsed() > Duration::from_millis(700) {
+                mock.cluster.broker_up(leader).unwrap();
+                up = true;
+            }
+            let b =
+                match tokio::time::timeout(Duration::from_millis(150), stream.next_batch()).await {
+                    Err(_) => continue, // cancelled: the batch in flight is kept
+                    Ok(r) => r.unwrap(),
+                };
+            let Some(b) = b else { break };
+            b.for_each_record(|r, rec| got.entry(r.partition).or_default().push(rec.offset()))
+                .unwrap();
+            stream.done(b);
+        }
+        for p in 0..3 {
+            assert_eq!(got[&p], (0..2000).collect::<Vec<_>>(), "bd-{p}");
+        }
+    });
+}

@@ -543,13 +543,17 @@ impl DirectStream {
 
     /// The next batch; `None` when the stream is done (`until_latest` reached). The batch after
     /// it is fetched in the background while the caller holds this one.
+    ///
+    /// Cancel-safe: if the returned future is dropped before it completes (a `select!` or a
+    /// timeout), the batch being fetched is kept and the next call returns it.
     pub async fn next_batch(&mut self) -> Result<Option<Batch>, Error> {
-        let task = match self.pending.take() {
-            Some(t) => t,
-            None => tokio::spawn(self.driver.clone().next()),
-        };
-        let batch = task
-            .await
+        let driver = self.driver.clone();
+        let task = self
+            .pending
+            .get_or_insert_with(|| tokio::spawn(driver.next()));
+        let joined = task.await;
+        self.pending = None;
+        let batch = joined
             .map_err(|e| Error::from(ErrorKind::Config(format!("stream task failed: {e}"))))??;
         if batch.is_some() {
             self.pending = Some(tokio::spawn(self.driver.clone().next()));
