@@ -1,0 +1,643 @@
+//! End-to-end throughput: one fake broker in its own process on loopback, the same data read
+//! whole by kdirect and by librdkafka (and rskafka), each client in its own process so that
+//! its CPU seconds and peak RSS are its own. A whole-system run is its own binary (quinn's
+//! `perf/`), not a criterion group.
+//!
+//! ```text
+//! cargo bench --bench e2e -- [--records N] [--partitions P] [--value-size S] [--codec C]
+//!     [--clients kdirect,kdirect-nocrc,librdkafka,librdkafka-nocrc,rskafka]
+//!     [--suite default|scaling] [--memory-mib M] [--kdirect-set k=v,..] [--rdkafka-set k=v,..]
+//! ```
+//!
+//! Defaults: 10M records of 100 B over 8 partitions, codec none, 1000 records per stored batch.
+//! `--suite default` runs that plus lz4, zstd and 1 KB values; `--suite scaling` runs 1, 8, 64
+//! and 512 partitions at 100 B, 1 KB and 10 KB values (fewer records for bigger values: about
+//! 1 GB of payload per run). Every client touches every key and value byte and reports a
+//! checksum (a wrapping sum of per-record CRC32C(key)+value, independent of order); the run
+//! fails if the clients disagree or if any client reads fewer records than were served.
+//!
+//! The binary runs itself in hidden modes for the children: `--serve` (the fake broker) and
+//! `--client NAME --bootstrap B` (one consumer, printing a `RESULT` line).
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use kdirect::engine::plan::StartPolicy;
+use kdirect::stream::DirectStream;
+use kdirect_fake_broker::{encode_batch, BatchOptions, Codec, FakeCluster, FakeRecord};
+
+const TOPIC: &str = "bench";
+const BATCH_RECORDS: u64 = 1000;
+
+#[derive(Debug, Clone)]
+struct Opts {
+    records: u64,
+    partitions: i32,
+    value_size: usize,
+    codec: String,
+    clients: Vec<String>,
+    suite: Option<String>,
+    memory_mib: usize,
+    kdirect_set: Vec<(String, String)>,
+    rdkafka_set: Vec<(String, String)>,
+    kdirect_threads: usize,
+    // child modes
+    serve: bool,
+    client: Option<String>,
+    bootstrap: String,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts {
+            records: 10_000_000,
+            partitions: 8,
+            value_size: 100,
+            codec: "none".into(),
+            clients: ["kdirect", "kdirect-nocrc", "librdkafka", "librdkafka-nocrc"]
+                .map(String::from)
+                .to_vec(),
+            suite: None,
+            memory_mib: 64,
+            kdirect_set: Vec::new(),
+            rdkafka_set: Vec::new(),
+            kdirect_threads: 1,
+            serve: false,
+            client: None,
+            bootstrap: String::new(),
+        }
+    }
+}
+
+fn kv_list(s: &str) -> Vec<(String, String)> {
+    s.split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+fn parse_args() -> Result<Opts, String> {
+    let mut o = Opts::default();
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut val = || it.next().ok_or_else(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--records" => o.records = val()?.parse().map_err(|e| format!("--records: {e}"))?,
+            "--partitions" => {
+                o.partitions = val()?.parse().map_err(|e| format!("--partitions: {e}"))?
+            }
+            "--value-size" => {
+                o.value_size = val()?.parse().map_err(|e| format!("--value-size: {e}"))?
+            }
+            "--codec" => o.codec = val()?,
+            "--clients" => o.clients = val()?.split(',').map(String::from).collect(),
+            "--suite" => o.suite = Some(val()?),
+            "--memory-mib" => {
+                o.memory_mib = val()?.parse().map_err(|e| format!("--memory-mib: {e}"))?
+            }
+            "--kdirect-set" => o.kdirect_set = kv_list(&val()?),
+            "--rdkafka-set" => o.rdkafka_set = kv_list(&val()?),
+            "--kdirect-threads" => {
+                o.kdirect_threads = val()?
+                    .parse()
+                    .map_err(|e| format!("--kdirect-threads: {e}"))?
+            }
+            "--serve" => o.serve = true,
+            "--client" => o.client = Some(val()?),
+            "--bootstrap" => o.bootstrap = val()?,
+            // cargo bench passes --bench; libtest-style filters are ignored.
+            "--bench" => {}
+            other if other.starts_with("--") => return Err(format!("unknown option {other}")),
+            _ => {}
+        }
+    }
+    Ok(o)
+}
+
+fn main() -> ExitCode {
+    let o = match parse_args() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("e2e: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let r = if o.serve {
+        serve(&o)
+    } else if let Some(c) = o.client.clone() {
+        client(&o, &c)
+    } else {
+        orchestrate(&o)
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("e2e: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The orchestrator
+
+#[derive(Debug, Clone, Default)]
+struct Outcome {
+    records: u64,
+    bytes: u64,
+    secs: f64,
+    cpu: f64,
+    rss_kib: u64,
+    checksum: u64,
+}
+
+fn orchestrate(o: &Opts) -> Result<(), String> {
+    let runs: Vec<Opts> = match o.suite.as_deref() {
+        None => vec![o.clone()],
+        Some("default") => {
+            let mut v = Vec::new();
+            for (codec, size, records) in [
+                ("none", 100, o.records),
+                ("lz4", 100, o.records),
+                ("zstd", 100, o.records),
+                ("none", 1000, o.records / 10),
+            ] {
+                v.push(Opts {
+                    codec: codec.into(),
+                    value_size: size,
+                    records,
+                    ..o.clone()
+                });
+            }
+            v
+        }
+        Some("scaling") => {
+            let mut v = Vec::new();
+            for (size, records) in [(100, 10_000_000), (1000, 1_000_000), (10_000, 100_000)] {
+                for partitions in [1, 8, 64, 512] {
+                    v.push(Opts {
+                        value_size: size,
+                        records,
+                        partitions,
+                        ..o.clone()
+                    });
+                }
+            }
+            v
+        }
+        Some(s) => return Err(format!("unknown suite {s} (default, scaling)")),
+    };
+    println!("{}", machine());
+    println!(
+        "| data | client | records/s | MB/s | wall s | CPU s | peak RSS MiB | records/s vs librdkafka | CPU vs librdkafka |"
+    );
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let mut failed = false;
+    for run in &runs {
+        match one_run(run) {
+            Ok(rows) => print_rows(run, &rows),
+            Err(e) => {
+                failed = true;
+                println!("| {} | error: {e} | | | | | | | |", data_name(run));
+            }
+        }
+    }
+    if failed {
+        Err("a run failed (see the table)".into())
+    } else {
+        Ok(())
+    }
+}
+
+fn data_name(o: &Opts) -> String {
+    format!(
+        "{}M × {} B, {} p, {}",
+        o.records as f64 / 1e6,
+        o.value_size,
+        o.partitions,
+        o.codec
+    )
+}
+
+fn print_rows(o: &Opts, rows: &[(String, Outcome)]) {
+    let base = |crc: bool| {
+        rows.iter()
+            .find(|(c, _)| {
+                c == if crc {
+                    "librdkafka"
+                } else {
+                    "librdkafka-nocrc"
+                }
+            })
+            .map(|(_, r)| r.clone())
+    };
+    for (c, r) in rows {
+        let rate = r.records as f64 / r.secs.max(1e-9);
+        let vs = base(!c.ends_with("-nocrc")).filter(|_| !c.starts_with("librdkafka"));
+        let (ratio, cpu_ratio) = match vs {
+            Some(b) => (
+                format!("{:.2}×", rate / (b.records as f64 / b.secs.max(1e-9))),
+                format!("{:.2}×", r.cpu / b.cpu.max(1e-9)),
+            ),
+            None => (String::new(), String::new()),
+        };
+        println!(
+            "| {} | {c} | {:.0} | {:.1} | {:.2} | {:.2} | {:.1} | {ratio} | {cpu_ratio} |",
+            data_name(o),
+            rate,
+            r.bytes as f64 / r.secs.max(1e-9) / 1e6,
+            r.secs,
+            r.cpu,
+            r.rss_kib as f64 / 1024.0,
+        );
+    }
+    let _ = std::io::stdout().flush();
+}
+
+fn one_run(o: &Opts) -> Result<Vec<(String, Outcome)>, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let mut broker = Command::new(&exe)
+        .args([
+            "--serve",
+            "--records",
+            &o.records.to_string(),
+            "--partitions",
+            &o.partitions.to_string(),
+            "--value-size",
+            &o.value_size.to_string(),
+            "--codec",
+            &o.codec,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("spawn the fake broker: {e}"))?;
+    let mut line = String::new();
+    BufReader::new(broker.stdout.take().ok_or("no broker stdout")?)
+        .read_line(&mut line)
+        .map_err(|e| format!("read the broker's bootstrap line: {e}"))?;
+    let bootstrap = line
+        .trim()
+        .strip_prefix("bootstrap=")
+        .ok_or_else(|| format!("broker said {line:?}"))?
+        .to_owned();
+    let mut rows = Vec::new();
+    let mut result = Ok(());
+    for c in &o.clients {
+        let broker_cpu = proc_cpu(&format!("/proc/{}/stat", broker.id()));
+        match run_client(&exe, o, c, &bootstrap) {
+            Ok(r) => {
+                eprintln!(
+                    "e2e: {} {c}: {} records in {:.2} s, CPU {:.2} s, peak RSS {:.1} MiB, \
+                     checksum {:016x}; fake broker CPU {:.2} s",
+                    data_name(o),
+                    r.records,
+                    r.secs,
+                    r.cpu,
+                    r.rss_kib as f64 / 1024.0,
+                    r.checksum,
+                    proc_cpu(&format!("/proc/{}/stat", broker.id())) - broker_cpu
+                );
+                rows.push((c.clone(), r))
+            }
+            Err(e) => {
+                result = Err(format!("{c}: {e}"));
+                break;
+            }
+        }
+    }
+    let _ = broker.kill();
+    let _ = broker.wait();
+    result?;
+    if let Some((c0, r0)) = rows.first() {
+        for (c, r) in &rows {
+            if r.records != o.records || r.checksum != r0.checksum {
+                return Err(format!(
+                    "{c} read {} records with checksum {:016x}; {c0} read {} with {:016x}; {} were served",
+                    r.records, r.checksum, r0.records, r0.checksum, o.records
+                ));
+            }
+        }
+    }
+    Ok(rows)
+}
+
+fn run_client(
+    exe: &std::path::Path,
+    o: &Opts,
+    c: &str,
+    bootstrap: &str,
+) -> Result<Outcome, String> {
+    let kv = |v: &[(String, String)]| {
+        v.iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let out = Command::new(exe)
+        .args([
+            "--client",
+            c,
+            "--bootstrap",
+            bootstrap,
+            "--records",
+            &o.records.to_string(),
+            "--partitions",
+            &o.partitions.to_string(),
+            "--memory-mib",
+            &o.memory_mib.to_string(),
+            "--kdirect-threads",
+            &o.kdirect_threads.to_string(),
+            "--kdirect-set",
+            &kv(&o.kdirect_set),
+            "--rdkafka-set",
+            &kv(&o.rdkafka_set),
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("spawn: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!("exited with {}: {stdout}", out.status));
+    }
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .ok_or_else(|| format!("no RESULT line in {stdout:?}"))?;
+    let f: BTreeMap<&str, &str> = line
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .collect();
+    let num = |k: &str| f.get(k).copied().unwrap_or("0");
+    Ok(Outcome {
+        records: num("records").parse().unwrap_or(0),
+        bytes: num("bytes").parse().unwrap_or(0),
+        secs: num("secs").parse().unwrap_or(0.0),
+        cpu: num("cpu").parse().unwrap_or(0.0),
+        rss_kib: num("rss_kib").parse().unwrap_or(0),
+        checksum: u64::from_str_radix(num("checksum"), 16).unwrap_or(0),
+    })
+}
+
+fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|r| r.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:").map(|r| r.trim().to_owned()))
+        .unwrap_or_default();
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("machine: {cpus} CPUs ({model}), MemTotal {mem}\n")
+}
+
+/// utime + stime of a process from its `stat` file, in seconds (USER_HZ is 100 on Linux).
+fn proc_cpu(path: &str) -> f64 {
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11).and_then(|s| s.parse().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|s| s.parse().ok()).unwrap_or(0.0);
+    ticks / 100.0
+}
+
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|r| r.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fake broker (child)
+
+/// The same data as `kdirect fake-broker`: one encoded batch of 1000 records per partition,
+/// served at every offset.
+fn serve(o: &Opts) -> Result<(), String> {
+    let codec: Codec = o.codec.parse().map_err(|e| format!("{e:?}"))?;
+    let cluster = FakeCluster::builder()
+        .topic(TOPIC, o.partitions)
+        .worker_threads(2)
+        .start()
+        .map_err(|e| e.to_string())?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let batch = |n: u64| {
+        let records: Vec<FakeRecord> = (0..n as usize)
+            .map(|i| {
+                let value: Vec<u8> = (0..o.value_size)
+                    .map(|j| b'a' + ((i + j) % 26) as u8)
+                    .collect();
+                FakeRecord::value(value).with_timestamp(now)
+            })
+            .collect();
+        encode_batch(&records, &BatchOptions::codec(codec)).map_err(|e| e.to_string())
+    };
+    let full = batch(BATCH_RECORDS)?;
+    let parts = o.partitions as u64;
+    for p in 0..o.partitions {
+        let count = o.records / parts + u64::from((p as u64) < o.records % parts);
+        cluster
+            .append_batch_repeated(TOPIC, p, full.clone(), (count / BATCH_RECORDS) as usize)
+            .map_err(|e| e.to_string())?;
+        if count % BATCH_RECORDS > 0 {
+            cluster
+                .append_batch(TOPIC, p, batch(count % BATCH_RECORDS)?)
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    println!("bootstrap={}", cluster.bootstrap());
+    let _ = std::io::stdout().flush();
+    // Serve until the orchestrator kills this process.
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The clients (children)
+
+#[derive(Debug, Default)]
+struct Sum {
+    records: u64,
+    bytes: u64,
+    checksum: u64,
+}
+
+impl Sum {
+    /// The same checksum as `kdirect consume --stats`: every key and value byte, any order.
+    #[inline]
+    fn add(&mut self, key: Option<&[u8]>, value: Option<&[u8]>) {
+        let k = key.unwrap_or_default();
+        let v = value.unwrap_or_default();
+        self.records += 1;
+        self.bytes += (k.len() + v.len()) as u64;
+        let c = crc32c::crc32c_append(crc32c::crc32c(k), v);
+        self.checksum = self.checksum.wrapping_add(u64::from(c));
+    }
+}
+
+fn client(o: &Opts, name: &str) -> Result<(), String> {
+    let started = Instant::now();
+    let sum = match name {
+        "kdirect" => kdirect_client(o, true)?,
+        "kdirect-nocrc" => kdirect_client(o, false)?,
+        "librdkafka" => rdkafka_client(o, true)?,
+        "librdkafka-nocrc" => rdkafka_client(o, false)?,
+        "rskafka" => rskafka_client(o)?,
+        other => return Err(format!("unknown client {other}")),
+    };
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "RESULT records={} bytes={} secs={secs:.4} cpu={:.2} rss_kib={} checksum={:016x}",
+        sum.records,
+        sum.bytes,
+        proc_cpu("/proc/self/stat"),
+        peak_rss_kib(),
+        sum.checksum
+    );
+    Ok(())
+}
+
+fn runtime(threads: usize) -> Result<tokio::runtime::Runtime, String> {
+    if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
+    }
+    .enable_all()
+    .build()
+    .map_err(|e| e.to_string())
+}
+
+/// kdirect as `kdirect consume --until-latest --output null` runs it: a `DirectStream` on a
+/// current-thread runtime, batch by batch, every record handed to the checksum.
+fn kdirect_client(o: &Opts, crc: bool) -> Result<Sum, String> {
+    runtime(o.kdirect_threads)?.block_on(async {
+        let mut b = DirectStream::builder()
+            .bootstrap(&o.bootstrap)
+            .topics(&[TOPIC])
+            .start(StartPolicy::Earliest)
+            .until_latest(true)
+            .memory_budget(o.memory_mib << 20)
+            .set("check.crcs", if crc { "true" } else { "false" })
+            .map_err(|e| e.to_string())?;
+        for (k, v) in &o.kdirect_set {
+            b = b.set(k, v).map_err(|e| e.to_string())?;
+        }
+        let mut stream = b.build().await.map_err(|e| e.to_string())?;
+        let mut sum = Sum::default();
+        while let Some(batch) = stream.next_batch().await.map_err(|e| e.to_string())? {
+            batch
+                .for_each_record(|_, r| sum.add(r.key(), r.value()))
+                .map_err(|e| e.to_string())?;
+            stream.done(batch);
+        }
+        Ok(sum)
+    })
+}
+
+/// librdkafka's `BaseConsumer` on assigned partitions, tuned as a performance user would:
+/// big fetches, a deep local queue, and no 1 s fetch pause when the queue is full (see
+/// docs/fake-broker.md: with the defaults the same run is 5× slower).
+fn rdkafka_client(o: &Opts, crc: bool) -> Result<Sum, String> {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
+    use rdkafka::{Offset, TopicPartitionList};
+
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", &o.bootstrap)
+        .set("group.id", "e2e")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .set("check.crcs", if crc { "true" } else { "false" })
+        .set("fetch.max.bytes", "52428800")
+        .set("max.partition.fetch.bytes", "4194304")
+        .set("queued.min.messages", "1000000")
+        .set(
+            "queued.max.messages.kbytes",
+            (o.memory_mib * 1024).to_string(),
+        )
+        .set("fetch.queue.backoff.ms", "10");
+    for (k, v) in &o.rdkafka_set {
+        cfg.set(k, v);
+    }
+    let c: BaseConsumer = cfg.create().map_err(|e| e.to_string())?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..o.partitions {
+        tpl.add_partition_offset(TOPIC, p, Offset::Beginning)
+            .map_err(|e| e.to_string())?;
+    }
+    c.assign(&tpl).map_err(|e| e.to_string())?;
+    let mut sum = Sum::default();
+    let deadline = Instant::now() + Duration::from_secs(900);
+    while sum.records < o.records {
+        if Instant::now() > deadline {
+            return Err(format!("timed out after {} records", sum.records));
+        }
+        match c.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => sum.add(m.key(), m.payload()),
+            Some(Err(e)) => return Err(e.to_string()),
+            None => {}
+        }
+    }
+    Ok(sum)
+}
+
+/// rskafka (a pure-Rust client): one task per partition fetching 4 MiB at a time.
+fn rskafka_client(o: &Opts) -> Result<Sum, String> {
+    use rskafka::client::partition::UnknownTopicHandling;
+    use rskafka::client::ClientBuilder;
+
+    runtime(o.kdirect_threads)?.block_on(async {
+        let client = ClientBuilder::new(vec![o.bootstrap.clone()])
+            .build()
+            .await
+            .map_err(|e| e.to_string())?;
+        let parts = o.partitions as u64;
+        let mut tasks = tokio::task::JoinSet::new();
+        for p in 0..o.partitions {
+            let pc = client
+                .partition_client(TOPIC, p, UnknownTopicHandling::Retry)
+                .await
+                .map_err(|e| e.to_string())?;
+            let want = (o.records / parts + u64::from((p as u64) < o.records % parts)) as i64;
+            tasks.spawn(async move {
+                let mut sum = Sum::default();
+                let mut offset = 0i64;
+                while offset < want {
+                    let (records, _hw) = pc
+                        .fetch_records(offset, 1..4 << 20, 500)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    for r in &records {
+                        sum.add(r.record.key.as_deref(), r.record.value.as_deref());
+                        offset = offset.max(r.offset + 1);
+                    }
+                }
+                Ok::<_, String>(sum)
+            });
+        }
+        let mut total = Sum::default();
+        while let Some(j) = tasks.join_next().await {
+            let s = j.map_err(|e| e.to_string())??;
+            total.records += s.records;
+            total.bytes += s.bytes;
+            total.checksum = total.checksum.wrapping_add(s.checksum);
+        }
+        Ok(total)
+    })
+}
