@@ -281,7 +281,18 @@ fn librdkafka_requests_reencode_byte_for_byte_and_responses_decode() {
 }
 
 fn check_exchange(ex: &Exchange, topic: &str, lo: i64, hi: i64) {
-    let resp = ex.response.clone();
+    let Some(resp) = ex.response.clone() else {
+        // A request still in flight when the session closed (librdkafka's long-poll Fetch):
+        // its bytes are checked, there is no answer to check.
+        match ApiKey::try_from(ex.key) {
+            Ok(ApiKey::Fetch) => drop(reencode::<Fetch>(&ex.request)),
+            Ok(ApiKey::Metadata) => drop(reencode::<Metadata>(&ex.request)),
+            Ok(ApiKey::ListOffsets) => drop(reencode::<ListOffsets>(&ex.request)),
+            _ => {}
+        }
+        return;
+    };
+    let resp = Some(resp);
     match ApiKey::try_from(ex.key) {
         Ok(ApiKey::ApiVersions) => {
             let _ = reencode::<ApiVersions>(&ex.request);
