@@ -292,19 +292,18 @@ fn check_exchange(ex: &Exchange, topic: &str, lo: i64, hi: i64) {
         }
         return;
     };
-    let resp = Some(resp);
     match ApiKey::try_from(ex.key) {
         Ok(ApiKey::ApiVersions) => {
             let _ = reencode::<ApiVersions>(&ex.request);
         }
         Ok(ApiKey::Metadata) => {
             let _ = reencode::<Metadata>(&ex.request);
-            let (_, m) = decode_response::<Metadata>(resp.unwrap(), ex.version).unwrap();
+            let (_, m) = decode_response::<Metadata>(resp, ex.version).unwrap();
             assert_eq!(m.brokers.len(), 1);
         }
         Ok(ApiKey::ListOffsets) => {
             let req = reencode::<ListOffsets>(&ex.request);
-            let (_, r) = decode_response::<ListOffsets>(resp.unwrap(), ex.version).unwrap();
+            let (_, r) = decode_response::<ListOffsets>(resp, ex.version).unwrap();
             let asked = req.topics[0].partitions[0].timestamp;
             let got = r.topics[0].partitions[0].offset;
             match asked {
@@ -315,7 +314,7 @@ fn check_exchange(ex: &Exchange, topic: &str, lo: i64, hi: i64) {
         }
         Ok(ApiKey::Fetch) => {
             let _ = reencode::<Fetch>(&ex.request);
-            let (_, f) = decode_response::<Fetch>(resp.unwrap(), ex.version).unwrap();
+            let (_, f) = decode_response::<Fetch>(resp, ex.version).unwrap();
             for t in &f.responses {
                 for p in &t.partitions {
                     assert_eq!(p.high_watermark, hi);
@@ -324,17 +323,17 @@ fn check_exchange(ex: &Exchange, topic: &str, lo: i64, hi: i64) {
         }
         Ok(ApiKey::FindCoordinator) => {
             let _ = reencode::<FindCoordinator>(&ex.request);
-            let (_, _f) = decode_response::<FindCoordinator>(resp.unwrap(), ex.version).unwrap();
+            let (_, _f) = decode_response::<FindCoordinator>(resp, ex.version).unwrap();
         }
         Ok(ApiKey::OffsetCommit) => {
             let req = reencode::<OffsetCommit>(&ex.request);
             assert_eq!(req.topics[0].name.0.as_str(), topic);
-            let (_, r) = decode_response::<OffsetCommit>(resp.unwrap(), ex.version).unwrap();
+            let (_, r) = decode_response::<OffsetCommit>(resp, ex.version).unwrap();
             assert_eq!(r.topics[0].partitions[0].error_code, 0);
         }
         Ok(ApiKey::OffsetFetch) => {
             let _ = reencode::<OffsetFetch>(&ex.request);
-            let (_, r) = decode_response::<OffsetFetch>(resp.unwrap(), ex.version).unwrap();
+            let (_, r) = decode_response::<OffsetFetch>(resp, ex.version).unwrap();
             let offsets: Vec<i64> = r
                 .topics
                 .iter()
