@@ -72,6 +72,49 @@ impl Default for FetchConfig {
 pub struct MemoryBudget {
     sem: Arc<Semaphore>,
     total: usize,
+    sizing: Arc<Sizing>,
+}
+
+/// What the fetches sharing a budget learned about the data, to size the next requests: a
+/// range needs about `remaining offsets × bytes per offset`, and asking each partition for
+/// `max.partition.fetch.bytes` regardless brings back (and holds in the budget) up to that
+/// much past the range's end.
+#[derive(Debug, Default)]
+struct Sizing {
+    /// Bytes per offset × 1024, from every chunk fetched so far (0: nothing yet).
+    bytes_per_offset_x1024: std::sync::atomic::AtomicU64,
+    /// The largest record batch seen, in bytes: a request never asks a partition for less.
+    max_batch: std::sync::atomic::AtomicU64,
+}
+
+impl Sizing {
+    fn learn(&self, bytes: usize, offsets: i64, max_batch: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if offsets > 0 {
+            let x = (bytes as u64).saturating_mul(1024) / offsets as u64;
+            let old = self.bytes_per_offset_x1024.load(Relaxed);
+            // A moving average that follows changes in record size within a few chunks.
+            let new = if old == 0 { x } else { (old * 3 + x) / 4 };
+            self.bytes_per_offset_x1024.store(new.max(1), Relaxed);
+        }
+        self.max_batch.fetch_max(max_batch as u64, Relaxed);
+    }
+
+    /// The bytes to ask a partition for when `remaining` offsets of its range are left;
+    /// `None` before anything was learned.
+    fn partition_bytes(&self, remaining: i64) -> Option<usize> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let bpo = self.bytes_per_offset_x1024.load(Relaxed);
+        if bpo == 0 {
+            return None;
+        }
+        let want = (remaining.max(0) as u64).saturating_mul(bpo) / 1024;
+        // A quarter more for batches that straddle the range's end, and never less than one
+        // whole batch (or the broker may have nothing to return for this partition).
+        let want = want.saturating_add(want / 4).saturating_add(1024);
+        let floor = self.max_batch.load(Relaxed).saturating_add(1024);
+        Some(usize::try_from(want.max(floor)).unwrap_or(usize::MAX))
+    }
 }
 
 impl MemoryBudget {
@@ -84,6 +127,7 @@ impl MemoryBudget {
         MemoryBudget {
             sem: Arc::new(Semaphore::new(total)),
             total,
+            sizing: Arc::default(),
         }
     }
 
@@ -216,6 +260,21 @@ pub async fn fetch_ranges_within(
         })
         .collect();
     let mut pos: Vec<i64> = ranges.iter().map(|r| r.from).collect();
+    // Partitions that came back empty while asked for less than max.partition.fetch.bytes
+    // (a batch larger than any seen so far): ask them for the full size from then on.
+    let mut uncapped: Vec<bool> = vec![false; ranges.len()];
+    let part_bytes = |i: usize, pos: &[i64], uncapped: &[bool]| -> i32 {
+        if uncapped[i] {
+            return cfg.partition_max_bytes;
+        }
+        budget
+            .sizing
+            .partition_bytes(ranges[i].until - pos[i])
+            .map_or(cfg.partition_max_bytes, |b| {
+                cfg.partition_max_bytes
+                    .min(i32::try_from(b).unwrap_or(i32::MAX))
+            })
+    };
     let topics: Vec<&str> = {
         let mut t: Vec<&str> = ranges.iter().map(|r| r.topic.as_str()).collect();
         t.sort_unstable();
@@ -231,6 +290,14 @@ pub async fn fetch_ranges_within(
         if open.is_empty() {
             return Ok(out);
         }
+        // The first fetch on a budget knows nothing of the data: asking every partition for
+        // max.partition.fetch.bytes would fill the budget with bytes past the ranges' ends.
+        // One partition goes first, and the others are asked for what their ranges need.
+        let open = if budget.sizing.partition_bytes(1).is_none() {
+            open[..1].to_vec()
+        } else {
+            open
+        };
         // Group the open ranges by leader.
         let mut by_leader: BTreeMap<i32, Vec<(usize, i32)>> = BTreeMap::new();
         let mut retry_reason: Option<Error> = None;
@@ -255,7 +322,15 @@ pub async fn fetch_ranges_within(
         }
         let wants: BTreeMap<i32, usize> = by_leader
             .iter()
-            .map(|(l, items)| (*l, fetch_max.min(items.len().saturating_mul(part_max))))
+            .map(|(l, items)| {
+                let asked: usize = items
+                    .iter()
+                    .map(|&(i, _)| {
+                        usize::try_from(part_bytes(i, &pos, &uncapped).max(1)).unwrap_or(part_max)
+                    })
+                    .sum();
+                (*l, fetch_max.min(asked))
+            })
             .collect();
         let want_sum: usize = wants.values().sum();
         let mut tasks = tokio::task::JoinSet::new();
@@ -291,14 +366,19 @@ pub async fn fetch_ranges_within(
                     .push(PartitionFetch {
                         partition: r.partition,
                         fetch_offset: pos[i],
-                        partition_max_bytes: cfg.partition_max_bytes,
+                        partition_max_bytes: part_bytes(i, &pos, &uncapped),
                         current_leader_epoch: epoch,
                     });
             }
             let topics_req: Vec<TopicFetch> = topics_req.into_values().collect();
             let mut params = cfg.params;
             let permit = budget.reserve(reserve).await?;
-            params.max_bytes = i32::try_from(reserve).unwrap_or(i32::MAX);
+            // fetch.max.bytes limits the records; the response also carries per-partition
+            // fields (about 60 bytes each at v16) and headers. Leave room for them, or a
+            // response that fills its records limit overflows its reservation.
+            let framing = 1024 + 128 * items.len();
+            params.max_bytes =
+                i32::try_from(reserve.saturating_sub(framing).max(1)).unwrap_or(i32::MAX);
             tasks.spawn(async move {
                 let mut version = conn.version::<Fetch>()?;
                 // Fetch v13+ names topics by id; without ids (an older Metadata answer), stay
@@ -357,7 +437,9 @@ pub async fn fetch_ranges_within(
                 }
                 permit.merge(budget.reserve(size - reserve).await?);
             }
-            held += size;
+            // Counted as held only if a chunk keeps it: a response whose data is all dropped
+            // (errors, nothing past the position) gives its bytes back right away.
+            let mut kept = false;
             let permit = Arc::new(permit);
             let fv = fetch::view(resp, version, &names).map_err(|source| {
                 Error::from(ErrorKind::Protocol {
@@ -400,13 +482,14 @@ pub async fn fetch_ranges_within(
                     .until(r.until)
                     .isolation(isolation);
                 let mut reader = RecordBatchReader::new(p.records.clone(), opts);
-                while reader
-                    .next_batch()
-                    .map_err(|e| decode_error(&conn, r, e))?
-                    .is_some()
-                {}
+                let (mut max_batch, mut used) = (0, 0);
+                while let Some(b) = reader.next_batch().map_err(|e| decode_error(&conn, r, e))? {
+                    max_batch = max_batch.max(b.bytes().len());
+                    used += b.bytes().len();
+                }
                 let next = reader.next_offset();
                 if next > pos[i] {
+                    budget.sizing.learn(used, next - pos[i], max_batch);
                     out[i].chunks.push(Chunk {
                         fetch_offset: pos[i],
                         next_offset: next,
@@ -415,6 +498,7 @@ pub async fn fetch_ranges_within(
                         _budget: Some(permit.clone()),
                     });
                     pos[i] = next;
+                    kept = true;
                 } else {
                     // No whole batch past the position. Up to the high watermark (or the
                     // last stable offset) there is nothing more: the range reaches past the
@@ -432,6 +516,17 @@ pub async fn fetch_ranges_within(
                         ))
                         .into());
                     }
+                    let asked = usize::try_from(part_bytes(i, &pos, &uncapped)).unwrap_or(0);
+                    if size.saturating_add(asked) >= reserve {
+                        // The response reached fetch.max.bytes before this partition's turn:
+                        // it goes again in the next round.
+                        continue;
+                    }
+                    if asked < part_max {
+                        // Asked for less than a batch that is larger than any seen so far.
+                        uncapped[i] = true;
+                        continue;
+                    }
                     retry_reason = Some(
                         ErrorKind::Config(format!(
                             "{}: no whole batch at {}-{} offset {} (max.partition.fetch.bytes {} too small?)",
@@ -444,6 +539,9 @@ pub async fn fetch_ranges_within(
                         .into(),
                     );
                 }
+            }
+            if kept {
+                held += size;
             }
         }
         if let Some(e) = retry_reason {
