@@ -400,8 +400,9 @@ pub async fn fetch_ranges_within(
                             // Keep exactly the response's size of the reservation.
                             drop(permit.split(reserve - size));
                         }
-                        kdirect_proto::message::decode_response::<Fetch>(frame, version)
-                            .map(|(_, body)| (body, size, permit))
+                        // The bounded, zero-copy decoder: `records` are slices of `frame`.
+                        fetch::decode(frame, version, &names)
+                            .map(|(_, view)| (view, size, permit))
                             .map_err(|source| {
                                 Error::from(ErrorKind::Protocol {
                                     broker: conn.broker().clone(),
@@ -411,11 +412,11 @@ pub async fn fetch_ranges_within(
                     }
                     Err(e) => Err(e),
                 };
-                Ok::<_, Error>((conn, items, version, names, reserve, resp))
+                Ok::<_, Error>((conn, items, reserve, resp))
             });
         }
         while let Some(joined) = tasks.join_next().await {
-            let (conn, items, version, names, reserve, resp) = joined
+            let (conn, items, reserve, resp) = joined
                 .map_err(|e| Error::from(ErrorKind::Config(format!("fetch task failed: {e}"))))??;
             let (resp, size, mut permit) = match resp {
                 Ok(r) => r,
@@ -441,12 +442,7 @@ pub async fn fetch_ranges_within(
             // (errors, nothing past the position) gives its bytes back right away.
             let mut kept = false;
             let permit = Arc::new(permit);
-            let fv = fetch::view(resp, version, &names).map_err(|source| {
-                Error::from(ErrorKind::Protocol {
-                    broker: conn.broker().clone(),
-                    source,
-                })
-            })?;
+            let fv = resp;
             if let Some(code) = fv.error.err() {
                 let e: Error = ErrorKind::Broker {
                     broker: conn.broker().clone(),
