@@ -1,11 +1,13 @@
 //! Kill tests: `kdirect consume` is killed with SIGKILL at random moments, at least 20 times,
-//! while it consumes 120k records from the fake broker, and restarted until it finishes.
+//! while it consumes from the fake broker (120k records, and more arriving during the kill
+//! phase), and restarted until it finishes.
 //! Checkpoint + file sink and SQL + sink table must end with every offset exactly once; the
 //! Kafka group store (at-least-once) must lose nothing.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -24,10 +26,7 @@ fn fake() -> FakeCluster {
     for p in 0..PARTITIONS {
         let mut o = 0;
         while o < PER_PARTITION {
-            let recs: Vec<FakeRecord> = (o..o + 500)
-                .map(|i| FakeRecord::value(Bytes::from(format!("{p}:{i}:{}", "x".repeat(80)))))
-                .collect();
-            fake.append_records("k", p, &recs, Codec::Lz4).unwrap();
+            append(&fake, p, o, o + 500);
             o += 500;
         }
     }
@@ -69,40 +68,74 @@ fn spawn(boot: &str, extra: &[&str]) -> Child {
 }
 
 /// Kills the consumer at random points until `KILLS` kills happened, then lets it finish.
-fn run_with_kills(name: &str, boot: &str, extra: &[&str]) {
+/// Records keep arriving during the kill phase (so a fast consumer always has work), and the
+/// kill delay shrinks whenever a run finishes on its own before it is killed — the test does
+/// not depend on how fast the machine is. Returns the records per partition at the end.
+fn run_with_kills(name: &str, fake: &FakeCluster, extra: &[&str]) -> i64 {
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos() as u64;
     println!("{name}: seed {seed}");
+    let boot = fake.bootstrap();
     let mut rng = Lcg(seed);
     let mut kills = 0;
-    let deadline = Instant::now() + Duration::from_secs(240);
-    loop {
-        assert!(Instant::now() < deadline, "{name}: did not finish");
-        let mut child = spawn(boot, extra);
-        if kills < KILLS {
-            std::thread::sleep(Duration::from_millis(rng.next(10, 150)));
-            if child.try_wait().unwrap().is_none() {
-                child.kill().unwrap(); // SIGKILL
-                child.wait().unwrap();
-                kills += 1;
+    let mut hi = 100;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                for p in 0..PARTITIONS {
+                    let base = fake.high_watermark("k", p).unwrap();
+                    append(fake, p, base, base + 100);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        while kills < KILLS {
+            assert!(
+                Instant::now() < deadline,
+                "{name}: only {kills} kills before the deadline"
+            );
+            let mut child = spawn(&boot, extra);
+            std::thread::sleep(Duration::from_millis(rng.next(1, hi + 1)));
+            if child.try_wait().unwrap().is_some() {
+                let out = child.wait_with_output().unwrap();
+                assert!(
+                    out.status.success(),
+                    "{name}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                hi = (hi / 2).max(1);
                 continue;
             }
+            child.kill().unwrap(); // SIGKILL
+            child.wait().unwrap();
+            kills += 1;
         }
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        if kills >= KILLS {
-            break;
-        }
-        // Finished before enough kills: the data is consumed; nothing more to kill.
-        panic!("{name}: finished after only {kills} kills; make the run longer");
-    }
+        stop.store(true, Ordering::Relaxed);
+    });
+    // Let it finish: everything produced up to now.
+    let out = spawn(&boot, extra).wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     println!("{name}: {kills} kills");
+    let n = fake.high_watermark("k", 0).unwrap();
+    for p in 1..PARTITIONS {
+        assert_eq!(fake.high_watermark("k", p).unwrap(), n);
+    }
+    n
+}
+
+fn append(fake: &FakeCluster, p: i32, from: i64, to: i64) {
+    let recs: Vec<FakeRecord> = (from..to)
+        .map(|i| FakeRecord::value(Bytes::from(format!("{p}:{i}:{}", "x".repeat(80)))))
+        .collect();
+    fake.append_records("k", p, &recs, Codec::Lz4).unwrap();
 }
 
 /// Every (partition, offset) from the sink files, counted.
@@ -127,9 +160,9 @@ fn read_files(dir: &Path) -> BTreeMap<(i32, i64), u32> {
     seen
 }
 
-fn assert_all(seen: &BTreeMap<(i32, i64), u32>, exactly_once: bool, name: &str) {
+fn assert_all(seen: &BTreeMap<(i32, i64), u32>, n: i64, exactly_once: bool, name: &str) {
     for p in 0..PARTITIONS {
-        for o in 0..PER_PARTITION {
+        for o in 0..n {
             match seen.get(&(p, o)) {
                 None => panic!("{name}: k-{p} offset {o} lost"),
                 Some(n) if exactly_once && *n != 1 => {
@@ -141,7 +174,7 @@ fn assert_all(seen: &BTreeMap<(i32, i64), u32>, exactly_once: bool, name: &str) 
     }
     assert_eq!(
         seen.len() as i64,
-        PARTITIONS as i64 * PER_PARTITION,
+        PARTITIONS as i64 * n,
         "{name}: records outside the topic"
     );
 }
@@ -152,12 +185,12 @@ fn checkpoint_and_file_sink_survive_kill_9_exactly_once() {
     let tmp = tempdir("ckpt");
     let ckpt = format!("checkpoint:{}", tmp.join("ckpt").display());
     let out = tmp.join("out");
-    run_with_kills(
+    let n = run_with_kills(
         "checkpoint",
-        &fake.bootstrap(),
+        &fake,
         &["--store", &ckpt, "--output-dir", out.to_str().unwrap()],
     );
-    assert_all(&read_files(&out), true, "checkpoint + file sink");
+    assert_all(&read_files(&out), n, true, "checkpoint + file sink");
     // No file being written is left looking finished.
     for e in std::fs::read_dir(&out).unwrap() {
         let n = e.unwrap().file_name().to_string_lossy().into_owned();
@@ -171,9 +204,9 @@ fn kafka_group_and_file_sink_lose_nothing() {
     let tmp = tempdir("kafka");
     let out = tmp.join("out");
     let group = format!("kill-{}", std::process::id());
-    run_with_kills(
+    let n = run_with_kills(
         "kafka",
-        &fake.bootstrap(),
+        &fake,
         &[
             "--store",
             "kafka",
@@ -183,7 +216,7 @@ fn kafka_group_and_file_sink_lose_nothing() {
             out.to_str().unwrap(),
         ],
     );
-    assert_all(&read_files(&out), false, "kafka group + file sink");
+    assert_all(&read_files(&out), n, false, "kafka group + file sink");
 }
 
 #[test]
@@ -191,12 +224,12 @@ fn sqlite_sink_table_survives_kill_9_exactly_once() {
     let fake = fake();
     let tmp = tempdir("sqlite");
     let url = format!("sqlite:{}", tmp.join("offsets.db").display());
-    run_with_kills(
+    let n = run_with_kills(
         "sqlite",
-        &fake.bootstrap(),
+        &fake,
         &["--store", &url, "--group", "g", "--sink-table", "records"],
     );
-    assert_sql(&url, "records");
+    assert_sql(&url, "records", n);
 }
 
 #[test]
@@ -206,12 +239,12 @@ fn postgres_sink_table_survives_kill_9_exactly_once() {
     };
     let fake = fake();
     let table = format!("kill_{}", std::process::id());
-    run_with_kills(
+    let n = run_with_kills(
         "postgres",
-        &fake.bootstrap(),
+        &fake,
         &["--store", &url, "--group", &table, "--sink-table", &table],
     );
-    assert_sql(&url, &table);
+    assert_sql(&url, &table, n);
 }
 
 #[test]
@@ -221,12 +254,12 @@ fn mysql_sink_table_survives_kill_9_exactly_once() {
     };
     let fake = fake();
     let table = format!("kill_{}", std::process::id());
-    run_with_kills(
+    let n = run_with_kills(
         "mysql",
-        &fake.bootstrap(),
+        &fake,
         &["--store", &url, "--group", &table, "--sink-table", &table],
     );
-    assert_sql(&url, &table);
+    assert_sql(&url, &table, n);
 }
 
 fn service(var: &str) -> Option<String> {
@@ -239,7 +272,7 @@ fn service(var: &str) -> Option<String> {
     }
 }
 
-fn assert_sql(url: &str, table: &str) {
+fn assert_sql(url: &str, table: &str, n: i64) {
     let rows: Vec<(i32, i64)> = crate::support::rt().block_on(async {
         sqlx::any::install_default_drivers();
         let pool = sqlx::AnyPool::connect(url).await.unwrap();
@@ -257,7 +290,7 @@ fn assert_sql(url: &str, table: &str) {
     for (p, o) in rows {
         *seen.entry((p, o)).or_insert(0) += 1;
     }
-    assert_all(&seen, true, url);
+    assert_all(&seen, n, true, url);
 }
 
 fn tempdir(tag: &str) -> std::path::PathBuf {
@@ -286,9 +319,9 @@ fn redis_and_file_sink_lose_nothing() {
         std::process::id(),
         tmp.file_name().unwrap().to_string_lossy()
     );
-    run_with_kills(
+    let n = run_with_kills(
         "redis",
-        &fake.bootstrap(),
+        &fake,
         &[
             "--store",
             &url,
@@ -298,5 +331,5 @@ fn redis_and_file_sink_lose_nothing() {
             out.to_str().unwrap(),
         ],
     );
-    assert_all(&read_files(&out), false, "redis + file sink");
+    assert_all(&read_files(&out), n, false, "redis + file sink");
 }

@@ -431,3 +431,41 @@ fn survives_a_broker_going_down_and_up_on_the_mock() {
         }
     });
 }
+
+#[test]
+fn default_batches_fit_the_budget_with_large_values() {
+    // No rate limit set: batches are bounded by memory (first by an assumed 1 KiB per
+    // offset, then by what batches actually took), so 2 KB values over 16 partitions never
+    // exceed the default 64 MiB budget.
+    rt().block_on(async {
+        let fake = FakeCluster::builder()
+            .brokers(2)
+            .topic("wide", 16)
+            .build()
+            .await
+            .unwrap();
+        let value = Bytes::from(vec![b'w'; 2000]);
+        for p in 0..16 {
+            for _ in 0..40 {
+                let recs: Vec<FakeRecord> =
+                    (0..50).map(|_| FakeRecord::value(value.clone())).collect();
+                fake.append_records("wide", p, &recs, Codec::None).unwrap();
+            }
+        }
+        let mut stream = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["wide"])
+            .start(StartPolicy::Earliest)
+            .until_latest(true)
+            .build()
+            .await
+            .unwrap();
+        let mut records = 0;
+        while let Some(b) = stream.next_batch().await.unwrap() {
+            assert!(stream.memory_in_use() <= 64 << 20);
+            records += b.for_each_record(|_, _| {}).unwrap();
+            stream.done(b);
+        }
+        assert_eq!(records, 16 * 2000);
+    });
+}

@@ -30,9 +30,20 @@ use kdirect_proto::api::list_offsets::OffsetSpec;
 use kdirect_proto::IsolationLevel;
 use tokio::task::JoinHandle;
 
-/// When no rate limit is set, batches are still bounded to this many offsets, so that one
-/// batch fits the default memory budget (64 MiB) at typical record sizes.
-pub const DEFAULT_MAX_OFFSETS_PER_BATCH: u64 = 200_000;
+/// When no rate limit is set, batches are still bounded so that one batch takes at most a
+/// quarter of the memory budget: the first batch assumes 1 KiB per offset, later ones use the
+/// bytes per offset the previous batch actually took, within these bounds.
+pub const ADAPTIVE_MIN_OFFSETS_PER_BATCH: u64 = 1_000;
+/// See [`ADAPTIVE_MIN_OFFSETS_PER_BATCH`].
+pub const ADAPTIVE_MAX_OFFSETS_PER_BATCH: u64 = 1_000_000;
+
+fn adaptive_cap(budget: usize, bytes_per_offset: f64) -> u64 {
+    let cap = (budget as f64 / 4.0 / bytes_per_offset.max(1.0)) as u64;
+    cap.clamp(
+        ADAPTIVE_MIN_OFFSETS_PER_BATCH,
+        ADAPTIVE_MAX_OFFSETS_PER_BATCH,
+    )
+}
 
 /// Everything a [`DirectStream`] is configured with. Build it with [`DirectStreamBuilder`].
 #[derive(Debug, Clone)]
@@ -300,11 +311,12 @@ impl DirectStreamBuilder {
         if c.topics.is_empty() {
             return Err(ErrorKind::Config("no topic to read".to_owned()).into());
         }
-        if !self.rate_set && c.rate.max_offsets_per_trigger.is_none() {
+        let adaptive = !self.rate_set && c.rate.max_offsets_per_trigger.is_none();
+        if adaptive {
             c.rate = c
                 .rate
                 .clone()
-                .with_max_offsets_per_trigger(DEFAULT_MAX_OFFSETS_PER_BATCH);
+                .with_max_offsets_per_trigger(adaptive_cap(c.memory_budget, 1024.0));
         }
         let cluster = Arc::new(Cluster::connect(&c.bootstrap, c.conn.clone()).await?);
         let topics: Vec<&str> = c.topics.iter().map(String::as_str).collect();
@@ -340,6 +352,7 @@ impl DirectStreamBuilder {
             planner: Mutex::new(planner),
             started: Instant::now(),
             until: Mutex::new(None),
+            adaptive,
             config: c,
         });
         Ok(DirectStream {
@@ -359,6 +372,8 @@ struct Driver {
     started: Instant,
     /// With `until_latest`: the end offsets seen at the first snapshot.
     until: Mutex<Option<BTreeMap<TopicPartition, i64>>>,
+    /// No rate limit was set: bound batches by the memory they take.
+    adaptive: bool,
 }
 
 impl std::fmt::Debug for Driver {
@@ -504,6 +519,12 @@ impl Driver {
                     let data =
                         fetch_ranges_within(&self.cluster, &want, &self.config.fetch, &self.budget)
                             .await?;
+                    let offsets: u64 = want.iter().map(OffsetRange::len).sum();
+                    let bytes: usize = data.iter().map(RangeData::bytes).sum();
+                    if self.adaptive && offsets > 0 {
+                        let cap = adaptive_cap(self.budget.total(), bytes as f64 / offsets as f64);
+                        self.planner().set_max_offsets_per_trigger(Some(cap));
+                    }
                     return Ok(Some(Batch {
                         id: plan.batch_id,
                         ranges: plan.ranges,

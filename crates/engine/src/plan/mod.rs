@@ -539,6 +539,12 @@ impl Planner {
         (self.latest_rate > 0).then_some(self.latest_rate)
     }
 
+    /// Changes `maxOffsetsPerTrigger` from the next plan on (a driver that bounds batches by
+    /// the memory they will need, from the bytes per offset it has seen).
+    pub fn set_max_offsets_per_trigger(&mut self, offsets: Option<u64>) {
+        self.config.rate.max_offsets_per_trigger = offsets;
+    }
+
     /// Moves a partition's position by hand (an operator's answer to a data-loss error).
     /// Forgets the partition's previous end offset, so the end-moved-back check restarts.
     pub fn set_position(&mut self, tp: TopicPartition, offset: i64) {
