@@ -20,17 +20,18 @@ pub struct ConnectArgs {
 impl ConnectArgs {
     /// Connects to the cluster.
     pub async fn connect(&self) -> Result<Cluster, CliError> {
-        let bootstrap: Vec<String> = self
-            .bootstrap
-            .split(',')
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty())
-            .collect();
-        let config = ConnConfig {
-            request_timeout: Duration::from_millis(self.request_timeout_ms),
-            connect_timeout: Duration::from_millis(self.request_timeout_ms.min(10_000)),
-            ..ConnConfig::default()
-        };
-        Ok(Cluster::connect(&bootstrap, config).await?)
+        connect(&self.bootstrap, self.request_timeout_ms).await
     }
+}
+
+/// Connects to `bootstrap` (`HOST:PORT[,HOST:PORT…]`) with `request.timeout.ms` (the connect
+/// timeout is the same, at most 10 s).
+pub async fn connect(bootstrap: &str, request_timeout_ms: u64) -> Result<Cluster, CliError> {
+    let config = ConnConfig {
+        request_timeout: Duration::from_millis(request_timeout_ms),
+        connect_timeout: Duration::from_millis(request_timeout_ms.min(10_000)),
+        ..ConnConfig::default()
+    };
+    // Cluster::connect splits comma-separated entries itself.
+    Ok(Cluster::connect(&[bootstrap.to_owned()], config).await?)
 }

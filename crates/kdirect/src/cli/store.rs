@@ -1,11 +1,9 @@
 //! Options shared by the subcommands that open an offset store (`offsets show|set|reset|
 //! migrate`, `lag`).
 use std::sync::Arc;
-use std::time::Duration;
 
 use kdirect_commit::{open_store, AnyStore, OpenOptions, StoreSpec};
 use kdirect_engine::cluster::Cluster;
-use kdirect_engine::conn::ConnConfig;
 
 use super::CliError;
 
@@ -34,17 +32,9 @@ impl StoreArgs {
         let Some(b) = &self.bootstrap else {
             return Ok(None);
         };
-        let bootstrap: Vec<String> = b
-            .split(',')
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty())
-            .collect();
-        let config = ConnConfig {
-            request_timeout: Duration::from_millis(self.request_timeout_ms),
-            connect_timeout: Duration::from_millis(self.request_timeout_ms.min(10_000)),
-            ..ConnConfig::default()
-        };
-        Ok(Some(Arc::new(Cluster::connect(&bootstrap, config).await?)))
+        Ok(Some(Arc::new(
+            super::common::connect(b, self.request_timeout_ms).await?,
+        )))
     }
 
     /// The cluster, or an error saying `-b` is needed for `what`.
