@@ -21,8 +21,7 @@ use kdirect_engine::conn::ConnConfig;
 use kdirect_engine::fetch::{fetch_ranges_within, FetchConfig, MemoryBudget, RangeData};
 use kdirect_engine::plan::{
     BatchCompletion, DataLossPolicy, LostRange, OffsetRange, PartitionSnapshot, PidConfig,
-    PlanOutcome, Planner, PlannerConfig, RatePolicy, StartOffset, StartPolicy, TimestampLookup,
-    TopicPartition,
+    PlanOutcome, Planner, PlannerConfig, RatePolicy, StartPolicy, TimestampLookup, TopicPartition,
 };
 use kdirect_engine::record::Record;
 use kdirect_engine::{Error, ErrorKind};
@@ -127,13 +126,7 @@ impl DirectStreamBuilder {
     pub fn set(mut self, key: &str, value: &str) -> Result<Self, Error> {
         let c = &mut self.config;
         match key {
-            "bootstrap.servers" => {
-                c.bootstrap = value
-                    .split(',')
-                    .map(|s| s.trim().to_owned())
-                    .filter(|s| !s.is_empty())
-                    .collect()
-            }
+            "bootstrap.servers" => return Ok(self.bootstrap(value)),
             "client.id" => c.conn.client_id = value.to_owned(),
             "request.timeout.ms" => {
                 c.conn.request_timeout = Duration::from_millis(parse(key, value)?)
@@ -622,16 +615,6 @@ impl DirectStream {
     /// The cluster this stream reads from (for ListOffsets, lag, offset stores).
     pub fn cluster(&self) -> &Arc<Cluster> {
         &self.driver.cluster
-    }
-
-    /// Explicit start offsets as a policy (helper for callers holding stored positions).
-    pub fn explicit_start(positions: &BTreeMap<TopicPartition, i64>) -> StartPolicy {
-        StartPolicy::Explicit(
-            positions
-                .iter()
-                .map(|(tp, o)| (tp.clone(), StartOffset::Offset(*o)))
-                .collect(),
-        )
     }
 }
 

@@ -21,7 +21,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use kdirect::commit::file_sink::FileSink;
 use kdirect::commit::{open_store, OffsetStore, OpenOptions};
-use kdirect::engine::fetch::{fetch_ranges, FetchConfig, RangeData};
+use kdirect::engine::fetch::RangeData;
 use kdirect::engine::plan::{OffsetRange, StartPolicy};
 use kdirect::stream::DirectStream;
 use kdirect_fake_broker::{encode_batch, BatchOptions, Codec, FakeCluster, FakeRecord};
@@ -232,44 +232,21 @@ impl Demo {
         let store = open_store(&self.store_spec, "demo", &OpenOptions::default()).await?;
         let topics = [TOPIC.to_owned()];
         let committed = store.load(&topics).await?;
-        let mut positions = committed.positions.clone();
-        let mut next_id = committed.next_batch_id();
-        if let Some(p) = &committed.pending {
-            positions.extend(p.positions());
-            next_id = p.id + 1;
-        }
-        let mut stream = DirectStream::builder()
+        let mut builder = DirectStream::builder()
             .bootstrap(&self.bootstrap)
             .topics(&topics)
             .start(StartPolicy::Earliest)
             .until_latest(true)
             .set("maxOffsetsPerTrigger", &self.batch_offsets.to_string())?
-            .resume(next_id, positions)
-            .build()
-            .await?;
-        let mut lag_end: BTreeMap<i32, i64> = BTreeMap::new();
-        if let Some(pending) = committed.pending {
-            // Re-run exactly the logged ranges: the same offsets go to the same file name.
-            let want: Vec<OffsetRange> = pending
-                .ranges
-                .iter()
-                .filter(|r| !r.is_empty())
-                .cloned()
-                .collect();
-            let data = fetch_ranges(stream.cluster(), &want, &FetchConfig::default()).await?;
-            let n = self.write_output(pending.id, &data)?;
-            store.commit(&pending).await?;
-            self.delivered += n;
-            eprintln!(
-                "demo: re-ran batch {} from offsets/{}: exactly its logged ranges {}, {n} records; \
-                 {}.jsonl replaced, commits/{} written",
-                pending.id,
-                pending.id,
-                ranges_text(&pending.ranges),
-                pending.id,
-                pending.id
-            );
+            .resume(committed.next_batch_id(), committed.positions);
+        // A batch logged but never committed comes first, with exactly its logged ranges: the
+        // same offsets go to the same file name.
+        let rerun = committed.pending.as_ref().map(|p| p.id);
+        if let Some(p) = committed.pending {
+            builder = builder.replay(p.id, p.ranges);
         }
+        let mut stream = builder.build().await?;
+        let mut lag_end: BTreeMap<i32, i64> = BTreeMap::new();
         while let Some(batch) = stream.next_batch().await? {
             if lag_end.is_empty() {
                 if let Some(u) = stream.until_offsets() {
@@ -290,6 +267,15 @@ impl Demo {
                 return Ok(RunEnd::Crashed(id));
             }
             store.commit(&planned).await?;
+            if rerun == Some(id) {
+                eprintln!(
+                    "demo: re-ran batch {id} from offsets/{id}: exactly its logged ranges {}, {n} records; \
+                     {id}.jsonl replaced, commits/{id} written",
+                    ranges_text(batch.ranges()),
+                );
+                stream.done(batch);
+                continue;
+            }
             let lag: i64 = batch
                 .ranges()
                 .iter()
