@@ -6,7 +6,10 @@
 //! - `kdirect-nocrc`: the same with `check_crc(false)`;
 //! - `kafka-protocol`: `RecordBatchDecoder::decode_all` (CRC always checked), touching the same;
 //! - `rskafka`: rskafka's `RecordBatch::read` (CRC checked);
-//! - `floor-crc32c`: one CRC32C pass over the same bytes (the floor for uncompressed batches);
+//! - `floor-crc32c`: one CRC32C pass over the same bytes with the CRC kdirect uses (`crc-fast`,
+//!   carry-less multiply folding): the floor for uncompressed batches;
+//! - `crc32c-crate`: the same pass with the `crc32c` crate (SSE 4.2, the CRC kafka-protocol uses),
+//!   for reference;
 //! - `floor-inflate`: bare decompression of each batch's records section into a reused buffer,
 //!   with the codec kdirect uses (the floor for compressed batches).
 //!
@@ -190,6 +193,9 @@ fn group(c: &mut Criterion, name: &str, buf: Bytes, records: u64, by_elements: b
     });
     g.bench_function("rskafka", |b| b.iter(|| black_box(rskafka(&buf))));
     g.bench_function("floor-crc32c", |b| {
+        b.iter(|| black_box(kdirect_engine::record::crc32c(black_box(&buf[..]))))
+    });
+    g.bench_function("crc32c-crate", |b| {
         b.iter(|| black_box(crc32c::crc32c(black_box(&buf[..]))))
     });
     if compressed {

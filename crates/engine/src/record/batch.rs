@@ -189,7 +189,7 @@ impl Batch {
     /// Verifies the stored CRC32C against the batch's bytes.
     pub fn verify_crc(&self) -> Result<(), DecodeError> {
         let covered = self.bytes.get(CRC_START..).unwrap_or(&[]);
-        let computed = crc32c::crc32c(covered);
+        let computed = super::crc::crc32c(covered);
         if computed != self.header.crc {
             return Err(DecodeError::new(
                 DecodeErrorKind::CrcMismatch {
@@ -350,7 +350,7 @@ impl Batches {
                 let stored = u32::from_be_bytes([head[17], head[18], head[19], head[20]]);
                 self.pos = self.buf.len();
                 if self.check_crc {
-                    let computed = crc32c::crc32c(covered);
+                    let computed = super::crc::crc32c(covered);
                     if computed != stored {
                         return Err(err(DecodeErrorKind::CrcMismatch { stored, computed }));
                     }

@@ -64,6 +64,7 @@
 
 mod batch;
 mod compression;
+mod crc;
 mod error;
 mod reader;
 mod records;
@@ -75,6 +76,7 @@ mod tests;
 
 pub use batch::{Attributes, Batch, BatchHeader, Batches, Tail, TimestampType, BATCH_HEADER_LEN};
 pub use compression::{Compression, Scratch};
+pub use crc::crc32c;
 pub use error::{DecodeError, DecodeErrorKind, Field};
 pub use reader::{DecodeOptions, Isolation, RecordBatchReader};
 pub use records::{Header, Headers, Record, Records};

@@ -72,12 +72,12 @@ fn read_uvarint64_slow(buf: &[u8], p: usize) -> Option<(u64, usize)> {
 }
 
 #[inline(always)]
-fn unzigzag32(n: u32) -> i32 {
+pub(crate) fn unzigzag32(n: u32) -> i32 {
     ((n >> 1) as i32) ^ -((n & 1) as i32)
 }
 
 #[inline(always)]
-fn unzigzag64(n: u64) -> i64 {
+pub(crate) fn unzigzag64(n: u64) -> i64 {
     ((n >> 1) as i64) ^ -((n & 1) as i64)
 }
 
