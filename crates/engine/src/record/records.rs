@@ -446,12 +446,22 @@ impl<'a> Records<'a> {
     fn parse_fast(&self) -> Option<(Record<'a>, usize)> {
         let data = self.data;
         let start = self.pos;
-        let (u, n) = uvarint::<5>(window(data, start))?;
-        // A record length is non-negative (even in zigzag).
-        if u & 1 != 0 {
+        // The record length: the one dependency from a record to the next, so it is decoded
+        // with the shortest chain. Non-negative means an even zigzag, bit 0 of the first byte;
+        // halving is folded into the shifts of the 1- and 2-byte forms.
+        let w = window(data, start);
+        if w & 1 != 0 {
             return None;
         }
-        let end = start + n + ((u as u32) >> 1) as usize;
+        let (len, n) = if w & 0x80 == 0 {
+            ((w & 0x7e) >> 1, 1)
+        } else if w & 0x8000 == 0 {
+            (((w & 0x7e) >> 1) | ((w >> 2) & 0x1fc0), 2)
+        } else {
+            let (u, n) = uvarint::<5>(w)?;
+            (u64::from((u as u32) >> 1), n)
+        };
+        let end = start + n + len as usize;
         let body = data.get(..end)?;
         // Skip the attributes byte (unused in v2 records; it must exist: checked at the end).
         let mut p = start + n + 1;
