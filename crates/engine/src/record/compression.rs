@@ -4,8 +4,10 @@
 //! - gzip: `flate2` on the pure-Rust `zlib-rs` backend.
 //! - snappy: `snap` (pure Rust), raw blocks and the xerial framing the Java producer writes
 //!   (`\x82SNAPPY\0`, version, compatible version, then big-endian length-prefixed raw blocks).
-//! - lz4: the standard LZ4 frame format (KIP-57), parsed here, blocks decoded by `lz4_flex`
-//!   (pure Rust) straight into the buffer, linked blocks with the previous 64 KiB as dictionary.
+//! - lz4: the standard LZ4 frame format (KIP-57), parsed here, blocks decoded straight into the
+//!   buffer: independent blocks (what the Java producer and kafka-protocol write) by the
+//!   reference C library through the `lz4` crate, linked blocks by `lz4_flex` (pure Rust) with
+//!   the previous 64 KiB as dictionary; lz4_flex also names the fault when C refuses a block.
 //!   Header and content checksums are not verified: the batch CRC32C covers the bytes.
 //! - zstd: the `zstd` crate (the reference C library), one decompression context kept per
 //!   [`Scratch`] and reused.
@@ -327,7 +329,16 @@ impl Scratch {
                 .get_mut(..avail.saturating_sub(before.len()))
                 .unwrap_or(&mut []);
             let res = if independent || before.is_empty() {
-                lz4_flex::block::decompress_into(block, out)
+                // The reference C decoder (LZ4_decompress_safe, built for untrusted input)
+                // through the `lz4` crate's safe wrapper: ~20% faster than lz4_flex on blocks
+                // written at the HC levels Java producers default to (docs/decoder.md). When
+                // it refuses a block, lz4_flex decodes it again to say why (or that the output
+                // hit the cap).
+                let capacity = i32::try_from(out.len()).unwrap_or(i32::MAX);
+                match lz4::block::decompress_to_buffer(block, Some(capacity), out) {
+                    Ok(n) => Ok(n),
+                    Err(_) => lz4_flex::block::decompress_into(block, out),
+                }
             } else {
                 let dict = before
                     .get(before.len().saturating_sub(64 << 10)..)

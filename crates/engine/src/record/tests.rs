@@ -956,3 +956,43 @@ proptest! {
         decode_anything(Bytes::from(b), false);
     }
 }
+
+/// Linked lz4 blocks (each block may refer to the previous 64 KiB) take the lz4_flex path with
+/// a dictionary; independent blocks the C decoder. Both give the producer's bytes back.
+#[test]
+fn lz4_linked_and_independent_blocks_decode() {
+    use lz4_flex::frame::{BlockMode, BlockSize, FrameEncoder, FrameInfo};
+    use std::io::Write;
+    let recs: Vec<Vec<u8>> = (0..600)
+        .map(|i| {
+            let v = format!("{{\"user\":\"u{}\",\"n\":{i}}}", i % 37).repeat(12);
+            raw_record(0, i, Some(b"k"), Some(v.as_bytes()), &[])
+        })
+        .collect();
+    let section: Vec<u8> = recs.concat();
+    assert!(section.len() > 128 << 10, "needs several 64 KiB blocks");
+    for mode in [BlockMode::Linked, BlockMode::Independent] {
+        let info = FrameInfo::new()
+            .block_mode(mode)
+            .block_size(BlockSize::Max64KB);
+        let mut e = FrameEncoder::with_frame_info(info, Vec::new());
+        e.write_all(&section).unwrap();
+        let deflated = e.finish().unwrap();
+        let mut scratch = Scratch::new();
+        let inflated = scratch
+            .inflate(Compression::Lz4, &deflated, usize::MAX)
+            .unwrap();
+        assert_eq!(inflated, &section[..], "{mode:?}");
+        // A damaged block is a typed error (the C decoder refuses it, lz4_flex names why).
+        let mut bad = deflated.clone();
+        let mid = bad.len() / 2;
+        for b in bad.get_mut(mid..mid + 16).unwrap() {
+            *b = 0xff;
+        }
+        match scratch.inflate(Compression::Lz4, &bad, usize::MAX) {
+            Err(DecodeErrorKind::Decompress { codec, .. }) => assert_eq!(codec, Compression::Lz4),
+            Ok(out) => assert_ne!(out, &section[..], "{mode:?}: damage went unnoticed"),
+            Err(other) => panic!("{mode:?}: {other:?}"),
+        }
+    }
+}
