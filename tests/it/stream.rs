@@ -469,3 +469,134 @@ fn default_batches_fit_the_budget_with_large_values() {
         assert_eq!(records, 16 * 2000);
     });
 }
+
+/// Appends `batches` stored batches of `per_batch` records with `value_len`-byte values to
+/// every partition of `topic`; the record at offset `o` of partition `p` has key `{p}-{o}`.
+fn fill_wide(
+    fake: &FakeCluster,
+    topic: &str,
+    partitions: i32,
+    batches: usize,
+    per_batch: usize,
+    value_len: usize,
+) {
+    let value = Bytes::from(vec![b'v'; value_len]);
+    for p in 0..partitions {
+        for b in 0..batches {
+            let recs: Vec<FakeRecord> = (0..per_batch)
+                .map(|i| {
+                    let o = b * per_batch + i;
+                    FakeRecord::value(value.clone()).with_key(Bytes::from(format!("{p}-{o}")))
+                })
+                .collect();
+            fake.append_records(topic, p, &recs, Codec::None).unwrap();
+        }
+    }
+}
+
+/// Reads a stream to its end; checks every partition's offsets are exactly `0..per_partition`
+/// (no gap, no duplicate), keys match, the budget is never exceeded and batches cover at most
+/// `max_partitions` partitions once the stream has seen a stored batch. Returns the largest
+/// budget use seen and the number of batches.
+async fn drain_within(
+    stream: &mut DirectStream,
+    budget: usize,
+    partitions: i32,
+    per_partition: i64,
+) -> (usize, u64) {
+    let mut peak = 0;
+    let mut offsets: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+    let mut batches = 0;
+    while let Some(b) = stream.next_batch().await.unwrap() {
+        peak = peak.max(stream.memory_in_use());
+        assert!(
+            stream.memory_in_use() <= budget,
+            "{} > {budget}",
+            stream.memory_in_use()
+        );
+        b.for_each_record(|r, rec| {
+            assert_eq!(
+                rec.key(),
+                Some(format!("{}-{}", r.partition, rec.offset()).as_bytes())
+            );
+            offsets.entry(r.partition).or_default().push(rec.offset());
+        })
+        .unwrap();
+        batches += 1;
+        stream.done(b);
+        peak = peak.max(stream.memory_in_use());
+    }
+    assert_eq!(offsets.len(), partitions as usize);
+    for (p, got) in &offsets {
+        assert_eq!(
+            got,
+            &(0..per_partition).collect::<Vec<_>>(),
+            "partition {p}: every offset exactly once, in order"
+        );
+    }
+    (peak, batches)
+}
+
+#[test]
+fn wide_topic_with_big_batches_rotates_partitions_within_the_budget() {
+    // 32 partitions × 3 stored batches of 256 records × 1 KB (~260 KB each), budget 4 MiB, no
+    // rate limit. Spread over every partition, a batch needs at least 32 × 260 KB ≈ 8.3 MB:
+    // BudgetExceeded. The stream bounds the partitions per batch at budget/4 / largest batch:
+    // 1 MiB / 1 MiB (assumed) = 1 for the first, then 1 MiB / ~260 KB = 4, in rotation.
+    rt().block_on(async {
+        let fake = FakeCluster::builder()
+            .brokers(2)
+            .topic("wide", 32)
+            .build()
+            .await
+            .unwrap();
+        fill_wide(&fake, "wide", 32, 3, 256, 1000);
+        let budget = 4 << 20;
+        let mut stream = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["wide"])
+            .start(StartPolicy::Earliest)
+            .until_latest(true)
+            .memory_budget(budget)
+            .build()
+            .await
+            .unwrap();
+        let (peak, batches) = drain_within(&mut stream, budget, 32, 768).await;
+        // 32 × 768 = 24576 offsets in batches of ≤ 4 partitions: at least 8 batches.
+        assert!(batches >= 8, "{batches} batches");
+        assert!(peak > 0 && peak <= budget, "peak {peak}");
+        assert_eq!(stream.memory_in_use(), 0, "everything released");
+    });
+}
+
+#[test]
+fn partition_rotation_applies_with_a_rate_limit_too() {
+    // 10 KB values in stored batches of 25 (~250 KB), 32 partitions × 4 batches, budget
+    // 4 MiB, maxOffsetsPerTrigger 100. Over all 32 partitions: 100 × 1/32 = 3.1 → 3 offsets
+    // each, still one whole stored batch each, 32 × 250 KB = 8 MB: BudgetExceeded. With at
+    // most 4 partitions per batch: 25 offsets each, one or two stored batches, ≤ 2 MB.
+    rt().block_on(async {
+        let fake = FakeCluster::builder()
+            .brokers(2)
+            .topic("wide10k", 32)
+            .build()
+            .await
+            .unwrap();
+        fill_wide(&fake, "wide10k", 32, 4, 25, 10_000);
+        let budget = 4 << 20;
+        let mut stream = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["wide10k"])
+            .start(StartPolicy::Earliest)
+            .until_latest(true)
+            .memory_budget(budget)
+            .set("maxOffsetsPerTrigger", "100")
+            .unwrap()
+            .build()
+            .await
+            .unwrap();
+        let (peak, _) = drain_within(&mut stream, budget, 32, 100).await;
+        assert!(peak > 0 && peak <= budget, "peak {peak}");
+        assert_eq!(stream.memory_in_use(), 0, "everything released");
+    });
+}

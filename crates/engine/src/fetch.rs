@@ -146,6 +146,17 @@ impl MemoryBudget {
         self.total - self.sem.available_permits()
     }
 
+    /// The largest stored record batch any fetch on this budget has read, in bytes; `None`
+    /// before the first. A range costs at least one whole stored batch however few offsets
+    /// it asks for (KIP-74), so a driver bounds the partitions per batch with it.
+    pub fn largest_batch(&self) -> Option<usize> {
+        let max = self
+            .sizing
+            .max_batch
+            .load(std::sync::atomic::Ordering::Relaxed);
+        (max > 0).then(|| usize::try_from(max).unwrap_or(usize::MAX))
+    }
+
     async fn reserve(&self, n: usize) -> Result<OwnedSemaphorePermit, Error> {
         let n = u32::try_from(n).unwrap_or(u32::MAX);
         // The semaphore is never closed; the error path exists only to avoid a panic.
@@ -415,9 +426,25 @@ pub async fn fetch_ranges_within(
                 Ok::<_, Error>((conn, items, reserve, resp))
             });
         }
+        let mut responses = Vec::with_capacity(tasks.len());
         while let Some(joined) = tasks.join_next().await {
-            let (conn, items, reserve, resp) = joined
-                .map_err(|e| Error::from(ErrorKind::Config(format!("fetch task failed: {e}"))))??;
+            responses.push(joined.map_err(|e| {
+                Error::from(ErrorKind::Config(format!("fetch task failed: {e}")))
+            })??);
+        }
+        // Responses larger than their reservation (a first batch larger than the limit,
+        // KIP-74) wait for room, so they go last: by then every other response of this round
+        // holds only what it keeps, and the room they wait for is never held by this call's
+        // own reservations (waiting for those would never end).
+        let oversized = |reserve: usize, resp: &Result<(_, usize, _), Error>| matches!(resp, Ok((_, size, _)) if *size > reserve);
+        responses.sort_by_key(|(_, _, reserve, resp)| oversized(*reserve, resp));
+        // What the oversized responses not yet accounted for have reserved.
+        let mut reserved_by_oversized: usize = responses
+            .iter()
+            .filter(|(_, _, reserve, resp)| oversized(*reserve, resp))
+            .map(|(_, _, reserve, _)| reserve)
+            .sum();
+        for (conn, items, reserve, resp) in responses {
             let (resp, size, mut permit) = match resp {
                 Ok(r) => r,
                 Err(e) if e.is_retriable() => {
@@ -427,11 +454,13 @@ pub async fn fetch_ranges_within(
                 Err(e) => return Err(e),
             };
             if size > reserve {
-                // A first batch larger than the limit (KIP-74): account for all of it, waiting
-                // for room unless this call alone would overflow the budget.
-                if held + size > budget.total() {
+                // Account for all of it, waiting for room unless this call alone would
+                // overflow the budget.
+                reserved_by_oversized -= reserve;
+                let needed = held + reserved_by_oversized + size;
+                if needed > budget.total() {
                     return Err(ErrorKind::BudgetExceeded {
-                        needed: held + size,
+                        needed,
                         budget: budget.total(),
                     }
                     .into());

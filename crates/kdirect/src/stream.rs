@@ -5,7 +5,10 @@
 //! Each batch: refresh the subscribed topics' metadata (new partitions are picked up here),
 //! ask every leader where its partitions begin and end (ListOffsets earliest, and latest — the
 //! last stable offset under read_committed), let the [`Planner`] cut exact ranges under the
-//! rate policy, and fetch them whole within the memory budget. While the user holds batch N,
+//! rate policy, and fetch them whole within the memory budget. Every range costs at least one
+//! whole stored batch (KIP-74), so a batch reads at most `max(1, budget / 4 / largest stored
+//! batch)` partitions with data, taken in turn by the planner's rotation (1 MiB per stored
+//! batch is assumed until a fetch has seen one). While the user holds batch N,
 //! batch N+1 is planned and fetched in the background (prefetch); the memory budget is shared,
 //! so the prefetch waits when the user holds too much.
 //!
@@ -42,6 +45,22 @@ fn adaptive_cap(budget: usize, bytes_per_offset: f64) -> u64 {
         ADAPTIVE_MIN_OFFSETS_PER_BATCH,
         ADAPTIVE_MAX_OFFSETS_PER_BATCH,
     )
+}
+
+/// The stored batch size assumed before anything was fetched: librdkafka's default
+/// `batch.size` (1 MiB), larger than the Java producer's 16 KiB, so the first batch is safe.
+const ASSUMED_STORED_BATCH_BYTES: usize = 1 << 20;
+
+/// How many partitions one batch may read: a range costs at least one whole stored batch
+/// (Kafka returns whole batches, KIP-74), so with the same rule as [`adaptive_cap`] — a batch
+/// takes at most a quarter of the budget — `max(1, budget / 4 / largest stored batch)`.
+/// `largest_batch` is the largest seen so far ([`MemoryBudget::largest_batch`]), or
+/// [`ASSUMED_STORED_BATCH_BYTES`] before the first fetch. Applies with or without a rate
+/// limit: the budget is always a hard limit. One partition whose batch exceeds the whole
+/// budget is still [`ErrorKind::BudgetExceeded`] when fetched.
+fn partition_cap(budget: usize, largest_batch: Option<usize>) -> usize {
+    let batch = largest_batch.unwrap_or(ASSUMED_STORED_BATCH_BYTES).max(1);
+    (budget / 4 / batch).max(1)
 }
 
 /// Everything a [`DirectStream`] is configured with. Build it with [`DirectStreamBuilder`].
@@ -328,10 +347,15 @@ impl DirectStreamBuilder {
                 }
             }
         }
+        let budget = MemoryBudget::new(c.memory_budget);
         let planner_cfg = PlannerConfig::new(c.batch_interval)
             .with_rate(c.rate.clone())
             .with_start(c.start.clone())
-            .with_data_loss(c.data_loss);
+            .with_data_loss(c.data_loss)
+            .with_max_partitions_per_batch(Some(partition_cap(
+                budget.total(),
+                budget.largest_batch(),
+            )));
         let planner = if c.resume_positions.is_empty() && c.resume_batch_id == 0 {
             Planner::new(planner_cfg)?
         } else {
@@ -341,7 +365,7 @@ impl DirectStreamBuilder {
         let driver = Arc::new(Driver {
             replay: Mutex::new(replay),
             cluster,
-            budget: MemoryBudget::new(c.memory_budget),
+            budget,
             planner: Mutex::new(planner),
             started: Instant::now(),
             until: Mutex::new(None),
@@ -518,6 +542,10 @@ impl Driver {
                         let cap = adaptive_cap(self.budget.total(), bytes as f64 / offsets as f64);
                         self.planner().set_max_offsets_per_trigger(Some(cap));
                     }
+                    let partitions =
+                        partition_cap(self.budget.total(), self.budget.largest_batch());
+                    self.planner()
+                        .set_max_partitions_per_batch(Some(partitions));
                     return Ok(Some(Batch {
                         id: plan.batch_id,
                         ranges: plan.ranges,
@@ -688,5 +716,23 @@ impl Batch {
             .iter()
             .map(OffsetRange::topic_partition)
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_cap_is_a_quarter_of_the_budget_in_stored_batches() {
+        // 64 MiB before any fetch: 16 MiB / 1 MiB assumed = 16 partitions.
+        assert_eq!(partition_cap(64 << 20, None), 16);
+        // 4 MiB with 260 kB stored batches: 1 MiB / 260 kB = 4.03 → 4.
+        assert_eq!(partition_cap(4 << 20, Some(260_000)), 4);
+        // 256 MiB with 1 MB batches: 64 MiB / 1 MB = 67.1 → 67.
+        assert_eq!(partition_cap(256 << 20, Some(1_000_000)), 67);
+        // A budget smaller than four batches still reads one partition at a time.
+        assert_eq!(partition_cap(64 << 10, Some(1 << 20)), 1);
+        assert_eq!(partition_cap(0, Some(0)), 1);
     }
 }

@@ -37,6 +37,11 @@
 //!   `maxMessagesPerPartition`, fed by the [`PidRateEstimator`]); `maxOffsetsPerTrigger` split
 //!   by lag (`KafkaMicroBatchStream.rateLimit`); `minOffsetsPerTrigger` with `maxTriggerDelay`
 //!   (`KafkaMicroBatchStream.delayBatch`).
+//! - Partitions per batch ([`PlannerConfig::max_partitions_per_batch`], kdirect's own): at
+//!   most so many partitions with data get a non-empty range, taken in turn (a round-robin
+//!   cursor kept here), before the rate limits split the batch among them. Kafka returns whole
+//!   stored batches (KIP-74), so each range costs at least one; a driver bounds the partitions
+//!   to bound a batch's memory. Spark has no such limit.
 //! - Splitting ([`split_ranges`]): sub-ranges for parallel fetch, as
 //!   `KafkaOffsetRangeCalculator` does with `minPartitions` and `maxRecordsPerPartition`.
 //!
@@ -53,6 +58,7 @@ use std::time::Duration;
 
 mod pid;
 mod rate;
+mod rotate;
 mod split;
 mod start;
 
@@ -406,6 +412,13 @@ pub struct PlannerConfig {
     /// Whether to emit a plan when no partition has anything to read (the DStream does, once
     /// per interval; Structured Streaming does not). Default off: [`WaitReason::NoNewData`].
     pub emit_empty_batches: bool,
+    /// At most this many partitions get a non-empty range in one batch; all when `None` (the
+    /// default). When more partitions have data, the batch takes this many of them in turn:
+    /// in topic-partition order, starting after the last partition the previous such batch
+    /// served and wrapping around, skipping partitions without data. The others get an empty
+    /// range at their position. The rate limits are then computed over the partitions taken
+    /// only; `minOffsetsPerTrigger` still counts the offsets available in every partition.
+    pub max_partitions_per_batch: Option<usize>,
 }
 
 impl PlannerConfig {
@@ -417,6 +430,7 @@ impl PlannerConfig {
             start: StartPolicy::Latest,
             data_loss: DataLossPolicy::Fail,
             emit_empty_batches: false,
+            max_partitions_per_batch: None,
         }
     }
 
@@ -444,9 +458,21 @@ impl PlannerConfig {
         self
     }
 
+    /// With at most this many partitions per batch, taken in turn (see
+    /// [`max_partitions_per_batch`](Self::max_partitions_per_batch)).
+    pub fn with_max_partitions_per_batch(mut self, max: Option<usize>) -> Self {
+        self.max_partitions_per_batch = max;
+        self
+    }
+
     fn validate(&self) -> Result<(), PlanError> {
         if self.batch_interval.is_zero() {
             return Err(PlanError::InvalidConfig("batch interval must be positive"));
+        }
+        if self.max_partitions_per_batch == Some(0) {
+            return Err(PlanError::InvalidConfig(
+                "max partitions per batch must be positive",
+            ));
         }
         self.rate.validate()
     }
@@ -474,6 +500,9 @@ pub struct Planner {
     latest_rate: i64,
     /// Lost ranges not yet reported in a plan.
     pending_lost: Vec<LostRange>,
+    /// The last partition served by a batch that could not take every partition with data
+    /// (see [`PlannerConfig::max_partitions_per_batch`]): the next such batch starts after it.
+    rotation: Option<TopicPartition>,
 }
 
 impl Planner {
@@ -496,6 +525,7 @@ impl Planner {
             pid,
             latest_rate: -1,
             pending_lost: Vec::new(),
+            rotation: None,
         })
     }
 
@@ -543,6 +573,13 @@ impl Planner {
     /// the memory they will need, from the bytes per offset it has seen).
     pub fn set_max_offsets_per_trigger(&mut self, offsets: Option<u64>) {
         self.config.rate.max_offsets_per_trigger = offsets;
+    }
+
+    /// Changes the bound on partitions per batch from the next plan on (a driver that bounds
+    /// batches by memory, from the largest stored batch it has seen). A bound of 0 is taken as
+    /// 1. The rotation continues where it was.
+    pub fn set_max_partitions_per_batch(&mut self, max: Option<usize>) {
+        self.config.max_partitions_per_batch = max.map(|m| m.max(1));
     }
 
     /// Moves a partition's position by hand (an operator's answer to a data-loss error).
@@ -639,7 +676,7 @@ impl Planner {
             self.positions.insert((*tp).clone(), *from);
         }
 
-        let lags: Vec<u64> = froms
+        let available: Vec<u64> = froms
             .iter()
             .map(|(_, from, end)| u64::try_from(end - from).unwrap_or(0))
             .collect();
@@ -647,7 +684,7 @@ impl Planner {
         // minOffsetsPerTrigger / maxTriggerDelay (KafkaMicroBatchStream.delayBatch): checked
         // first, on everything available.
         if let Some(min) = self.config.rate.min_offsets_per_trigger {
-            let available = lags.iter().sum::<u64>();
+            let available = available.iter().sum::<u64>();
             match rate::delay_batch(
                 min,
                 self.config.rate.max_trigger_delay,
@@ -664,6 +701,22 @@ impl Planner {
                 }
             }
         }
+
+        // At most max_partitions_per_batch partitions with data, in turn. The others count as
+        // having nothing to read in this batch, so the rate limits split over the ones taken.
+        let (lags, rotation) = match self.config.max_partitions_per_batch {
+            None => (available, None),
+            Some(max) => {
+                let tps: Vec<&TopicPartition> = froms.iter().map(|(tp, _, _)| *tp).collect();
+                let (taken, last) = rotate::choose(&tps, &available, max, self.rotation.as_ref());
+                let lags = available
+                    .iter()
+                    .zip(&taken)
+                    .map(|(lag, taken)| if *taken { *lag } else { 0 })
+                    .collect();
+                (lags, last.cloned())
+            }
+        };
 
         let estimated_rate = self.config.rate.backpressure.map(|pid| {
             // DirectKafkaInputDStream.maxMessagesPerPartition: the latest published rate, or
@@ -702,6 +755,9 @@ impl Planner {
 
         for r in &ranges {
             self.positions.insert(r.topic_partition(), r.until);
+        }
+        if rotation.is_some() {
+            self.rotation = rotation;
         }
         let batch_id = self.next_batch_id;
         self.next_batch_id += 1;

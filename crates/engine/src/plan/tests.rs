@@ -868,6 +868,258 @@ fn invalid_snapshots_and_configs_are_rejected() {
 }
 
 // ---------------------------------------------------------------------------------------
+// Partitions per batch (rotation)
+// ---------------------------------------------------------------------------------------
+
+fn rotating(max: usize, rate: RatePolicy) -> Planner {
+    planner(
+        PlannerConfig::new(secs(1))
+            .with_rate(rate)
+            .with_start(StartPolicy::Earliest)
+            .with_max_partitions_per_batch(Some(max)),
+    )
+}
+
+/// The partitions with a non-empty range.
+fn served(plan: &BatchPlan) -> Vec<i32> {
+    plan.ranges
+        .iter()
+        .filter(|r| !r.is_empty())
+        .map(|r| r.partition)
+        .collect()
+}
+
+#[test]
+fn rotation_takes_partitions_in_turn_and_wraps_around() {
+    // 5 partitions with 100 offsets each, at most 2 per batch, maxRatePerPartition 10 × 1 s
+    // = 10 offsets per partition per batch. Left-out partitions get [position, position).
+    let mut p = rotating(2, RatePolicy::default().with_max_rate_per_partition(10));
+    let ends = [100; 5];
+    // From the start: 0, 1. Cursor → 1.
+    let b = batch(p.plan(secs(0), &logs(&ends)));
+    assert_eq!(
+        spans(&b),
+        [(0, 0, 10), (1, 0, 10), (2, 0, 0), (3, 0, 0), (4, 0, 0)]
+    );
+    // After 1: 2, 3. Cursor → 3.
+    let b = batch(p.plan(secs(1), &logs(&ends)));
+    assert_eq!(
+        spans(&b),
+        [(0, 10, 10), (1, 10, 10), (2, 0, 10), (3, 0, 10), (4, 0, 0)]
+    );
+    // After 3: 4, then wrap to 0. Cursor → 0 (the last taken, in rotation order).
+    let b = batch(p.plan(secs(2), &logs(&ends)));
+    assert_eq!(
+        spans(&b),
+        [
+            (0, 10, 20),
+            (1, 10, 10),
+            (2, 10, 10),
+            (3, 10, 10),
+            (4, 0, 10)
+        ]
+    );
+    // After 0: 1, 2.
+    let b = batch(p.plan(secs(3), &logs(&ends)));
+    assert_eq!(served(&b), [1, 2]);
+    assert_eq!(b.batch_id, 3);
+    // Left-out partitions kept their positions.
+    assert_eq!(p.positions()[&tp(T, 3)], 10);
+    assert_eq!(p.positions()[&tp(T, 1)], 20);
+}
+
+#[test]
+fn partitions_without_data_take_no_slot() {
+    // Lags 0/5/0/0/7/3, at most 2: the first two with data are 1 and 4 (0, 2, 3 skipped).
+    // Cursor → 4.
+    let mut p = rotating(2, RatePolicy::default());
+    let b = batch(p.plan(secs(0), &logs(&[0, 5, 0, 0, 7, 3])));
+    assert_eq!(served(&b), [1, 4]);
+    assert_eq!(takes(&b), [0, 5, 0, 0, 7, 0]);
+    // Same ends: only 5 has data (3 offsets); one partition fits the bound, so it is read and
+    // the cursor stays at 4.
+    let b = batch(p.plan(secs(1), &logs(&[0, 5, 0, 0, 7, 3])));
+    assert_eq!(spans(&b)[5], (5, 0, 3));
+    assert_eq!(served(&b), [5]);
+    // Data in 0 (4), 1 (5 more), 4 (5 more): 3 > 2. After 4: 5 has none, wrap to 0, 1.
+    let b = batch(p.plan(secs(2), &logs(&[4, 10, 0, 0, 12, 3])));
+    assert_eq!(spans(&b)[..2], [(0, 0, 4), (1, 5, 10)]);
+    assert_eq!(served(&b), [0, 1]);
+    // Then 4, the only one left.
+    let b = batch(p.plan(secs(3), &logs(&[4, 10, 0, 0, 12, 3])));
+    assert_eq!(served(&b), [4]);
+    // Nothing anywhere: no batch, as without a bound.
+    assert_eq!(
+        wait(p.plan(secs(4), &logs(&[4, 10, 0, 0, 12, 3]))).reason,
+        WaitReason::NoNewData
+    );
+}
+
+#[test]
+fn max_offsets_per_trigger_is_split_over_the_partitions_taken() {
+    // Lags 100/300/600/1000, at most 2 partitions, maxOffsetsPerTrigger 50.
+    // Batch 0 takes 0, 1 (total lag 400): 50 × 100/400 = 12.5 → 12, 50 × 300/400 = 37.5 → 37.
+    // (Split over all four, total 2000, partition 0 would get 50 × 100/2000 = 2.5 → 2.)
+    let mut p = rotating(2, RatePolicy::default().with_max_offsets_per_trigger(50));
+    let ends = [100, 300, 600, 1000];
+    let b = batch(p.plan(secs(0), &logs(&ends)));
+    assert_eq!(takes(&b), [12, 37, 0, 0]);
+    // Batch 1 takes 2, 3 (total 1600): 50 × 600/1600 = 18.75 → 18, 50 × 1000/1600 = 31.25 → 31.
+    let b = batch(p.plan(secs(1), &logs(&ends)));
+    assert_eq!(takes(&b), [0, 0, 18, 31]);
+    // Batch 2 wraps to 0, 1 with lags 88/263 (total 351): 50 × 88/351 = 12.54 → 12,
+    // 50 × 263/351 = 37.46 → 37.
+    let b = batch(p.plan(secs(2), &logs(&ends)));
+    assert_eq!(spans(&b)[..2], [(0, 12, 24), (1, 37, 74)]);
+}
+
+#[test]
+fn backpressure_rate_is_split_over_the_partitions_taken() {
+    // Backpressure with an initial rate of 100/s, 1 s batches, lags 100/100/100/100, at most
+    // 2: the rate is split over the two taken (total lag 200): 100/200 × 100 = 50 each.
+    // (Over all four: 25 each.)
+    let mut p = rotating(
+        2,
+        RatePolicy::default().with_backpressure(PidConfig::default().with_initial_rate(Some(100))),
+    );
+    let b = batch(p.plan(secs(0), &logs(&[100; 4])));
+    assert_eq!(takes(&b), [50, 50, 0, 0]);
+}
+
+#[test]
+fn rotation_serves_every_partition_within_ceil_n_over_max_batches() {
+    // n partitions that always have data, at most `max` per batch, one offset each per batch
+    // (maxRatePerPartition 1 × 1 s): each batch serves min(n, max) partitions, and no
+    // partition waits more than ceil(n / max) batches between two turns. E.g. n 7, max 3:
+    // {0,1,2}, {3,4,5}, {6,0,1}, {2,3,4}, … — partition 2 is served at batches 0 and 3.
+    for n in 1..=9usize {
+        for max in 1..=n + 1 {
+            let mut p = rotating(max, RatePolicy::default().with_max_rate_per_partition(1));
+            let ends = vec![1_000; n];
+            let bound = n.div_ceil(max);
+            let mut last_turn: Vec<Option<usize>> = vec![None; n];
+            for k in 0..4 * n {
+                let b = batch(p.plan(secs(k as u64), &logs(&ends)));
+                let s = served(&b);
+                assert_eq!(s.len(), n.min(max), "n {n}, max {max}, batch {k}");
+                for &part in &s {
+                    let part = part as usize;
+                    let gap = last_turn[part].map_or(k + 1, |t| k - t);
+                    assert!(
+                        gap <= bound,
+                        "n {n}, max {max}: p{part} waited {gap} batches"
+                    );
+                    last_turn[part] = Some(k);
+                }
+            }
+            // Served at least once in the last ceil(n / max) batches.
+            for (part, t) in last_turn.iter().enumerate() {
+                assert!(
+                    t.is_some_and(|t| 4 * n - 1 - t < bound),
+                    "n {n}, max {max}: p{part}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn no_bound_plans_exactly_as_before() {
+    // A bound of None, and a bound no smaller than the partitions with data, give the same
+    // plans: every partition with data, split as without the option.
+    let rate = RatePolicy::default()
+        .with_max_offsets_per_trigger(70)
+        .with_max_rate_per_partition(30);
+    let mut none = earliest(secs(1), rate.clone());
+    assert_eq!(none.config().max_partitions_per_batch, None);
+    let mut wide = rotating(3, rate);
+    for (k, ends) in [[10, 200, 50], [40, 400, 50], [40, 900, 51]]
+        .iter()
+        .enumerate()
+    {
+        let a = none.plan(secs(k as u64), &logs(ends));
+        let b = wide.plan(secs(k as u64), &logs(ends));
+        assert_eq!(a, b);
+    }
+    // Lifting the bound between batches: the next plan covers everything.
+    let mut p = rotating(1, RatePolicy::default());
+    assert_eq!(served(&batch(p.plan(secs(0), &logs(&[5, 5, 5])))), [0]);
+    p.set_max_partitions_per_batch(None);
+    assert_eq!(served(&batch(p.plan(secs(1), &logs(&[5, 5, 5])))), [1, 2]);
+}
+
+#[test]
+fn min_offsets_counts_every_partition_under_a_bound() {
+    // minOffsetsPerTrigger 100 over 4 partitions, at most 1 per batch: "available" counts all
+    // four, as without a bound.
+    let mut p = planner(
+        PlannerConfig::new(secs(1))
+            .with_rate(RatePolicy::default().with_min_offsets_per_trigger(100, secs(60)))
+            .with_start(StartPolicy::Earliest)
+            .with_max_partitions_per_batch(Some(1)),
+    );
+    // t=0: the first check fires; partition 0 is read: [0, 30).
+    let b = batch(p.plan(secs(0), &logs(&[30, 30, 30, 30])));
+    assert_eq!(served(&b), [0]);
+    // t=1: 30 + 30 + 30 = 90 available < 100: wait (though one partition alone has 30).
+    assert!(matches!(
+        wait(p.plan(secs(1), &logs(&[30, 30, 30, 30]))).reason,
+        WaitReason::BelowMinOffsets {
+            available: 90,
+            min: 100
+        }
+    ));
+    // t=2: 30 + 30 + 40 = 100 ≥ 100: fire; the rotation (cursor 0, untouched by the wait)
+    // takes partition 1.
+    let b = batch(p.plan(secs(2), &logs(&[30, 30, 30, 40])));
+    assert_eq!(spans(&b)[1], (1, 0, 30));
+    assert_eq!(served(&b), [1]);
+}
+
+#[test]
+fn data_loss_and_new_partitions_are_resolved_for_partitions_left_out() {
+    // Resumed at 5 in partitions 0 and 1; retention moved 1's log start to 20. Under the
+    // Earliest policy with at most 1 partition per batch, batch 7 reads partition 0 only, yet
+    // reports [5, 20) of partition 1 lost and moves it to 20; partition 2 is new (from 0).
+    let mut p = Planner::resume(
+        PlannerConfig::new(secs(1))
+            .with_data_loss(DataLossPolicy::Earliest)
+            .with_max_partitions_per_batch(Some(1)),
+        7,
+        [(tp(T, 0), 5), (tp(T, 1), 5)],
+    )
+    .unwrap();
+    let snaps = [snap(0, 0, 100), snap(1, 20, 100), snap(2, 0, 100)];
+    let b = batch(p.plan(secs(0), &snaps));
+    assert_eq!(spans(&b), [(0, 5, 100), (1, 20, 20), (2, 0, 0)]);
+    assert_eq!(
+        b.lost
+            .iter()
+            .map(|l| (l.partition, l.from, l.until))
+            .collect::<Vec<_>>(),
+        [(1, 5, 20)]
+    );
+    // Then 1 from 20, then 2 from 0.
+    let b = batch(p.plan(secs(1), &snaps));
+    assert_eq!(spans(&b)[1], (1, 20, 100));
+    assert!(b.lost.is_empty());
+    let b = batch(p.plan(secs(2), &snaps));
+    assert_eq!(spans(&b)[2], (2, 0, 100));
+}
+
+#[test]
+fn a_zero_bound_is_rejected_or_taken_as_one() {
+    assert!(matches!(
+        Planner::new(PlannerConfig::new(secs(1)).with_max_partitions_per_batch(Some(0))),
+        Err(PlanError::InvalidConfig(_))
+    ));
+    let mut p = rotating(2, RatePolicy::default());
+    p.set_max_partitions_per_batch(Some(0));
+    assert_eq!(p.config().max_partitions_per_batch, Some(1));
+    assert_eq!(served(&batch(p.plan(secs(0), &logs(&[5, 5])))), [0]);
+}
+
+// ---------------------------------------------------------------------------------------
 // Splitting (KafkaOffsetRangeCalculator)
 // ---------------------------------------------------------------------------------------
 
@@ -1016,12 +1268,14 @@ proptest! {
 
     /// Successive plans are contiguous per partition and stay within the log, whatever the
     /// limits; with maxOffsetsPerTrigger the batch exceeds the limit by at most one offset per
-    /// partition (the ceiling of shares below one).
+    /// partition (the ceiling of shares below one); with a partition bound, at most that many
+    /// ranges are non-empty.
     #[test]
     fn plans_are_contiguous_and_bounded(
         growth in prop::collection::vec(prop::collection::vec(0i64..5_000, 3), 1..8),
         max_offsets in prop::option::of(1u64..3_000),
         max_rate in prop::option::of(1u64..3_000),
+        max_partitions in prop::option::of(1usize..4),
     ) {
         let rate = RatePolicy {
             max_offsets_per_trigger: max_offsets,
@@ -1029,6 +1283,7 @@ proptest! {
             ..RatePolicy::default()
         };
         let mut p = earliest(secs(1), rate);
+        p.set_max_partitions_per_batch(max_partitions);
         let mut ends = vec![0i64; 3];
         let mut next = [0i64; 3];
         let mut expected_id = 0;
@@ -1050,6 +1305,9 @@ proptest! {
                     }
                     if let Some(max) = max_offsets {
                         prop_assert!(b.offset_count() <= max + 3);
+                    }
+                    if let Some(max) = max_partitions {
+                        prop_assert!(served(&b).len() <= max);
                     }
                 }
                 PlanOutcome::Wait(w) => prop_assert_eq!(w.reason, WaitReason::NoNewData),
