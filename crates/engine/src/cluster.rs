@@ -21,6 +21,9 @@ use crate::error::{Error, ErrorKind};
 /// after a metadata refresh before it is returned.
 const MAX_RETRIES: u32 = 5;
 
+/// How many connections a metadata refresh tries when the one it asked dropped.
+const METADATA_ATTEMPTS: u32 = 3;
+
 /// A snapshot of the cluster's metadata.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClusterView {
@@ -126,12 +129,20 @@ impl Cluster {
     /// Refreshes metadata for `topics` (`None`: every topic, replacing the topic list) and the
     /// broker list, and returns the new snapshot.
     pub async fn refresh(&self, topics: Option<&[&str]>) -> Result<Arc<ClusterView>, Error> {
-        let conn = self.any_connection().await?;
-        let (_, resp) = match conn.request::<Metadata>(&metadata::request(topics)).await {
-            Ok(r) => r,
-            Err(e) => {
-                conn.close("metadata request failed");
-                return Err(e);
+        // Any live connection will do; one that turns out dead (its broker just went down) is
+        // closed and the next one asked, a few times, before the error is the caller's.
+        let mut attempts = 0;
+        let resp = loop {
+            let conn = self.any_connection().await?;
+            match conn.request::<Metadata>(&metadata::request(topics)).await {
+                Ok((_, r)) => break r,
+                Err(e) => {
+                    conn.close("metadata request failed");
+                    attempts += 1;
+                    if !e.is_retriable() || attempts >= METADATA_ATTEMPTS {
+                        return Err(e);
+                    }
+                }
             }
         };
         let fresh = metadata::view(&resp);
