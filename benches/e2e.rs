@@ -463,7 +463,7 @@ fn serve(o: &Opts) -> Result<(), String> {
         cluster
             .append_batch_repeated(TOPIC, p, full.clone(), (count / per_batch) as usize)
             .map_err(|e| e.to_string())?;
-        if count % per_batch > 0 {
+        if !count.is_multiple_of(per_batch) {
             cluster
                 .append_batch(TOPIC, p, batch(count % per_batch)?)
                 .map_err(|e| e.to_string())?;
