@@ -434,9 +434,9 @@ impl<'a> Records<'a> {
 
     /// Decodes the record at `self.pos` on the fast path, returning it and the position where
     /// the next record starts; `None` when anything is unusual (a malformed field, a varint
-    /// longer than 8 bytes), and then [`parse`](Self::parse) decodes the record again and names
-    /// the fault. It accepts exactly what `parse` accepts and yields the same record (tested
-    /// against it below, and by the fuzz target through both paths).
+    /// longer than 8 bytes), and then [`parse_slow`](Self::parse_slow) decodes the record again
+    /// and names the fault. It never accepts what `parse_slow` refuses and yields the same
+    /// record when both accept (the property tests in `fast_path_tests` below).
     ///
     /// Varints are read from 8-byte little-endian windows (one load each, no per-byte bounds
     /// check). Windows may read past the record's end; the fields they describe may not: every
