@@ -2,7 +2,8 @@
 //! while it consumes from the fake broker (120k records, and more arriving during the kill
 //! phase), and restarted until it finishes.
 //! Checkpoint + file sink and SQL + sink table must end with every offset exactly once; the
-//! Kafka group store (at-least-once) must lose nothing.
+//! Kafka group store (at-least-once) must lose nothing. The `*_against_kafka` tests run the
+//! same loop against Apache Kafka, with Kafka's Java producer writing throughout.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -10,6 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::real_kafka::Kafka;
+use crate::support::service;
 use bytes::Bytes;
 use kdirect_fake_broker::{Codec, FakeCluster, FakeRecord};
 
@@ -17,7 +20,94 @@ const PARTITIONS: i32 = 4;
 const PER_PARTITION: i64 = 30_000;
 const KILLS: usize = 20;
 
-fn fake() -> FakeCluster {
+/// Where the records come from: kdirect's fake broker, or a topic on Apache Kafka.
+enum Source {
+    Fake(FakeCluster),
+    Kafka { kafka: Kafka, topic: String },
+}
+
+impl Source {
+    fn bootstrap(&self) -> String {
+        match self {
+            Source::Fake(f) => f.bootstrap(),
+            Source::Kafka { kafka, .. } => kafka.bootstrap.clone(),
+        }
+    }
+
+    fn topic(&self) -> &str {
+        match self {
+            Source::Fake(_) => "k",
+            Source::Kafka { topic, .. } => topic,
+        }
+    }
+
+    /// Each partition's end offset (the high watermark).
+    fn ends(&self) -> Vec<i64> {
+        match self {
+            Source::Fake(f) => (0..PARTITIONS)
+                .map(|p| f.high_watermark("k", p).unwrap())
+                .collect(),
+            Source::Kafka { kafka, topic } => kafka
+                .tool("end-offsets", &["--topic", topic])
+                .lines()
+                .map(|l| l.split(' ').nth(1).unwrap().parse().unwrap())
+                .collect(),
+        }
+    }
+
+    /// Keeps records arriving until `stop` is set.
+    fn write_until(&self, stop: &AtomicBool) {
+        match self {
+            Source::Fake(fake) => {
+                while !stop.load(Ordering::Relaxed) {
+                    for p in 0..PARTITIONS {
+                        let base = fake.high_watermark("k", p).unwrap();
+                        append(fake, p, base, base + 100);
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+            Source::Kafka { kafka, topic } => {
+                let mut producer = kafka.spawn_tool(
+                    "produce",
+                    &[
+                        "--topic",
+                        topic,
+                        "--partitions",
+                        &PARTITIONS.to_string(),
+                        "--from",
+                        &(PARTITIONS as i64 * PER_PARTITION).to_string(),
+                        "--value-size",
+                        "80",
+                        "--keep-going",
+                    ],
+                );
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                producer.kill().unwrap();
+                producer.wait().unwrap();
+            }
+        }
+    }
+}
+
+/// A topic of `PARTITIONS` × `PER_PARTITION` records on Apache Kafka, written by Kafka's Java
+/// producer (lz4).
+fn kafka_source(test: &str) -> Option<Source> {
+    let kafka = Kafka::single(test)?;
+    let topic = crate::real_kafka::topic("kill");
+    kafka.create(&topic, PARTITIONS, &[]);
+    kafka.produce(
+        &topic,
+        PARTITIONS,
+        (PARTITIONS as i64 * PER_PARTITION) as u64,
+        &["--value-size", "80", "--codec", "lz4"],
+    );
+    Some(Source::Kafka { kafka, topic })
+}
+
+fn fake() -> Source {
     let fake = FakeCluster::builder()
         .brokers(2)
         .topic("k", PARTITIONS)
@@ -30,7 +120,7 @@ fn fake() -> FakeCluster {
             o += 500;
         }
     }
-    fake
+    Source::Fake(fake)
 }
 
 /// A small deterministic generator (seeded from the clock, printed for reruns).
@@ -45,13 +135,13 @@ impl Lcg {
     }
 }
 
-fn spawn(boot: &str, extra: &[&str]) -> Child {
+fn spawn(boot: &str, topic: &str, extra: &[&str]) -> Child {
     let mut args = vec![
         "consume",
         "-b",
         boot,
         "-t",
-        "k",
+        topic,
         "--starting",
         "earliest",
         "--until-latest",
@@ -70,35 +160,28 @@ fn spawn(boot: &str, extra: &[&str]) -> Child {
 /// Kills the consumer at random points until `KILLS` kills happened, then lets it finish.
 /// Records keep arriving during the kill phase (so a fast consumer always has work), and the
 /// kill delay shrinks whenever a run finishes on its own before it is killed — the test does
-/// not depend on how fast the machine is. Returns the records per partition at the end.
-fn run_with_kills(name: &str, fake: &FakeCluster, extra: &[&str]) -> i64 {
+/// not depend on how fast the machine is. Returns each partition's end offset at the end.
+fn run_with_kills(name: &str, source: &Source, extra: &[&str]) -> Vec<i64> {
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos() as u64;
     println!("{name}: seed {seed}");
-    let boot = fake.bootstrap();
+    let boot = source.bootstrap();
+    let topic = source.topic();
     let mut rng = Lcg(seed);
     let mut kills = 0;
     let mut hi = 100;
     let deadline = Instant::now() + Duration::from_secs(300);
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
-        scope.spawn(|| {
-            while !stop.load(Ordering::Relaxed) {
-                for p in 0..PARTITIONS {
-                    let base = fake.high_watermark("k", p).unwrap();
-                    append(fake, p, base, base + 100);
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        });
+        scope.spawn(|| source.write_until(&stop));
         while kills < KILLS {
             assert!(
                 Instant::now() < deadline,
                 "{name}: only {kills} kills before the deadline"
             );
-            let mut child = spawn(&boot, extra);
+            let mut child = spawn(&boot, topic, extra);
             std::thread::sleep(Duration::from_millis(rng.next(1, hi + 1)));
             if child.try_wait().unwrap().is_some() {
                 let out = child.wait_with_output().unwrap();
@@ -117,18 +200,15 @@ fn run_with_kills(name: &str, fake: &FakeCluster, extra: &[&str]) -> i64 {
         stop.store(true, Ordering::Relaxed);
     });
     // Let it finish: everything produced up to now.
-    let out = spawn(&boot, extra).wait_with_output().unwrap();
+    let out = spawn(&boot, topic, extra).wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "{name}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     println!("{name}: {kills} kills");
-    let n = fake.high_watermark("k", 0).unwrap();
-    for p in 1..PARTITIONS {
-        assert_eq!(fake.high_watermark("k", p).unwrap(), n);
-    }
-    n
+    // --until-latest read up to the ends seen at its start, after the writer stopped.
+    source.ends()
 }
 
 fn append(fake: &FakeCluster, p: i32, from: i64, to: i64) {
@@ -160,8 +240,9 @@ fn read_files(dir: &Path) -> BTreeMap<(i32, i64), u32> {
     seen
 }
 
-fn assert_all(seen: &BTreeMap<(i32, i64), u32>, n: i64, exactly_once: bool, name: &str) {
-    for p in 0..PARTITIONS {
+fn assert_all(seen: &BTreeMap<(i32, i64), u32>, ends: &[i64], exactly_once: bool, name: &str) {
+    assert_eq!(ends.len(), PARTITIONS as usize);
+    for (p, &n) in (0..PARTITIONS).zip(ends) {
         for o in 0..n {
             match seen.get(&(p, o)) {
                 None => panic!("{name}: k-{p} offset {o} lost"),
@@ -174,7 +255,7 @@ fn assert_all(seen: &BTreeMap<(i32, i64), u32>, n: i64, exactly_once: bool, name
     }
     assert_eq!(
         seen.len() as i64,
-        PARTITIONS as i64 * n,
+        ends.iter().sum::<i64>(),
         "{name}: records outside the topic"
     );
 }
@@ -190,7 +271,7 @@ fn checkpoint_and_file_sink_survive_kill_9_exactly_once() {
         &fake,
         &["--store", &ckpt, "--output-dir", out.to_str().unwrap()],
     );
-    assert_all(&read_files(&out), n, true, "checkpoint + file sink");
+    assert_all(&read_files(&out), &n, true, "checkpoint + file sink");
     // No file being written is left looking finished.
     for e in std::fs::read_dir(&out).unwrap() {
         let n = e.unwrap().file_name().to_string_lossy().into_owned();
@@ -216,7 +297,7 @@ fn kafka_group_and_file_sink_lose_nothing() {
             out.to_str().unwrap(),
         ],
     );
-    assert_all(&read_files(&out), n, false, "kafka group + file sink");
+    assert_all(&read_files(&out), &n, false, "kafka group + file sink");
 }
 
 #[test]
@@ -229,12 +310,15 @@ fn sqlite_sink_table_survives_kill_9_exactly_once() {
         &fake,
         &["--store", &url, "--group", "g", "--sink-table", "records"],
     );
-    assert_sql(&url, "records", n);
+    assert_sql(&url, "records", &n);
 }
 
 #[test]
 fn postgres_sink_table_survives_kill_9_exactly_once() {
-    let Some(url) = service("KDIRECT_TEST_POSTGRES") else {
+    let Some(url) = service(
+        "KDIRECT_TEST_POSTGRES",
+        "postgres_sink_table_survives_kill_9_exactly_once",
+    ) else {
         return;
     };
     let fake = fake();
@@ -244,12 +328,15 @@ fn postgres_sink_table_survives_kill_9_exactly_once() {
         &fake,
         &["--store", &url, "--group", &table, "--sink-table", &table],
     );
-    assert_sql(&url, &table, n);
+    assert_sql(&url, &table, &n);
 }
 
 #[test]
 fn mysql_sink_table_survives_kill_9_exactly_once() {
-    let Some(url) = service("KDIRECT_TEST_MYSQL") else {
+    let Some(url) = service(
+        "KDIRECT_TEST_MYSQL",
+        "mysql_sink_table_survives_kill_9_exactly_once",
+    ) else {
         return;
     };
     let fake = fake();
@@ -259,20 +346,10 @@ fn mysql_sink_table_survives_kill_9_exactly_once() {
         &fake,
         &["--store", &url, "--group", &table, "--sink-table", &table],
     );
-    assert_sql(&url, &table, n);
+    assert_sql(&url, &table, &n);
 }
 
-fn service(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(u) if !u.is_empty() => Some(u),
-        _ => {
-            println!("skipped: {var} is not set (CI sets it; it names a database to test against)");
-            None
-        }
-    }
-}
-
-fn assert_sql(url: &str, table: &str, n: i64) {
+fn assert_sql(url: &str, table: &str, n: &[i64]) {
     let rows: Vec<(i32, i64)> = crate::support::rt().block_on(async {
         sqlx::any::install_default_drivers();
         let pool = sqlx::AnyPool::connect(url).await.unwrap();
@@ -308,7 +385,7 @@ fn tempdir(tag: &str) -> std::path::PathBuf {
 
 #[test]
 fn redis_and_file_sink_lose_nothing() {
-    let Some(url) = service("KDIRECT_TEST_REDIS") else {
+    let Some(url) = service("KDIRECT_TEST_REDIS", "redis_and_file_sink_lose_nothing") else {
         return;
     };
     let fake = fake();
@@ -331,5 +408,45 @@ fn redis_and_file_sink_lose_nothing() {
             out.to_str().unwrap(),
         ],
     );
-    assert_all(&read_files(&out), n, false, "redis + file sink");
+    assert_all(&read_files(&out), &n, false, "redis + file sink");
+}
+
+#[test]
+fn checkpoint_and_file_sink_survive_kill_9_against_kafka() {
+    let test = "checkpoint_and_file_sink_survive_kill_9_against_kafka";
+    let Some(source) = kafka_source(test) else {
+        return;
+    };
+    let tmp = tempdir("ckpt-kafka");
+    let ckpt = format!("checkpoint:{}", tmp.join("ckpt").display());
+    let out = tmp.join("out");
+    let n = run_with_kills(
+        "checkpoint (Kafka)",
+        &source,
+        &["--store", &ckpt, "--output-dir", out.to_str().unwrap()],
+    );
+    assert_all(
+        &read_files(&out),
+        &n,
+        true,
+        "checkpoint + file sink (Kafka)",
+    );
+}
+
+#[test]
+fn postgres_sink_table_survives_kill_9_against_kafka() {
+    let test = "postgres_sink_table_survives_kill_9_against_kafka";
+    let Some(url) = service("KDIRECT_TEST_POSTGRES", test) else {
+        return;
+    };
+    let Some(source) = kafka_source(test) else {
+        return;
+    };
+    let table = format!("killk_{}", std::process::id());
+    let n = run_with_kills(
+        "postgres (Kafka)",
+        &source,
+        &["--store", &url, "--group", &table, "--sink-table", &table],
+    );
+    assert_sql(&url, &table, &n);
 }

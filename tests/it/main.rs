@@ -9,6 +9,7 @@ mod fake_broker;
 mod fetch;
 mod kill;
 mod migrate;
+mod real_kafka;
 mod stream;
 mod support;
 mod wire;

@@ -85,16 +85,17 @@ fn migrate_checkpoint_to_sql_and_continue() {
         "--max-offsets-per-batch",
         "500",
     ]);
-    let (to, cleanup) = match std::env::var("KDIRECT_TEST_POSTGRES") {
-        Ok(u) if !u.is_empty() => (u, true),
-        _ => {
-            println!("KDIRECT_TEST_POSTGRES is not set: migrating to SQLite instead");
-            (
-                format!("sqlite:{}", tmp.join("offsets.db").display()),
-                false,
-            )
-        }
-    };
+    let (to, cleanup) =
+        match crate::support::service("KDIRECT_TEST_POSTGRES", "migrate to postgres") {
+            Some(u) => (u, true),
+            None => {
+                println!("migrating to SQLite instead");
+                (
+                    format!("sqlite:{}", tmp.join("offsets.db").display()),
+                    false,
+                )
+            }
+        };
     let group = format!("migrate_{}", std::process::id());
     kdirect(&[
         "offsets", "migrate", "--store", &ckpt, "--to", &to, "-g", &group,

@@ -93,6 +93,24 @@ impl Mock {
     }
 }
 
+/// The service address in `var`, or `None` after printing why `test` is skipped. Under
+/// `KDIRECT_REQUIRE_SERVICES=1` (set by `tests/run.sh`, the README's test command) a missing
+/// service fails the test instead: CI never skips silently.
+pub fn service(var: &str, test: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() => Some(v),
+        _ if std::env::var_os("KDIRECT_REQUIRE_SERVICES").is_some_and(|v| v == "1") => {
+            panic!("{test}: {var} is not set, and KDIRECT_REQUIRE_SERVICES=1 forbids skipping (run tests/run.sh, which starts the services)")
+        }
+        _ => {
+            println!(
+                "skipping {test}: {var} is not set; tests/run.sh starts the service and sets it"
+            );
+            None
+        }
+    }
+}
+
 /// A fresh current-thread runtime for one test.
 pub fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

@@ -17,10 +17,6 @@ use kdirect_proto::{ErrorCode, IsolationLevel};
 use crate::conn::{BrokerConnection, ConnConfig};
 use crate::error::{Error, ErrorKind};
 
-/// How often a partition-level retriable error (leader moved, epoch fenced, …) is retried
-/// after a metadata refresh before it is returned.
-const MAX_RETRIES: u32 = 5;
-
 /// How many connections a metadata refresh tries when the one it asked dropped.
 const METADATA_ATTEMPTS: u32 = 3;
 
@@ -258,6 +254,7 @@ impl Cluster {
         let mut todo: Vec<(String, i32)> = partitions.to_vec();
         let mut done: Vec<PartitionOffset> = Vec::with_capacity(todo.len());
         let mut attempt = 0;
+        let mut first_failure: Option<tokio::time::Instant> = None;
         loop {
             let mut by_leader: HashMap<i32, BTreeMap<String, Vec<OffsetQuery>>> = HashMap::new();
             let mut retry: Vec<(String, i32)> = Vec::new();
@@ -376,7 +373,8 @@ impl Cluster {
                 return Ok(done);
             }
             attempt += 1;
-            if attempt > MAX_RETRIES {
+            let since = *first_failure.get_or_insert_with(tokio::time::Instant::now);
+            if since.elapsed() >= self.config.retry_timeout {
                 return Err(last_err.unwrap_or_else(|| {
                     ErrorKind::Config("list_offsets retries exhausted".to_owned()).into()
                 }));

@@ -39,6 +39,11 @@ pub struct ConnConfig {
     pub connect_timeout: Duration,
     /// Largest response frame accepted (default 100 MiB).
     pub max_frame_size: usize,
+    /// `default.api.timeout.ms` (default 60 s, as the Java client): how long an operation keeps
+    /// retrying retriable errors (a broker down, a leader moving, a partition without leader)
+    /// before it fails with the last one. A killed broker stays leader in the metadata until
+    /// its session times out (`broker.session.timeout.ms`, 9 s), so this must outlast that.
+    pub retry_timeout: Duration,
 }
 
 impl Default for ConnConfig {
@@ -48,6 +53,7 @@ impl Default for ConnConfig {
             request_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
             max_frame_size: kdirect_proto::frame::DEFAULT_MAX_FRAME_SIZE,
+            retry_timeout: Duration::from_secs(60),
         }
     }
 }

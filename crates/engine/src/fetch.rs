@@ -43,8 +43,6 @@ pub struct FetchConfig {
     pub check_crcs: bool,
     /// Largest decompressed size of one batch.
     pub max_decompressed: usize,
-    /// Retries of a retriable error before giving up (default 10).
-    pub max_retries: u32,
     /// First retry backoff, doubled each retry up to 1 s (`retry.backoff.ms`, default 100).
     pub retry_backoff: Duration,
 }
@@ -56,7 +54,6 @@ impl Default for FetchConfig {
             partition_max_bytes: 1_048_576,
             check_crcs: true,
             max_decompressed: DecodeOptions::DEFAULT_MAX_DECOMPRESSED,
-            max_retries: 10,
             retry_backoff: Duration::from_millis(100),
         }
     }
@@ -294,6 +291,7 @@ pub async fn fetch_ranges_within(
     };
     let mut view = cluster.ensure_topics(&topics).await?;
     let mut retries = 0u32;
+    let mut first_failure: Option<tokio::time::Instant> = None;
     loop {
         let open: Vec<usize> = (0..ranges.len())
             .filter(|&i| pos[i] < ranges[i].until)
@@ -570,8 +568,11 @@ pub async fn fetch_ranges_within(
             }
         }
         if let Some(e) = retry_reason {
+            // Retried for the cluster's retry_timeout (default.api.timeout.ms), counted from
+            // the first failure: long enough for a dead leader's session to time out.
             retries += 1;
-            if retries > cfg.max_retries {
+            let since = *first_failure.get_or_insert_with(tokio::time::Instant::now);
+            if since.elapsed() >= cluster.config().retry_timeout {
                 return Err(e);
             }
             let backoff = cfg

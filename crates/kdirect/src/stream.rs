@@ -136,7 +136,7 @@ fn parse<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, Error> {
 
 impl DirectStreamBuilder {
     /// Sets one setting by its Kafka (or Spark) name. Known keys: `bootstrap.servers`,
-    /// `client.id`, `request.timeout.ms`, `isolation.level`, `fetch.min.bytes`,
+    /// `client.id`, `request.timeout.ms`, `default.api.timeout.ms`, `isolation.level`, `fetch.min.bytes`,
     /// `fetch.max.bytes`, `fetch.max.wait.ms`, `max.partition.fetch.bytes`, `check.crcs`,
     /// `auto.offset.reset` (earliest|latest|none), `startingTimestamp`,
     /// `maxOffsetsPerTrigger`, `maxRatePerPartition`, `minOffsetsPerTrigger`,
@@ -149,6 +149,9 @@ impl DirectStreamBuilder {
             "client.id" => c.conn.client_id = value.to_owned(),
             "request.timeout.ms" => {
                 c.conn.request_timeout = Duration::from_millis(parse(key, value)?)
+            }
+            "default.api.timeout.ms" => {
+                c.conn.retry_timeout = Duration::from_millis(parse(key, value)?)
             }
             "isolation.level" => {
                 c.fetch.params.isolation = match value {

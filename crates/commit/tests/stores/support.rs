@@ -27,12 +27,19 @@ pub fn tmpdir(prefix: &str) -> PathBuf {
     d
 }
 
-/// The service URL in `var`, or `None` after printing why the test is skipped.
+/// The service URL in `var`, or `None` after printing why the test is skipped. Under
+/// `KDIRECT_REQUIRE_SERVICES=1` (set by `tests/run.sh`, the README's test command) a missing
+/// service fails the test instead: CI never skips silently.
 pub fn service(var: &str, test: &str) -> Option<String> {
     match std::env::var(var) {
         Ok(v) if !v.is_empty() => Some(v),
+        _ if std::env::var_os("KDIRECT_REQUIRE_SERVICES").is_some_and(|v| v == "1") => {
+            panic!("{test}: {var} is not set, and KDIRECT_REQUIRE_SERVICES=1 forbids skipping (run tests/run.sh, which starts the services)")
+        }
         _ => {
-            eprintln!("skipping {test}: {var} is not set; set it to the service URL to run this test (.ci/run does)");
+            eprintln!(
+                "skipping {test}: {var} is not set; tests/run.sh starts the service and sets it"
+            );
             None
         }
     }

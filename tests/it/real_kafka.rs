@@ -1,0 +1,703 @@
+//! kdirect against Apache Kafka itself (KRaft, Kafka's own jars, started by
+//! `tests/kafka/kafka.sh` through `tests/run.sh`). The data is written by Kafka's Java producer
+//! and checked against Kafka's Java consumer (`tests/kafka/KTool.java`) and Kafka's own tools
+//! (ConsumerGroupCommand), never by kdirect itself.
+//!
+//! Without `KDIRECT_TEST_KAFKA` (plain `cargo test`) every test here prints why it skips; under
+//! `KDIRECT_REQUIRE_SERVICES=1` a missing broker fails instead.
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use kdirect::engine::plan::{DataLossPolicy, StartPolicy};
+use kdirect::proto::IsolationLevel;
+use kdirect::DirectStream;
+
+use crate::support::{rt, service};
+
+/// One of the clusters `tests/kafka/kafka.sh` runs, and the Java tools to drive it.
+pub struct Kafka {
+    pub bootstrap: String,
+    /// `single`, `trio` or `old`: the cluster name `kafka.sh stop|start|kill` takes.
+    cluster: &'static str,
+    classpath: String,
+}
+
+impl Kafka {
+    fn get(var: &str, cluster: &'static str, test: &str) -> Option<Kafka> {
+        let bootstrap = service(var, test)?;
+        let classpath = service("KDIRECT_TEST_KAFKA_CP", test)?;
+        Some(Kafka {
+            bootstrap,
+            cluster,
+            classpath,
+        })
+    }
+
+    /// The 1-node Kafka 4.1 cluster most tests use.
+    pub fn single(test: &str) -> Option<Kafka> {
+        Self::get("KDIRECT_TEST_KAFKA", "single", test)
+    }
+
+    /// The 3-node Kafka 4.1 cluster (replication factor 3) for failover tests.
+    pub fn trio(test: &str) -> Option<Kafka> {
+        Self::get("KDIRECT_TEST_KAFKA_TRIO", "trio", test)
+    }
+
+    /// The 1-node Kafka 3.9 cluster (the older protocol versions).
+    pub fn old(test: &str) -> Option<Kafka> {
+        Self::get("KDIRECT_TEST_KAFKA_OLD", "old", test)
+    }
+
+    /// Runs a Java main class on Kafka's classpath; panics with its stderr when it fails.
+    pub fn java(&self, class: &str, args: &[&str]) -> String {
+        let out = Command::new("java")
+            .args(["-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"])
+            .arg("-Dlog4j2.level=WARN")
+            .arg("-cp")
+            .arg(&self.classpath)
+            .arg(class)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run java");
+        assert!(
+            out.status.success(),
+            "java {class} {args:?} failed: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// `KTool COMMAND --bootstrap B ARGS...` as a child process (a producer that keeps going).
+    pub fn spawn_tool(&self, command: &str, args: &[&str]) -> std::process::Child {
+        Command::new("java")
+            .args([
+                "-Xmx256m",
+                "-XX:+UseSerialGC",
+                "-cp",
+                &self.classpath,
+                "KTool",
+            ])
+            .args([command, "--bootstrap", &self.bootstrap])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("run java")
+    }
+
+    /// `KTool COMMAND --bootstrap B ARGS...`.
+    pub fn tool(&self, command: &str, args: &[&str]) -> String {
+        let mut all = vec![command, "--bootstrap", &self.bootstrap];
+        all.extend_from_slice(args);
+        self.java("KTool", &all)
+    }
+
+    /// Creates `topic` with `partitions` partitions, replicated to every node.
+    pub fn create(&self, topic: &str, partitions: i32, extra: &[&str]) {
+        let rf = self.bootstrap.split(',').count().to_string();
+        let p = partitions.to_string();
+        let mut args = vec!["--topic", topic, "--partitions", &p, "--rf", &rf];
+        args.extend_from_slice(extra);
+        self.tool("create", &args);
+    }
+
+    /// Produces `count` records round-robin over `partitions` with Kafka's Java producer: the
+    /// n-th record of partition p has key `k{p}-{n}` and value `value {p}-{n}`.
+    pub fn produce(&self, topic: &str, partitions: i32, count: u64, extra: &[&str]) {
+        let p = partitions.to_string();
+        let c = count.to_string();
+        let mut args = vec!["--topic", topic, "--partitions", &p, "--count", &c];
+        args.extend_from_slice(extra);
+        self.tool("produce", &args);
+    }
+
+    /// What Kafka's Java consumer reads from `topic` up to its end offsets, one line a record.
+    pub fn java_lines(&self, topic: &str, isolation: &str) -> Vec<String> {
+        self.tool("consume", &["--topic", topic, "--isolation", isolation])
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// `kafka.sh stop|start|kill CLUSTER NODE`.
+    pub fn node(&self, action: &str, node: u32) {
+        let script = std::env::var("KDIRECT_TEST_KAFKA_SCRIPT").expect("KDIRECT_TEST_KAFKA_SCRIPT");
+        let st = Command::new("bash")
+            .args([&script, action, self.cluster, &node.to_string()])
+            .status()
+            .expect("run kafka.sh");
+        assert!(
+            st.success(),
+            "kafka.sh {action} {} {node} failed",
+            self.cluster
+        );
+    }
+}
+
+/// A topic name unique to this run (the broker outlives test runs).
+pub fn topic(name: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "{name}-{}-{}-{}",
+        std::process::id(),
+        nanos % 1_000_000_000,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn hex(b: Option<&[u8]>) -> String {
+    match b {
+        None => "-".into(),
+        Some(b) => {
+            let mut s = String::with_capacity(1 + 2 * b.len());
+            s.push('x');
+            for x in b {
+                s.push_str(&format!("{x:02x}"));
+            }
+            s
+        }
+    }
+}
+
+/// Reads `topic` from its start to the end offsets seen at start with kdirect, in the line
+/// format of [`Kafka::java_lines`].
+pub fn kdirect_lines(bootstrap: &str, topic: &str, isolation: IsolationLevel) -> Vec<String> {
+    rt().block_on(async {
+        let mut stream = DirectStream::builder()
+            .bootstrap(bootstrap)
+            .topics(&[topic])
+            .start(StartPolicy::Earliest)
+            .isolation(isolation)
+            .until_latest(true)
+            .set("maxOffsetsPerTrigger", "997")
+            .unwrap()
+            .build()
+            .await
+            .expect("build stream");
+        let mut by_partition: BTreeMap<i32, Vec<String>> = BTreeMap::new();
+        while let Some(batch) = stream.next_batch().await.expect("next batch") {
+            batch
+                .for_each_record(|range, r| {
+                    let headers: Vec<String> = r
+                        .headers()
+                        .map(|h| format!("{}={}", String::from_utf8_lossy(h.key()), hex(h.value())))
+                        .collect();
+                    by_partition
+                        .entry(range.partition)
+                        .or_default()
+                        .push(format!(
+                            "{} {} {} {} {}",
+                            range.partition,
+                            r.offset(),
+                            hex(r.key()),
+                            hex(r.value()),
+                            if headers.is_empty() {
+                                "-".to_string()
+                            } else {
+                                headers.join(",")
+                            }
+                        ));
+                })
+                .expect("decode");
+            stream.done(batch);
+        }
+        by_partition.into_values().flatten().collect()
+    })
+}
+
+/// Compares line lists and names the first difference (the lists can be long).
+fn assert_same(kdirect: &[String], java: &[String], what: &str) {
+    for (i, (k, j)) in kdirect.iter().zip(java).enumerate() {
+        assert_eq!(k, j, "{what}: record {i} differs (kdirect, then Java)");
+    }
+    assert_eq!(
+        kdirect.len(),
+        java.len(),
+        "{what}: kdirect read {} records, Kafka's Java consumer {}",
+        kdirect.len(),
+        java.len()
+    );
+}
+
+#[test]
+fn every_codec_with_keys_and_headers_equals_the_java_consumer() {
+    let Some(kafka) = Kafka::single("every_codec_with_keys_and_headers_equals_the_java_consumer")
+    else {
+        return;
+    };
+    for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
+        let t = topic(&format!("codec-{codec}"));
+        kafka.create(&t, 3, &[]);
+        // Small batches and big ones: many record batches per fetch, and batches over 16 KiB.
+        kafka.produce(
+            &t,
+            3,
+            3000,
+            &["--codec", codec, "--headers", "--batch-size", "4096"],
+        );
+        kafka.produce(
+            &t,
+            3,
+            3000,
+            &["--codec", codec, "--from", "3000", "--value-size", "700"],
+        );
+        let java = kafka.java_lines(&t, "read_uncommitted");
+        assert_eq!(
+            java.len(),
+            6000,
+            "{codec}: the Java consumer read everything"
+        );
+        let ours = kdirect_lines(&kafka.bootstrap, &t, IsolationLevel::ReadUncommitted);
+        assert_same(&ours, &java, codec);
+    }
+}
+
+#[test]
+fn read_committed_with_aborted_transactions_equals_the_java_consumer() {
+    let Some(kafka) =
+        Kafka::single("read_committed_with_aborted_transactions_equals_the_java_consumer")
+    else {
+        return;
+    };
+    let t = topic("txn");
+    kafka.create(&t, 2, &[]);
+    let txid = format!("{t}-tx");
+    // Transactions of 20 records; every third aborted. Then plain records after them.
+    kafka.produce(
+        &t,
+        2,
+        600,
+        &[
+            "--transactional-id",
+            &txid,
+            "--abort-every",
+            "3",
+            "--codec",
+            "lz4",
+        ],
+    );
+    kafka.produce(&t, 2, 40, &["--from", "600"]);
+
+    let java_committed = kafka.java_lines(&t, "read_committed");
+    let ours_committed = kdirect_lines(&kafka.bootstrap, &t, IsolationLevel::ReadCommitted);
+    assert_same(&ours_committed, &java_committed, "read_committed");
+    // 30 transactions, 10 aborted: 400 committed + 40 plain records.
+    assert_eq!(java_committed.len(), 440);
+    assert!(ours_committed
+        .iter()
+        .all(|l| !l.contains(&hex(Some(b" txn 2")))));
+
+    let java_all = kafka.java_lines(&t, "read_uncommitted");
+    let ours_all = kdirect_lines(&kafka.bootstrap, &t, IsolationLevel::ReadUncommitted);
+    assert_same(&ours_all, &java_all, "read_uncommitted");
+    assert_eq!(
+        java_all.len(),
+        640,
+        "aborted records are visible read_uncommitted"
+    );
+}
+
+#[test]
+fn metadata_and_offsets_work_against_kafka_3_9() {
+    let Some(kafka) = Kafka::old("metadata_and_offsets_work_against_kafka_3_9") else {
+        return;
+    };
+    let t = topic("old");
+    kafka.create(&t, 2, &[]);
+    kafka.produce(&t, 2, 500, &["--codec", "zstd", "--headers"]);
+    let java = kafka.java_lines(&t, "read_committed");
+    let ours = kdirect_lines(&kafka.bootstrap, &t, IsolationLevel::ReadCommitted);
+    assert_same(&ours, &java, "Kafka 3.9");
+    assert_eq!(ours.len(), 500);
+}
+
+#[test]
+fn data_loss_under_the_position_is_reported_with_its_exact_range() {
+    let Some(kafka) =
+        Kafka::single("data_loss_under_the_position_is_reported_with_its_exact_range")
+    else {
+        return;
+    };
+    let t = topic("loss");
+    kafka.create(&t, 1, &[]);
+    kafka.produce(&t, 1, 1000, &["--batch-size", "1024"]);
+    // Records below 600 deleted while the position (from an explicit start) is 100.
+    kafka.tool(
+        "delete-records",
+        &["--topic", &t, "--partition", "0", "--before", "600"],
+    );
+    let tp = kdirect::engine::plan::TopicPartition::new(t.clone(), 0);
+    let explicit = |policy: DataLossPolicy| {
+        let t = t.clone();
+        let tp = tp.clone();
+        let bootstrap = kafka.bootstrap.clone();
+        rt().block_on(async move {
+            let mut stream = DirectStream::builder()
+                .bootstrap(&bootstrap)
+                .topics(&[&t])
+                .start(StartPolicy::Explicit(BTreeMap::from([(
+                    tp,
+                    kdirect::engine::plan::StartOffset::Offset(100),
+                )])))
+                .data_loss(policy)
+                .until_latest(true)
+                .build()
+                .await?;
+            let mut first = None;
+            let mut lost = Vec::new();
+            let mut n = 0;
+            while let Some(batch) = stream.next_batch().await? {
+                lost.extend(batch.lost().iter().map(|l| (l.from, l.until)));
+                batch
+                    .for_each_record(|_, r| {
+                        first.get_or_insert(r.offset());
+                        n += 1;
+                    })
+                    .unwrap();
+                stream.done(batch);
+            }
+            Ok::<_, kdirect::engine::Error>((first, n, lost))
+        })
+    };
+    let err = explicit(DataLossPolicy::Fail).expect_err("failOnDataLoss=true fails");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("100") && msg.contains("600") && msg.contains(&t),
+        "the error names the topic and the lost range [100, 600): {msg}"
+    );
+    let (first, n, lost) = explicit(DataLossPolicy::Earliest).expect("earliest policy resumes");
+    assert_eq!(lost, vec![(100, 600)], "the lost range is reported exactly");
+    assert_eq!(first, Some(600), "resumes from the log start");
+    assert_eq!(n, 400);
+}
+
+#[test]
+fn ends_and_timestamps_match_the_java_client() {
+    let Some(kafka) = Kafka::single("ends_and_timestamps_match_the_java_client") else {
+        return;
+    };
+    let t = topic("ts");
+    // Timestamps from 2023: without retention.ms=-1 the broker deletes them within a second.
+    kafka.create(&t, 2, &["--config", "retention.ms=-1"]);
+    // Record n of each partition at 1_700_000_000_000 + n s.
+    kafka.produce(&t, 2, 200, &["--timestamp-base", "1700000000000"]);
+    let kd = |args: &[&str]| -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "kdirect {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let json = |at: &str| -> serde_json::Value {
+        serde_json::from_str(&kd(&[
+            "offsets",
+            "list",
+            "-b",
+            &kafka.bootstrap,
+            "-t",
+            &t,
+            "--at",
+            at,
+            "--json",
+        ]))
+        .unwrap()
+    };
+    let offsets = |v: &serde_json::Value| -> Vec<i64> {
+        let mut rows: Vec<(i64, i64)> = v
+            .as_array()
+            .or_else(|| v["partitions"].as_array())
+            .unwrap_or_else(|| panic!("unexpected JSON {v}"))
+            .iter()
+            .map(|p| {
+                (
+                    p["partition"].as_i64().unwrap(),
+                    p["offset"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        rows.sort();
+        rows.into_iter().map(|r| r.1).collect()
+    };
+    let java_ends: Vec<i64> = kafka
+        .tool("end-offsets", &["--topic", &t])
+        .lines()
+        .map(|l| l.split(' ').nth(1).unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(offsets(&json("latest")), java_ends);
+    assert_eq!(offsets(&json("latest")), vec![100, 100]);
+    assert_eq!(offsets(&json("earliest")), vec![0, 0]);
+    // The first record at or after +42.5 s is offset 43.
+    assert_eq!(offsets(&json("1700000042500")), vec![43, 43]);
+    // max-timestamp: the offset of the record with the largest timestamp (the last here).
+    assert_eq!(offsets(&json("max-timestamp")), vec![99, 99]);
+
+    // `--starting none` with nothing stored names the partitions instead of guessing.
+    let out = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+        .args([
+            "consume",
+            "-b",
+            &kafka.bootstrap,
+            "-t",
+            &t,
+            "--starting",
+            "none",
+            "--until-latest",
+            "-o",
+            "null",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "--starting none with no position fails"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&t), "the error names the topic: {err}");
+
+    // Starting from a timestamp reads from offset 43 of each partition.
+    let lines = kd(&[
+        "consume",
+        "-b",
+        &kafka.bootstrap,
+        "-t",
+        &t,
+        "--starting",
+        "1700000042500",
+        "--until-latest",
+    ]);
+    assert_eq!(lines.lines().count(), 2 * 57);
+}
+
+#[test]
+fn kafka_group_offsets_show_in_and_follow_the_java_group_tool() {
+    let Some(kafka) = Kafka::single("kafka_group_offsets_show_in_and_follow_the_java_group_tool")
+    else {
+        return;
+    };
+    let t = topic("group");
+    let group = format!("{t}-g");
+    kafka.create(&t, 2, &[]);
+    kafka.produce(&t, 2, 400, &[]);
+    let consume = || -> usize {
+        let out = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+            .args([
+                "consume",
+                "-b",
+                &kafka.bootstrap,
+                "-t",
+                &t,
+                "--store",
+                "kafka",
+                "-g",
+                &group,
+                "--until-latest",
+                "--max-offsets-per-batch",
+                "150",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "kdirect consume: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().lines().count()
+    };
+    assert_eq!(consume(), 400);
+    let group_tool = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand";
+    let describe = kafka.java(
+        group_tool,
+        &[
+            "--bootstrap-server",
+            &kafka.bootstrap,
+            "--describe",
+            "--group",
+            &group,
+        ],
+    );
+    // Columns: GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG ...
+    let committed: BTreeMap<i32, (i64, i64)> = describe
+        .lines()
+        .filter(|l| l.contains(&t))
+        .map(|l| {
+            let c: Vec<&str> = l.split_whitespace().collect();
+            (
+                c[2].parse().unwrap(),
+                (c[3].parse().unwrap(), c[4].parse().unwrap()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        committed,
+        BTreeMap::from([(0, (200, 200)), (1, (200, 200))]),
+        "what kdirect committed shows in kafka-consumer-groups --describe:\n{describe}"
+    );
+
+    // Reset with the Java tool; kdirect resumes there.
+    kafka.java(
+        group_tool,
+        &[
+            "--bootstrap-server",
+            &kafka.bootstrap,
+            "--reset-offsets",
+            "--group",
+            &group,
+            "--topic",
+            &t,
+            "--to-offset",
+            "150",
+            "--execute",
+        ],
+    );
+    assert_eq!(
+        consume(),
+        100,
+        "resumes from the reset offsets (150 of 200, twice)"
+    );
+}
+
+#[test]
+fn partitions_added_while_consuming_are_read_from_their_start() {
+    let Some(kafka) = Kafka::single("partitions_added_while_consuming_are_read_from_their_start")
+    else {
+        return;
+    };
+    let t = topic("grow");
+    kafka.create(&t, 1, &[]);
+    kafka.produce(&t, 1, 100, &[]);
+    let seen = rt().block_on(async {
+        let mut stream = DirectStream::builder()
+            .bootstrap(&kafka.bootstrap)
+            .topics(&[&t])
+            .start(StartPolicy::Latest)
+            .build()
+            .await
+            .unwrap();
+        // Started at latest: the first snapshot (taken by the first next_batch, as the Java
+        // consumer resolves positions at its first poll) finds nothing to read yet.
+        let first = tokio::time::timeout(Duration::from_secs(3), stream.next_batch()).await;
+        assert!(first.is_err(), "nothing to read at latest");
+        let tp0 = kdirect::engine::plan::TopicPartition::new(t.clone(), 0);
+        assert_eq!(stream.positions().get(&tp0), Some(&100));
+        // Then the topic grows to 3 partitions, and records land in every partition.
+        kafka.tool("add-partitions", &["--topic", &t, "--total", "3"]);
+        kafka.produce(&t, 3, 30, &["--from", "300"]);
+        let mut seen: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while seen.values().map(Vec::len).sum::<usize>() < 30 {
+            assert!(std::time::Instant::now() < deadline, "saw only {seen:?}");
+            let batch = stream.next_batch().await.unwrap().unwrap();
+            batch
+                .for_each_record(|range, r| {
+                    seen.entry(range.partition).or_default().push(r.offset())
+                })
+                .unwrap();
+            stream.done(batch);
+        }
+        seen
+    });
+    assert_eq!(seen[&0], (100..110).collect::<Vec<_>>());
+    assert_eq!(
+        seen[&1],
+        (0..10).collect::<Vec<_>>(),
+        "new partition 1 from offset 0"
+    );
+    assert_eq!(
+        seen[&2],
+        (0..10).collect::<Vec<_>>(),
+        "new partition 2 from offset 0"
+    );
+}
+
+/// The failover tests stop and start the trio's nodes: one at a time.
+static TRIO: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn brokers_stopped_killed_and_restarted_mid_consume_lose_and_duplicate_nothing() {
+    let test = "brokers_stopped_killed_and_restarted_mid_consume_lose_and_duplicate_nothing";
+    let Some(kafka) = Kafka::trio(test) else {
+        return;
+    };
+    let _one_at_a_time = TRIO
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let t = topic("failover");
+    // Replication factor 3, one partition led by each node (the controller spreads leaders).
+    kafka.create(&t, 3, &[]);
+    kafka.produce(&t, 3, 30_000, &["--value-size", "100", "--codec", "lz4"]);
+    let mut seen: BTreeMap<(i32, i64), u32> = BTreeMap::new();
+    rt().block_on(async {
+        let mut stream = DirectStream::builder()
+            .bootstrap(&kafka.bootstrap)
+            .topics(&[&t])
+            .start(StartPolicy::Earliest)
+            .set("maxOffsetsPerTrigger", "1500")
+            .unwrap()
+            .set("request.timeout.ms", "10000")
+            .unwrap()
+            .build()
+            .await
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(240);
+        let mut batches = 0;
+        // The faults, each after some batches: a controlled stop (leadership moves), more
+        // records written while that node is down, its restart, then a SIGKILL of another
+        // node (leadership moves only after the session times out) and its restart.
+        while seen.len() < 33_000 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "read only {} of 33000 records",
+                seen.len()
+            );
+            let batch = stream
+                .next_batch()
+                .await
+                .expect("the stream carries on")
+                .unwrap();
+            batch
+                .for_each_record(|range, r| {
+                    *seen.entry((range.partition, r.offset())).or_insert(0) += 1;
+                })
+                .unwrap();
+            stream.done(batch);
+            batches += 1;
+            match batches {
+                3 => kafka.node("stop", 2),
+                5 => kafka.produce(&t, 3, 3_000, &["--from", "90000", "--value-size", "100"]),
+                8 => kafka.node("start", 2),
+                12 => kafka.node("kill", 3),
+                16 => kafka.node("start", 3),
+                _ => {}
+            }
+        }
+        if batches < 16 {
+            kafka.node("start", 2);
+            kafka.node("start", 3);
+        }
+    });
+    // Back to full strength before the next test.
+    kafka.tool("wait-isr", &["--topic", &t, "--replicas", "3"]);
+    for p in 0..3 {
+        for o in 0..11_000 {
+            match seen.get(&(p, o)) {
+                Some(1) => {}
+                None => panic!("{t}-{p} offset {o} lost"),
+                Some(n) => panic!("{t}-{p} offset {o} read {n} times"),
+            }
+        }
+    }
+    assert_eq!(seen.len(), 33_000, "records outside the topic");
+}

@@ -1,0 +1,277 @@
+// The Java side of kdirect's real-broker tests: Kafka's own Java producer, consumer and admin
+// client, so the data kdirect reads is written (and checked) by an implementation that is not
+// kdirect's. Compiled by tests/kafka/kafka.sh against the fetched jars; run as
+//   java -cp "target/kafka/tool:tests/kafka/lib-4.1.1/*" KTool COMMAND --bootstrap B [options]
+//
+// Commands:
+//   create      --topic T --partitions P [--rf R] [--config k=v,...]
+//   produce     --topic T --partitions P --count N [--codec none|gzip|snappy|lz4|zstd]
+//               [--headers] [--value-size S] [--from I] [--timestamp-base MS]
+//               [--transactional-id X --abort-every K] [--batch-size B] [--linger-ms L]
+//               [--keep-going]  (produce round-robin until killed)
+//   consume     --topic T [--isolation read_committed|read_uncommitted]
+//               prints every record up to the end offsets seen at start, sorted by partition
+//               and offset, one line each: "p offset key value h1=v1,h2=v2" (hex, "-" for null)
+//   add-partitions --topic T --total N
+//   delete-topic   --topic T
+//   delete-records --topic T --partition P --before OFFSET
+//   end-offsets    --topic T [--isolation read_committed]   "p offset" per partition
+//   topic-id       --topic T
+//   wait-isr       --topic T --replicas R  (until every partition has R in-sync replicas)
+import java.util.*;
+import java.util.concurrent.*;
+import org.apache.kafka.clients.admin.*;
+import org.apache.kafka.clients.consumer.*;
+import org.apache.kafka.clients.producer.*;
+import org.apache.kafka.common.*;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.serialization.*;
+
+public class KTool {
+  static Map<String, String> opts = new HashMap<>();
+
+  static String opt(String k) {
+    String v = opts.get(k);
+    if (v == null) throw new IllegalArgumentException("missing --" + k);
+    return v;
+  }
+
+  static String opt(String k, String dflt) { return opts.getOrDefault(k, dflt); }
+
+  public static void main(String[] args) throws Exception {
+    String cmd = args[0];
+    for (int i = 1; i < args.length; i++) {
+      String a = args[i];
+      if (!a.startsWith("--")) throw new IllegalArgumentException("unexpected " + a);
+      String k = a.substring(2);
+      if (i + 1 < args.length && !args[i + 1].startsWith("--")) opts.put(k, args[++i]);
+      else opts.put(k, "true");
+    }
+    switch (cmd) {
+      case "create": create(); break;
+      case "produce": produce(); break;
+      case "consume": consume(); break;
+      case "add-partitions": addPartitions(); break;
+      case "delete-topic": deleteTopic(); break;
+      case "delete-records": deleteRecords(); break;
+      case "end-offsets": endOffsets(); break;
+      case "topic-id": topicId(); break;
+      case "wait-isr": waitIsr(); break;
+      default: throw new IllegalArgumentException("unknown command " + cmd);
+    }
+  }
+
+  static Admin admin() {
+    Properties p = new Properties();
+    p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, opt("bootstrap"));
+    return Admin.create(p);
+  }
+
+  static void create() throws Exception {
+    try (Admin a = admin()) {
+      NewTopic t = new NewTopic(opt("topic"), Integer.parseInt(opt("partitions")),
+          Short.parseShort(opt("rf", "1")));
+      Map<String, String> cfg = new HashMap<>();
+      for (String kv : opt("config", "").split(",")) {
+        if (kv.isEmpty()) continue;
+        String[] parts = kv.split("=", 2);
+        cfg.put(parts[0], parts[1]);
+      }
+      t.configs(cfg);
+      a.createTopics(List.of(t)).all().get(60, TimeUnit.SECONDS);
+      // Metadata reaches every broker shortly after the controller commits it.
+      for (int i = 0; i < 200; i++) {
+        try {
+          TopicDescription d = a.describeTopics(List.of(opt("topic"))).allTopicNames().get()
+              .get(opt("topic"));
+          if (d.partitions().stream().allMatch(x -> x.leader() != null)) return;
+        } catch (ExecutionException e) {
+          // not yet known
+        }
+        Thread.sleep(50);
+      }
+      throw new IllegalStateException("topic " + opt("topic") + " has no leaders after 10 s");
+    }
+  }
+
+  static void waitIsr() throws Exception {
+    int want = Integer.parseInt(opt("replicas"));
+    try (Admin a = admin()) {
+      for (int i = 0; i < 1200; i++) {
+        TopicDescription d = a.describeTopics(List.of(opt("topic"))).allTopicNames().get()
+            .get(opt("topic"));
+        if (d.partitions().stream().allMatch(x -> x.isr().size() >= want && x.leader() != null)) {
+          return;
+        }
+        Thread.sleep(100);
+      }
+      throw new IllegalStateException("ISR of " + opt("topic") + " never reached " + want);
+    }
+  }
+
+  static void addPartitions() throws Exception {
+    try (Admin a = admin()) {
+      a.createPartitions(Map.of(opt("topic"), NewPartitions.increaseTo(Integer.parseInt(opt("total")))))
+          .all().get(60, TimeUnit.SECONDS);
+    }
+  }
+
+  static void deleteTopic() throws Exception {
+    try (Admin a = admin()) {
+      a.deleteTopics(List.of(opt("topic"))).all().get(60, TimeUnit.SECONDS);
+      for (int i = 0; i < 400; i++) {
+        if (!a.listTopics().names().get().contains(opt("topic"))) return;
+        Thread.sleep(50);
+      }
+    }
+  }
+
+  static void deleteRecords() throws Exception {
+    try (Admin a = admin()) {
+      TopicPartition tp = new TopicPartition(opt("topic"), Integer.parseInt(opt("partition")));
+      a.deleteRecords(Map.of(tp, RecordsToDelete.beforeOffset(Long.parseLong(opt("before")))))
+          .all().get(60, TimeUnit.SECONDS);
+    }
+  }
+
+  static void topicId() throws Exception {
+    try (Admin a = admin()) {
+      System.out.println(a.describeTopics(List.of(opt("topic"))).allTopicNames().get()
+          .get(opt("topic")).topicId());
+    }
+  }
+
+  static String hex(byte[] b) {
+    if (b == null) return "-";
+    StringBuilder s = new StringBuilder(b.length * 2 + 1);
+    s.append('x');
+    for (byte x : b) s.append(String.format("%02x", x));
+    return s.toString();
+  }
+
+  static void produce() throws Exception {
+    String topic = opt("topic");
+    int partitions = Integer.parseInt(opt("partitions"));
+    long count = Long.parseLong(opt("count", "0"));
+    long from = Long.parseLong(opt("from", "0"));
+    int valueSize = Integer.parseInt(opt("value-size", "0"));
+    boolean headers = opts.containsKey("headers");
+    long ts0 = Long.parseLong(opt("timestamp-base", "-1"));
+    String txId = opts.get("transactional-id");
+    int abortEvery = Integer.parseInt(opt("abort-every", "0"));
+    boolean keepGoing = opts.containsKey("keep-going");
+
+    Properties p = new Properties();
+    p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, opt("bootstrap"));
+    p.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, opt("codec", "none"));
+    p.put(ProducerConfig.BATCH_SIZE_CONFIG, opt("batch-size", "65536"));
+    p.put(ProducerConfig.LINGER_MS_CONFIG, opt("linger-ms", "5"));
+    p.put(ProducerConfig.ACKS_CONFIG, "all");
+    if (txId != null) p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txId);
+    try (KafkaProducer<byte[], byte[]> prod =
+        new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer())) {
+      if (txId != null) prod.initTransactions();
+      long i = from;
+      long txn = 0;
+      while (keepGoing || i < from + count) {
+        long end = keepGoing ? i + partitions * 10L : from + count;
+        if (txId != null) {
+          // one transaction per chunk of `partitions * 10` records; every abort-every'th aborted
+          end = Math.min(end, i + partitions * 10L);
+          prod.beginTransaction();
+        }
+        List<Future<RecordMetadata>> acks = new ArrayList<>();
+        for (; i < end; i++) {
+          int part = (int) (i % partitions);
+          long n = i / partitions;
+          byte[] key = ("k" + part + "-" + n).getBytes();
+          byte[] value;
+          if (valueSize > 0) {
+            value = new byte[valueSize];
+            for (int j = 0; j < valueSize; j++) value[j] = (byte) ('a' + (n + j) % 26);
+          } else {
+            value = ("value " + part + "-" + n + (txId != null ? " txn " + txn : "")).getBytes();
+          }
+          ProducerRecord<byte[], byte[]> r = new ProducerRecord<>(topic, part,
+              ts0 < 0 ? null : ts0 + n * 1000, key, value);
+          if (headers) {
+            r.headers().add("h1", ("v" + n).getBytes());
+            r.headers().add("empty", new byte[0]);
+            r.headers().add("nullh", null);
+          }
+          acks.add(prod.send(r));
+        }
+        if (txId != null) {
+          txn++;
+          // Aborted records reach the log first (a bare abort drops what is still buffered).
+          if (abortEvery > 0 && txn % abortEvery == 0) {
+            prod.flush();
+            prod.abortTransaction();
+          }
+          else prod.commitTransaction();
+        } else {
+          prod.flush();
+          for (Future<RecordMetadata> f : acks) f.get();
+        }
+      }
+    }
+  }
+
+  static KafkaConsumer<byte[], byte[]> consumer() {
+    Properties p = new Properties();
+    p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, opt("bootstrap"));
+    p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, opt("isolation", "read_uncommitted"));
+    p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+    p.put(ConsumerConfig.CHECK_CRCS_CONFIG, "true");
+    return new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+  }
+
+  static List<TopicPartition> partitionsOf(KafkaConsumer<?, ?> c, String topic) {
+    List<TopicPartition> tps = new ArrayList<>();
+    for (PartitionInfo pi : c.partitionsFor(topic)) tps.add(new TopicPartition(topic, pi.partition()));
+    tps.sort(Comparator.comparingInt(TopicPartition::partition));
+    return tps;
+  }
+
+  static void endOffsets() throws Exception {
+    try (KafkaConsumer<byte[], byte[]> c = consumer()) {
+      List<TopicPartition> tps = partitionsOf(c, opt("topic"));
+      Map<TopicPartition, Long> ends = c.endOffsets(tps);
+      for (TopicPartition tp : tps) System.out.println(tp.partition() + " " + ends.get(tp));
+    }
+  }
+
+  static void consume() throws Exception {
+    try (KafkaConsumer<byte[], byte[]> c = consumer()) {
+      List<TopicPartition> tps = partitionsOf(c, opt("topic"));
+      c.assign(tps);
+      c.seekToBeginning(tps);
+      Map<TopicPartition, Long> ends = c.endOffsets(tps);
+      Map<Integer, List<String>> out = new TreeMap<>();
+      Set<TopicPartition> open = new HashSet<>();
+      for (TopicPartition tp : tps) {
+        out.put(tp.partition(), new ArrayList<>());
+        if (c.position(tp) < ends.get(tp)) open.add(tp);
+      }
+      long deadline = System.currentTimeMillis() + 120_000;
+      while (!open.isEmpty()) {
+        if (System.currentTimeMillis() > deadline) throw new IllegalStateException("consume timed out");
+        for (ConsumerRecord<byte[], byte[]> r : c.poll(java.time.Duration.ofMillis(200))) {
+          TopicPartition tp = new TopicPartition(r.topic(), r.partition());
+          if (r.offset() >= ends.get(tp)) continue;
+          StringBuilder h = new StringBuilder();
+          for (Header x : r.headers()) {
+            if (h.length() > 0) h.append(',');
+            h.append(x.key()).append('=').append(hex(x.value()));
+          }
+          out.get(r.partition()).add(r.partition() + " " + r.offset() + " " + hex(r.key()) + " "
+              + hex(r.value()) + " " + (h.length() == 0 ? "-" : h.toString()));
+        }
+        open.removeIf(tp -> c.position(tp) >= ends.get(tp));
+      }
+      StringBuilder all = new StringBuilder();
+      for (List<String> lines : out.values()) for (String l : lines) all.append(l).append('\n');
+      System.out.print(all);
+    }
+  }
+}

@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# Apache Kafka on loopback for the real-broker tests and benchmarks: Kafka's own jars from
+# Maven Central (tests/kafka/pom.xml), KRaft combined nodes (broker + controller in one JVM),
+# started once per test run. State lives in $KDIRECT_KAFKA_HOME (default target/kafka).
+#
+#   kafka.sh up                     fetch jars if missing; start every cluster not yet answering
+#   kafka.sh down                   stop every node
+#   kafka.sh env                    print the KDIRECT_TEST_KAFKA* variables to export
+#   kafka.sh stop  CLUSTER NODE     stop one node (SIGTERM, controlled shutdown)
+#   kafka.sh kill  CLUSTER NODE     SIGKILL one node
+#   kafka.sh start CLUSTER NODE     start one node again (its data is kept)
+#   kafka.sh classpath [VERSION]    the classpath of a version's jars (for the Java tools)
+#
+# Clusters (all on 127.0.0.1):
+#   single  Kafka 4.1.1, 1 node, port 39092            most tests
+#   trio    Kafka 4.1.1, 3 nodes, ports 39101-39103    replication factor 3, failover tests
+#   old     Kafka 3.9.1, 1 node, port 39201            smoke run against the 3.x protocol
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+home="${KDIRECT_KAFKA_HOME:-$root/target/kafka}"
+say() { printf '[kafka] %s\n' "$*" >&2; }
+
+version_of() { case "$1" in old) echo 3.9.1 ;; *) echo 4.1.1 ;; esac; }
+nodes_of() { case "$1" in trio) echo "1 2 3" ;; *) echo 1 ;; esac; }
+port_of() { # cluster node -> broker port
+  case "$1" in single) echo 39092 ;; trio) echo $((39100 + $2)) ;; old) echo 39201 ;; esac
+}
+cport_of() { echo $(( $(port_of "$1" "$2") + 1000 )); }
+bootstrap_of() {
+  local c=$1 out=()
+  for n in $(nodes_of "$c"); do out+=("127.0.0.1:$(port_of "$c" "$n")"); done
+  (IFS=,; echo "${out[*]}")
+}
+up() { timeout 1 bash -c "</dev/tcp/127.0.0.1/$1" 2>/dev/null; }
+
+jars() { # version -> lib dir, fetched once
+  local v=$1 lib="$here/lib-$1"
+  if [ ! -f "$lib/.complete" ]; then
+    local profile=kafka4; case "$v" in 3.*) profile=kafka3 ;; esac
+    say "fetching Apache Kafka $v from Maven Central into $lib"
+    rm -rf "$lib"
+    mvn -B -q -f "$here/pom.xml" -Dkafka.version="$v" -P"$profile" \
+      org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$lib" >&2
+    touch "$lib/.complete"
+  fi
+  echo "$lib"
+}
+
+node_dir() { echo "$home/$1/node$2"; }
+
+write_config() { # cluster node
+  local c=$1 n=$2 dir voters=() rf
+  dir="$(node_dir "$c" "$n")"
+  for m in $(nodes_of "$c"); do voters+=("$m@127.0.0.1:$(cport_of "$c" "$m")"); done
+  rf=$(nodes_of "$c" | wc -w)
+  mkdir -p "$dir"
+  cat > "$dir/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=$n
+controller.quorum.voters=$(IFS=,; echo "${voters[*]}")
+listeners=PLAINTEXT://127.0.0.1:$(port_of "$c" "$n"),CONTROLLER://127.0.0.1:$(cport_of "$c" "$n")
+advertised.listeners=PLAINTEXT://127.0.0.1:$(port_of "$c" "$n")
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+log.dirs=$dir/data
+num.partitions=1
+default.replication.factor=$rf
+min.insync.replicas=1
+offsets.topic.replication.factor=$rf
+offsets.topic.num.partitions=8
+transaction.state.log.replication.factor=$rf
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=4
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+delete.topic.enable=true
+log.retention.check.interval.ms=1000
+log.segment.delete.delay.ms=0
+file.delete.delay.ms=0
+unclean.leader.election.enable=false
+PROPS
+  cat > "$dir/log4j2.properties" <<PROPS
+status=warn
+appender.file.type=File
+appender.file.name=file
+appender.file.fileName=$dir/server.log
+appender.file.layout.type=PatternLayout
+appender.file.layout.pattern=[%d] %p %m (%c)%n
+rootLogger.level=INFO
+rootLogger.appenderRef.file.ref=file
+logger.kafka.name=kafka
+logger.kafka.level=INFO
+logger.state.name=state.change.logger
+logger.state.level=WARN
+PROPS
+  cat > "$dir/log4j.properties" <<PROPS
+log4j.rootLogger=INFO, file
+log4j.appender.file=org.apache.log4j.FileAppender
+log4j.appender.file.File=$dir/server.log
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
+PROPS
+}
+
+java_opts() { # node dir
+  echo "-Xms256m -Xmx768m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
+-Dlog4j2.configurationFile=$1/log4j2.properties -Dlog4j.configuration=file:$1/log4j.properties"
+}
+
+format_cluster() { # cluster: fresh data dirs, one cluster id
+  local c=$1 lib id
+  lib="$(jars "$(version_of "$c")")"
+  rm -rf "${home:?}/$c"
+  for n in $(nodes_of "$c"); do write_config "$c" "$n"; done
+  id="$(java -cp "$lib/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)"
+  for n in $(nodes_of "$c"); do
+    local dir; dir="$(node_dir "$c" "$n")"
+    # shellcheck disable=SC2046
+    java $(java_opts "$dir") -cp "$lib/*" kafka.tools.StorageTool format -t "$id" \
+      -c "$dir/server.properties" --ignore-formatted >"$dir/format.log" 2>&1 \
+      || { cat "$dir/format.log" >&2; return 1; }
+  done
+}
+
+start_node() { # cluster node
+  local c=$1 n=$2 lib dir
+  lib="$(jars "$(version_of "$c")")"
+  dir="$(node_dir "$c" "$n")"
+  [ -f "$dir/server.properties" ] || { say "no node $c/$n: run 'kafka.sh up' first"; return 1; }
+  if [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; then return 0; fi
+  # shellcheck disable=SC2046
+  : >"$dir/server.log"
+  nohup java $(java_opts "$dir") -cp "$lib/*" kafka.Kafka "$dir/server.properties" \
+    >"$dir/stdout.log" 2>&1 </dev/null &
+  echo $! >"$dir/pid"
+}
+
+wait_ready() { # cluster: every broker port answers, then the cluster serves metadata
+  local c=$1 deadline=$((SECONDS + 90))
+  for n in $(nodes_of "$c"); do
+    until up "$(port_of "$c" "$n")"; do
+      if ((SECONDS > deadline)); then
+        say "FAIL: $c node $n did not open port $(port_of "$c" "$n") in 90 s; its log:"
+        tail -30 "$(node_dir "$c" "$n")/server.log" >&2 || true
+        tail -30 "$(node_dir "$c" "$n")/stdout.log" >&2 || true
+        return 1
+      fi
+      sleep 0.5
+    done
+  done
+  # A broker port opens before the broker has caught up with the controller: its log says
+  # "Kafka Server started" once it serves.
+  for n in $(nodes_of "$c"); do
+    until grep -q 'Kafka Server started' "$(node_dir "$c" "$n")/server.log" 2>/dev/null; do
+      if ((SECONDS > deadline)); then say "FAIL: $c node $n never logged 'Kafka Server started'"; return 1; fi
+      sleep 0.5
+    done
+  done
+}
+
+cluster_up() { # cluster
+  local c=$1 all=1
+  for n in $(nodes_of "$c"); do up "$(port_of "$c" "$n")" || all=; done
+  if [ -n "$all" ]; then say "$c already up at $(bootstrap_of "$c")"; return 0; fi
+  if [ ! -f "$(node_dir "$c" 1)/data/meta.properties" ]; then format_cluster "$c"; fi
+  for n in $(nodes_of "$c"); do start_node "$c" "$n"; done
+  wait_ready "$c"
+  say "$c up at $(bootstrap_of "$c") (Kafka $(version_of "$c"))"
+}
+
+stop_node() { # cluster node signal
+  local dir pid
+  dir="$(node_dir "$1" "$2")"
+  [ -f "$dir/pid" ] || return 0
+  pid="$(cat "$dir/pid")"
+  kill "-$3" "$pid" 2>/dev/null || true
+  for _ in $(seq 1 120); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+  kill -9 "$pid" 2>/dev/null || true
+  rm -f "$dir/pid"
+}
+
+tool() { # compile KTool.java (the Java producer/consumer/admin of the tests) when it changed
+  local lib; lib="$(jars "$(version_of single)")"
+  if [ ! -f "$home/tool/KTool.class" ] || [ "$here/KTool.java" -nt "$home/tool/KTool.class" ]; then
+    mkdir -p "$home/tool"
+    javac -nowarn -cp "$lib/*" -d "$home/tool" "$here/KTool.java" >&2
+  fi
+}
+
+clusters="${KDIRECT_KAFKA_CLUSTERS:-single trio old}"
+case "${1:-}" in
+  up)
+    mkdir -p "$home"
+    for c in $clusters; do jars "$(version_of "$c")" >/dev/null; done
+    tool
+    for c in $clusters; do cluster_up "$c"; done ;;
+  down)
+    for c in single trio old; do for n in $(nodes_of "$c"); do stop_node "$c" "$n" TERM; done; done ;;
+  env)
+    echo "export KDIRECT_TEST_KAFKA=$(bootstrap_of single)"
+    echo "export KDIRECT_TEST_KAFKA_TRIO=$(bootstrap_of trio)"
+    echo "export KDIRECT_TEST_KAFKA_OLD=$(bootstrap_of old)"
+    echo "export KDIRECT_TEST_KAFKA_CP='$home/tool:$here/lib-$(version_of single)/*'"
+    echo "export KDIRECT_TEST_KAFKA_SCRIPT=$here/kafka.sh" ;;
+  stop) stop_node "$2" "$3" TERM ;;
+  kill) stop_node "$2" "$3" KILL ;;
+  start) start_node "$2" "$3"; up_deadline=$((SECONDS + 90))
+    until up "$(port_of "$2" "$3")"; do ((SECONDS < up_deadline)) || exit 1; sleep 0.25; done ;;
+  classpath) echo "$(jars "${2:-$(version_of single)}")/*" ;;
+  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac

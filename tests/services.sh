@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Installs (from Debian, when missing) and starts the services the tests talk to, on loopback:
+# PostgreSQL, MariaDB, Redis and Apache Kafka (tests/kafka/kafka.sh). Idempotent: a service
+# already answering is left alone. Meant to be sourced by tests/run (it exports the
+# KDIRECT_TEST_* variables the tests read); `bash tests/services.sh` alone starts them and
+# prints the variables to export.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+say() { printf '[services] %s\n' "$*" >&2; }
+up() { timeout 1 bash -c "</dev/tcp/127.0.0.1/$1" 2>/dev/null; }
+wait_up() {
+  local port=$1 what=$2
+  for _ in $(seq 1 60); do up "$port" && return 0; sleep 1; done
+  say "FAIL: $what is not listening on 127.0.0.1:$port after 60 s"; return 1
+}
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+apt_updated=
+apt_install() {
+  if [ -z "$apt_updated" ]; then as_root apt-get update -qq >&2; apt_updated=1; fi
+  say "installing $* from Debian"
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@" >/dev/null
+}
+
+# --- PostgreSQL: cluster from the Debian package, password login over TCP -----------------
+pg_password=kdirect
+if ! command -v pg_ctlcluster >/dev/null || ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
+  apt_install postgresql
+fi
+if ! up 5432; then
+  ver="$(ls /etc/postgresql 2>/dev/null | sort -V | tail -1)"
+  if [ -z "$ver" ]; then
+    ver="$(ls /usr/lib/postgresql | sort -V | tail -1)"
+    as_root pg_createcluster "$ver" main >&2
+  fi
+  as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main start >&2 || true
+  wait_up 5432 PostgreSQL
+fi
+as_root su postgres -c "psql -q -v ON_ERROR_STOP=1 -c \"ALTER USER postgres PASSWORD '$pg_password'\"" >/dev/null
+if ! as_root su postgres -c "psql -tAc \"SELECT 1 FROM pg_database WHERE datname='kdirect_test'\"" | grep -q 1; then
+  as_root su postgres -c "createdb kdirect_test"
+fi
+
+# --- MariaDB: a password user for TCP logins ---------------------------------------------
+if ! command -v mariadbd >/dev/null; then apt_install mariadb-server; fi
+if ! up 3306; then
+  as_root mkdir -p /run/mysqld && as_root chown mysql:mysql /run/mysqld 2>/dev/null || true
+  as_root /etc/init.d/mariadb start >&2 || as_root start-stop-daemon --start --oknodo --background --chuid mysql --exec /usr/sbin/mariadbd
+  wait_up 3306 MariaDB
+fi
+as_root mariadb -uroot -e "CREATE DATABASE IF NOT EXISTS kdirect_test;
+  CREATE USER IF NOT EXISTS 'kdirect'@'127.0.0.1' IDENTIFIED BY 'kdirect';
+  CREATE USER IF NOT EXISTS 'kdirect'@'localhost' IDENTIFIED BY 'kdirect';
+  GRANT ALL ON *.* TO 'kdirect'@'127.0.0.1'; GRANT ALL ON *.* TO 'kdirect'@'localhost';"
+
+# --- Redis -------------------------------------------------------------------------------
+if ! command -v redis-server >/dev/null; then apt_install redis-server; fi
+if ! up 6379; then
+  mkdir -p /tmp/kdirect-redis
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
+    --dir /tmp/kdirect-redis --logfile /tmp/kdirect-redis/redis.log >&2
+  wait_up 6379 Redis
+fi
+
+# --- Apache Kafka (KRaft, from Maven Central jars) ----------------------------------------
+bash "$here/kafka/kafka.sh" up >&2
+
+export KDIRECT_TEST_POSTGRES="postgres://postgres:$pg_password@127.0.0.1:5432/kdirect_test"
+export KDIRECT_TEST_MYSQL="mysql://kdirect:kdirect@127.0.0.1:3306/kdirect_test"
+export KDIRECT_TEST_REDIS="redis://127.0.0.1:6379/"
+eval "$(bash "$here/kafka/kafka.sh" env)"
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  env | grep -E '^KDIRECT_TEST_' | sed 's/^/export /'
+fi
