@@ -17,6 +17,13 @@
 //! checksum (a wrapping sum of per-record CRC32C(key)+value, independent of order); the run
 //! fails if the clients disagree or if any client reads fewer records than were served.
 //!
+//! `--broker kafka` reads from Apache Kafka instead (the 1-node KRaft broker of
+//! `tests/kafka/kafka.sh`, started if it is not up): the data is written once by Kafka's Java
+//! producer into a topic named after the run (`bench-<records>-<size>-<partitions>-<codec>`,
+//! reused by later runs), and the clients are kdirect, librdkafka and Kafka's Java consumer
+//! (`KTool perf`, `check.crcs` on). Each row also gives the broker's CPU seconds while that
+//! client read. `--suite kafka` runs 10M × 100 B over 8 partitions and 1M × 1 KB.
+//!
 //! The binary runs itself in hidden modes for the children: `--serve` (the fake broker) and
 //! `--client NAME --bootstrap B` (one consumer, printing a `RESULT` line).
 use std::collections::BTreeMap;
@@ -43,6 +50,9 @@ struct Opts {
     kdirect_set: Vec<(String, String)>,
     rdkafka_set: Vec<(String, String)>,
     kdirect_threads: usize,
+    /// `fake` (kdirect's fake broker, one per run) or `kafka` (Apache Kafka on loopback).
+    broker: String,
+    topic: String,
     // child modes
     serve: bool,
     client: Option<String>,
@@ -64,6 +74,8 @@ impl Default for Opts {
             kdirect_set: Vec::new(),
             rdkafka_set: Vec::new(),
             kdirect_threads: 1,
+            broker: "fake".into(),
+            topic: TOPIC.into(),
             serve: false,
             client: None,
             bootstrap: String::new(),
@@ -104,6 +116,8 @@ fn parse_args() -> Result<Opts, String> {
                     .parse()
                     .map_err(|e| format!("--kdirect-threads: {e}"))?
             }
+            "--broker" => o.broker = val()?,
+            "--topic" => o.topic = val()?,
             "--serve" => o.serve = true,
             "--client" => o.client = Some(val()?),
             "--bootstrap" => o.bootstrap = val()?,
@@ -151,11 +165,26 @@ struct Outcome {
     cpu: f64,
     rss_kib: u64,
     checksum: u64,
+    /// CPU seconds the broker spent while this client read (Apache Kafka runs only).
+    broker_cpu: f64,
 }
 
 fn orchestrate(o: &Opts) -> Result<(), String> {
+    let mut o = o.clone();
+    if o.broker == "kafka" && !std::env::args().any(|a| a == "--clients") {
+        o.clients = ["kdirect", "librdkafka", "java"].map(String::from).to_vec();
+    }
+    let o = &o;
     let runs: Vec<Opts> = match o.suite.as_deref() {
         None => vec![o.clone()],
+        Some("kafka") => vec![
+            o.clone(),
+            Opts {
+                value_size: 1000,
+                records: o.records / 10,
+                ..o.clone()
+            },
+        ],
         Some("default") => {
             let mut v = Vec::new();
             for (codec, size, records) in [
@@ -194,16 +223,26 @@ fn orchestrate(o: &Opts) -> Result<(), String> {
             }
             v
         }
-        Some(s) => return Err(format!("unknown suite {s} (default, scaling)")),
+        Some(s) => return Err(format!("unknown suite {s} (default, scaling, kafka)")),
     };
     println!("{}", machine());
-    println!(
-        "| data | client | records/s | MB/s | wall s | CPU s | peak RSS MiB | records/s vs librdkafka | CPU vs librdkafka |"
-    );
-    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    if o.broker == "kafka" {
+        println!(
+            "| data | client | records/s | MB/s | wall s | CPU s | CPU s / M records | peak RSS MiB | broker CPU s | records/s vs Java | CPU vs Java | records/s vs librdkafka |"
+        );
+        println!(
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        );
+    } else {
+        println!(
+            "| data | client | records/s | MB/s | wall s | CPU s | peak RSS MiB | records/s vs librdkafka | CPU vs librdkafka |"
+        );
+        println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    }
     let mut failed = false;
     for run in &runs {
         match one_run(run) {
+            Ok(rows) if run.broker == "kafka" => print_kafka_rows(run, &rows),
             Ok(rows) => print_rows(run, &rows),
             Err(e) => {
                 failed = true;
@@ -264,7 +303,172 @@ fn print_rows(o: &Opts, rows: &[(String, Outcome)]) {
     let _ = std::io::stdout().flush();
 }
 
+fn print_kafka_rows(o: &Opts, rows: &[(String, Outcome)]) {
+    let rate = |r: &Outcome| r.records as f64 / r.secs.max(1e-9);
+    let find = |name: &str| rows.iter().find(|(c, _)| c == name).map(|(_, r)| r.clone());
+    let (java, rdk) = (find("java"), find("librdkafka"));
+    for (c, r) in rows {
+        let vs = |b: &Option<Outcome>, f: &dyn Fn(&Outcome) -> f64| match b {
+            Some(b) if c != "java" && c != "librdkafka" => format!("{:.2}×", f(r) / f(b).max(1e-9)),
+            _ => String::new(),
+        };
+        println!(
+            "| {} | {c} | {:.0} | {:.1} | {:.2} | {:.2} | {:.3} | {:.1} | {:.2} | {} | {} | {} |",
+            data_name(o),
+            rate(r),
+            r.bytes as f64 / r.secs.max(1e-9) / 1e6,
+            r.secs,
+            r.cpu,
+            r.cpu / (r.records as f64 / 1e6).max(1e-9),
+            r.rss_kib as f64 / 1024.0,
+            r.broker_cpu,
+            vs(&java, &rate),
+            vs(&java, &|x: &Outcome| x.cpu),
+            vs(&rdk, &rate),
+        );
+    }
+    let _ = std::io::stdout().flush();
+}
+
+/// Apache Kafka for `--broker kafka`: `tests/kafka/kafka.sh` starts the 1-node cluster if it
+/// is not up. Returns the bootstrap address, the Java tools' classpath and the broker's pid.
+fn kafka_up() -> Result<(String, String, u32), String> {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let script = format!("{root}/tests/kafka/kafka.sh");
+    let st = Command::new("bash")
+        .args([&script, "up"])
+        .env("KDIRECT_KAFKA_CLUSTERS", "single")
+        .stdout(Stdio::inherit())
+        .status()
+        .map_err(|e| format!("{script}: {e}"))?;
+    if !st.success() {
+        return Err(format!("{script} up failed"));
+    }
+    let env = Command::new("bash")
+        .args([&script, "env"])
+        .output()
+        .map_err(|e| format!("{script}: {e}"))?;
+    let env = String::from_utf8_lossy(&env.stdout);
+    let var = |name: &str| {
+        env.lines()
+            .find_map(|l| l.strip_prefix(&format!("export {name}=")))
+            .map(|v| v.trim_matches('\'').to_owned())
+            .ok_or_else(|| format!("kafka.sh env did not set {name}"))
+    };
+    let home =
+        std::env::var("KDIRECT_KAFKA_HOME").unwrap_or_else(|_| format!("{root}/target/kafka"));
+    let pid = std::fs::read_to_string(format!("{home}/single/node1/pid"))
+        .map_err(|e| format!("the broker's pid file: {e}"))?
+        .trim()
+        .parse()
+        .map_err(|e| format!("the broker's pid: {e}"))?;
+    Ok((
+        var("KDIRECT_TEST_KAFKA")?,
+        var("KDIRECT_TEST_KAFKA_CP")?,
+        pid,
+    ))
+}
+
+fn ktool(classpath: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new("java")
+        .args(["-Xmx512m", "-cp", classpath, "KTool"])
+        .args(args)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("java KTool: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("KTool {args:?} failed: {}", out.status));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The run's topic on Apache Kafka, written by Kafka's Java producer unless a topic of that
+/// name already holds exactly the run's records.
+fn kafka_topic(o: &Opts, bootstrap: &str, classpath: &str) -> Result<String, String> {
+    let topic = format!(
+        "bench-{}-{}-{}-{}",
+        o.records, o.value_size, o.partitions, o.codec
+    );
+    let have: Option<u64> = Command::new("java")
+        .args([
+            "-cp",
+            classpath,
+            "KTool",
+            "end-offsets",
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            &topic,
+        ])
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| {
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|l| l.split(' ').nth(1)?.parse::<u64>().ok())
+                .sum()
+        });
+    match have {
+        Some(n) if n == o.records => return Ok(topic),
+        Some(n) => {
+            return Err(format!(
+                "topic {topic} holds {n} records, not {}: delete it",
+                o.records
+            ))
+        }
+        None => {}
+    }
+    let p = o.partitions.to_string();
+    eprintln!(
+        "e2e: writing {} records into {topic} with Kafka's Java producer",
+        o.records
+    );
+    ktool(
+        classpath,
+        &[
+            "create",
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            &topic,
+            "--partitions",
+            &p,
+        ],
+    )?;
+    ktool(
+        classpath,
+        &[
+            "produce",
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            &topic,
+            "--partitions",
+            &p,
+            "--count",
+            &o.records.to_string(),
+            "--value-size",
+            &o.value_size.to_string(),
+            "--codec",
+            &o.codec,
+            "--batch-size",
+            "1000000",
+            "--linger-ms",
+            "20",
+        ],
+    )?;
+    Ok(topic)
+}
+
 fn one_run(o: &Opts) -> Result<Vec<(String, Outcome)>, String> {
+    if o.broker == "kafka" {
+        return one_kafka_run(o);
+    }
+    if o.broker != "fake" {
+        return Err(format!("unknown broker {} (fake, kafka)", o.broker));
+    }
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     let mut broker = Command::new(&exe)
         .args([
@@ -319,8 +523,62 @@ fn one_run(o: &Opts) -> Result<Vec<(String, Outcome)>, String> {
     let _ = broker.kill();
     let _ = broker.wait();
     result?;
+    check_agreement(o, &rows)?;
+    Ok(rows)
+}
+
+fn one_kafka_run(o: &Opts) -> Result<Vec<(String, Outcome)>, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let (bootstrap, classpath, broker_pid) = kafka_up()?;
+    let topic = kafka_topic(o, &bootstrap, &classpath)?;
+    let run = Opts { topic, ..o.clone() };
+    let stat = format!("/proc/{broker_pid}/stat");
+    let mut rows: Vec<(String, Outcome)> = Vec::new();
+    for c in &o.clients {
+        let before = proc_cpu(&stat);
+        let mut r = if c == "java" {
+            java_client(&run, &bootstrap, &classpath)?
+        } else {
+            run_client(&exe, &run, c, &bootstrap)?
+        };
+        r.broker_cpu = proc_cpu(&stat) - before;
+        eprintln!(
+            "e2e: {} {c} (Kafka): {} records in {:.2} s, CPU {:.2} s, peak RSS {:.1} MiB, \
+             checksum {:016x}; broker CPU {:.2} s",
+            data_name(o),
+            r.records,
+            r.secs,
+            r.cpu,
+            r.rss_kib as f64 / 1024.0,
+            r.checksum,
+            r.broker_cpu
+        );
+        rows.push((c.clone(), r));
+    }
+    check_agreement(o, &rows)?;
+    Ok(rows)
+}
+
+/// Kafka's Java consumer (`KTool perf`), in its own JVM.
+fn java_client(o: &Opts, bootstrap: &str, classpath: &str) -> Result<Outcome, String> {
+    let out = ktool(
+        classpath,
+        &[
+            "perf",
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            &o.topic,
+            "--records",
+            &o.records.to_string(),
+        ],
+    )?;
+    parse_result(&out)
+}
+
+fn check_agreement(o: &Opts, rows: &[(String, Outcome)]) -> Result<(), String> {
     if let Some((c0, r0)) = rows.first() {
-        for (c, r) in &rows {
+        for (c, r) in rows {
             if r.records != o.records || r.checksum != r0.checksum {
                 return Err(format!(
                     "{c} read {} records with checksum {:016x}; {c0} read {} with {:016x}; {} were served",
@@ -329,7 +587,7 @@ fn one_run(o: &Opts) -> Result<Vec<(String, Outcome)>, String> {
             }
         }
     }
-    Ok(rows)
+    Ok(())
 }
 
 fn run_client(
@@ -360,6 +618,8 @@ fn run_client(
             &o.value_size.to_string(),
             "--kdirect-threads",
             &o.kdirect_threads.to_string(),
+            "--topic",
+            &o.topic,
             "--kdirect-set",
             &kv(&o.kdirect_set),
             "--rdkafka-set",
@@ -372,6 +632,11 @@ fn run_client(
     if !out.status.success() {
         return Err(format!("exited with {}: {stdout}", out.status));
     }
+    parse_result(&stdout)
+}
+
+/// A client's `RESULT k=v ...` line.
+fn parse_result(stdout: &str) -> Result<Outcome, String> {
     let line = stdout
         .lines()
         .find_map(|l| l.strip_prefix("RESULT "))
@@ -388,6 +653,7 @@ fn run_client(
         cpu: num("cpu").parse().unwrap_or(0.0),
         rss_kib: num("rss_kib").parse().unwrap_or(0),
         checksum: u64::from_str_radix(num("checksum"), 16).unwrap_or(0),
+        broker_cpu: 0.0,
     })
 }
 
@@ -541,7 +807,7 @@ fn kdirect_client(o: &Opts, crc: bool) -> Result<Sum, String> {
     runtime(o.kdirect_threads)?.block_on(async {
         let mut b = DirectStream::builder()
             .bootstrap(&o.bootstrap)
-            .topics(&[TOPIC])
+            .topics(&[&o.topic])
             .start(StartPolicy::Earliest)
             .until_latest(true)
             .memory_budget(o.memory_mib << 20)
@@ -599,7 +865,7 @@ fn rdkafka_client(o: &Opts, crc: bool) -> Result<Sum, String> {
     let c: BaseConsumer = cfg.create().map_err(|e| e.to_string())?;
     let mut tpl = TopicPartitionList::new();
     for p in 0..o.partitions {
-        tpl.add_partition_offset(TOPIC, p, Offset::Beginning)
+        tpl.add_partition_offset(&o.topic, p, Offset::Beginning)
             .map_err(|e| e.to_string())?;
     }
     c.assign(&tpl).map_err(|e| e.to_string())?;
@@ -632,7 +898,7 @@ fn rskafka_client(o: &Opts) -> Result<Sum, String> {
         let mut tasks = tokio::task::JoinSet::new();
         for p in 0..o.partitions {
             let pc = client
-                .partition_client(TOPIC, p, UnknownTopicHandling::Retry)
+                .partition_client(&o.topic, p, UnknownTopicHandling::Retry)
                 .await
                 .map_err(|e| e.to_string())?;
             let want = (o.records / parts + u64::from((p as u64) < o.records % parts)) as i64;

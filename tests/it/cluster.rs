@@ -266,7 +266,7 @@ fn pipelines_many_requests_on_one_connection() {
             let conn = conn.clone();
             tasks.spawn(async move {
                 let topics = ["p"];
-                let req = metadata::request(Some(&topics));
+                let req = metadata::request(Some(&topics), 12);
                 let (_, resp) = conn.request::<Metadata>(&req).await.unwrap();
                 (i, metadata::view(&resp))
             });
@@ -300,7 +300,7 @@ fn timeout_and_broker_down_name_the_broker() {
             .unwrap();
         let topics = ["slow"];
         let err = conn
-            .request::<Metadata>(&metadata::request(Some(&topics)))
+            .request::<Metadata>(&metadata::request(Some(&topics), 12))
             .await
             .unwrap_err();
         assert!(matches!(err.kind(), ErrorKind::Timeout { .. }), "{err}");
@@ -308,7 +308,7 @@ fn timeout_and_broker_down_name_the_broker() {
         // The timed-out connection is closed; a later request fails at once, naming the broker.
         assert!(conn.is_closed());
         let again = conn
-            .request::<Metadata>(&metadata::request(Some(&topics)))
+            .request::<Metadata>(&metadata::request(Some(&topics), 12))
             .await
             .unwrap_err();
         assert!(
@@ -331,7 +331,7 @@ fn timeout_and_broker_down_name_the_broker() {
             let conn = conn.clone();
             tokio::spawn(async move {
                 let topics = ["slow"];
-                conn.request::<Metadata>(&metadata::request(Some(&topics)))
+                conn.request::<Metadata>(&metadata::request(Some(&topics), 12))
                     .await
             })
         };

@@ -18,6 +18,10 @@
 //   end-offsets    --topic T [--isolation read_committed]   "p offset" per partition
 //   topic-id       --topic T
 //   wait-isr       --topic T --replicas R  (until every partition has R in-sync replicas)
+//   perf           --topic T --records N [--check-crcs true|false]   the Java consumer in
+//               benches/e2e.rs: reads N records from the start of every partition, tuned for
+//               throughput, and prints "RESULT records= bytes= secs= cpu= rss_kib= checksum="
+//               (the checksum: wrapping sum of CRC32C(key ++ value) per record, as the others)
 import java.util.*;
 import java.util.concurrent.*;
 import org.apache.kafka.clients.admin.*;
@@ -57,6 +61,7 @@ public class KTool {
       case "end-offsets": endOffsets(); break;
       case "topic-id": topicId(); break;
       case "wait-isr": waitIsr(); break;
+      case "perf": perf(); break;
       default: throw new IllegalArgumentException("unknown command " + cmd);
     }
   }
@@ -231,6 +236,48 @@ public class KTool {
     for (PartitionInfo pi : c.partitionsFor(topic)) tps.add(new TopicPartition(topic, pi.partition()));
     tps.sort(Comparator.comparingInt(TopicPartition::partition));
     return tps;
+  }
+
+  static void perf() throws Exception {
+    long want = Long.parseLong(opt("records"));
+    long started = System.nanoTime();
+    Properties p = new Properties();
+    p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, opt("bootstrap"));
+    p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+    p.put(ConsumerConfig.CHECK_CRCS_CONFIG, opt("check-crcs", "true"));
+    p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "10000");
+    p.put(ConsumerConfig.FETCH_MAX_BYTES_CONFIG, "52428800");
+    p.put(ConsumerConfig.MAX_PARTITION_FETCH_BYTES_CONFIG, "4194304");
+    p.put(ConsumerConfig.RECEIVE_BUFFER_CONFIG, "1048576");
+    long records = 0, bytes = 0, checksum = 0;
+    java.util.zip.CRC32C crc = new java.util.zip.CRC32C();
+    try (KafkaConsumer<byte[], byte[]> c =
+        new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+      List<TopicPartition> tps = partitionsOf(c, opt("topic"));
+      c.assign(tps);
+      c.seekToBeginning(tps);
+      long deadline = System.currentTimeMillis() + 900_000;
+      while (records < want) {
+        if (System.currentTimeMillis() > deadline) throw new IllegalStateException("timed out at " + records);
+        for (ConsumerRecord<byte[], byte[]> r : c.poll(java.time.Duration.ofMillis(100))) {
+          byte[] k = r.key(), v = r.value();
+          crc.reset();
+          if (k != null) { crc.update(k); bytes += k.length; }
+          if (v != null) { crc.update(v); bytes += v.length; }
+          checksum += crc.getValue();
+          records++;
+        }
+      }
+    }
+    double secs = (System.nanoTime() - started) / 1e9;
+    double cpu = ((com.sun.management.OperatingSystemMXBean)
+        java.lang.management.ManagementFactory.getOperatingSystemMXBean()).getProcessCpuTime() / 1e9;
+    long rss = 0;
+    for (String l : java.nio.file.Files.readAllLines(java.nio.file.Path.of("/proc/self/status"))) {
+      if (l.startsWith("VmHWM:")) rss = Long.parseLong(l.replaceAll("[^0-9]", ""));
+    }
+    System.out.printf("RESULT records=%d bytes=%d secs=%.4f cpu=%.2f rss_kib=%d checksum=%016x%n",
+        records, bytes, secs, cpu, rss, checksum);
   }
 
   static void endOffsets() throws Exception {

@@ -313,12 +313,15 @@ impl KafkaGroupStore {
                 });
         }
         let topics: Vec<(&str, Vec<CommitEntry>)> = by_topic.into_iter().collect();
-        let req = offset_commit::request(&self.group, &topics);
         self.with_retry(|conn| {
-            let req = &req;
+            let topics = &topics;
             async move {
-                let (_, resp) = conn
-                    .request::<OffsetCommit>(req)
+                let version = conn
+                    .version::<OffsetCommit>()
+                    .map_err(|e| self.engine_attempt(e))?;
+                let req = offset_commit::request(&self.group, topics, version);
+                let resp = conn
+                    .request_at::<OffsetCommit>(&req, version)
                     .await
                     .map_err(|e| self.engine_attempt(e))?;
                 for (topic, partition, code) in offset_commit::view(&resp) {

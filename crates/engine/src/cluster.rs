@@ -130,8 +130,12 @@ impl Cluster {
         let mut attempts = 0;
         let resp = loop {
             let conn = self.any_connection().await?;
-            match conn.request::<Metadata>(&metadata::request(topics)).await {
-                Ok((_, r)) => break r,
+            let version = conn.version::<Metadata>()?;
+            match conn
+                .request_at::<Metadata>(&metadata::request(topics, version), version)
+                .await
+            {
+                Ok(r) => break r,
                 Err(e) => {
                     conn.close("metadata request failed");
                     attempts += 1;
@@ -298,19 +302,14 @@ impl Cluster {
                         .flat_map(|(t, qs)| qs.iter().map(move |q| (t.clone(), q.partition)))
                         .collect();
                     let version = conn.version::<ListOffsets>()?;
-                    if isolation == IsolationLevel::ReadCommitted && version < 2 {
-                        return Err(Error::from(ErrorKind::Config(format!(
-                            "{} speaks ListOffsets only up to v{version}; read_committed needs v2",
-                            conn.broker()
-                        ))));
-                    }
                     let req_topics: Vec<(&str, Vec<OffsetQuery>)> = topics
                         .iter()
                         .map(|(t, qs)| (t.as_str(), qs.clone()))
                         .collect();
-                    let req = list_offsets::request(isolation, &req_topics);
+                    let req = list_offsets::request(isolation, &req_topics, version)
+                        .map_err(|source| conn.protocol_error(source))?;
                     let result = conn.request_at::<ListOffsets>(&req, version).await;
-                    Ok((conn, asked, result))
+                    Ok::<_, Error>((conn, asked, result))
                 });
             }
             while let Some(joined) = tasks.join_next().await {

@@ -350,7 +350,7 @@ impl BrokerConnection {
         }
     }
 
-    fn protocol_error(&self, source: kdirect_proto::ProtoError) -> Error {
+    pub fn protocol_error(&self, source: kdirect_proto::ProtoError) -> Error {
         ErrorKind::Protocol {
             broker: self.shared.broker.clone(),
             source,

@@ -49,7 +49,7 @@ proptest! {
         let input: Vec<(&str, Vec<OffsetQuery>)> = topics.iter().map(|(t, ps)| (t.as_str(), ps.iter().map(|(p, s, e)| OffsetQuery {
             partition: *p, spec: *s, current_leader_epoch: if version >= 4 { *e } else { -1 },
         }).collect())).collect();
-        let req = list_offsets::request(iso, &input);
+        let req = list_offsets::request(iso, &input, version).unwrap();
         let frame = encode_request::<ListOffsets>(&req, version, cid, Some("kdirect-test")).unwrap();
         let back = decode_req::<ListOffsets>(frame, version, cid);
         prop_assert_eq!(back, req);
@@ -113,7 +113,7 @@ fn fetch_v13_needs_topic_ids() {
 
 #[test]
 fn version_outside_range_is_refused() {
-    let req = list_offsets::request(IsolationLevel::ReadUncommitted, &[]);
+    let req = list_offsets::request(IsolationLevel::ReadUncommitted, &[], 1).unwrap();
     let err = encode_request::<ListOffsets>(&req, 0, 1, None).unwrap_err();
     assert!(err.to_string().contains("ListOffsets v0"), "{err}");
 }

@@ -61,14 +61,38 @@ pub struct OffsetQuery {
     pub current_leader_epoch: i32,
 }
 
-/// A request for several partitions of several topics, sent to their common leader.
+/// A request at `version` for several partitions of several topics, sent to their common
+/// leader. The isolation level exists from v2 (read_committed below it is an error: the broker
+/// would answer the high watermark), leader epochs from v4 (dropped below it), the
+/// `max-timestamp` spec from v7.
 pub fn request(
     isolation: IsolationLevel,
     topics: &[(&str, Vec<OffsetQuery>)],
-) -> ListOffsetsRequest {
-    ListOffsetsRequest::default()
+    version: i16,
+) -> Result<ListOffsetsRequest, ProtoError> {
+    let refuse = |reason: String| ProtoError::Encode {
+        api: ListOffsets::KEY,
+        version,
+        reason,
+    };
+    if version < 2 && isolation == IsolationLevel::ReadCommitted {
+        return Err(refuse(
+            "read_committed needs ListOffsets v2 (Kafka 0.11+)".to_owned(),
+        ));
+    }
+    if version < 7
+        && topics
+            .iter()
+            .any(|(_, qs)| qs.iter().any(|q| q.spec == OffsetSpec::MaxTimestamp))
+    {
+        return Err(refuse(
+            "max-timestamp needs ListOffsets v7 (Kafka 3.0+)".to_owned(),
+        ));
+    }
+    let epochs = version >= 4;
+    Ok(ListOffsetsRequest::default()
         .with_replica_id((-1).into())
-        .with_isolation_level(isolation.as_i8())
+        .with_isolation_level(if version >= 2 { isolation.as_i8() } else { 0 })
         .with_topics(
             topics
                 .iter()
@@ -81,13 +105,17 @@ pub fn request(
                                     ListOffsetsPartition::default()
                                         .with_partition_index(q.partition)
                                         .with_timestamp(q.spec.wire_timestamp())
-                                        .with_current_leader_epoch(q.current_leader_epoch)
+                                        .with_current_leader_epoch(if epochs {
+                                            q.current_leader_epoch
+                                        } else {
+                                            -1
+                                        })
                                 })
                                 .collect(),
                         )
                 })
                 .collect(),
-        )
+        ))
 }
 
 /// One partition's answer.

@@ -24,15 +24,20 @@ api!(
     Metadata, Metadata, MetadataRequest, MetadataResponse, 1, 12
 );
 
-/// A request for `topics`, or for every topic when `None`.
-pub fn request(topics: Option<&[&str]>) -> MetadataRequest {
+/// The first version that carries `allow_auto_topic_creation` (below it, the broker's
+/// `auto.create.topics.enable` alone decides).
+pub const FIRST_AUTO_CREATE_VERSION: i16 = 4;
+
+/// A request at `version` for `topics`, or for every topic when `None`. From v4 on it asks
+/// the broker not to create missing topics; below v4 the field does not exist.
+pub fn request(topics: Option<&[&str]>, version: i16) -> MetadataRequest {
     MetadataRequest::default()
         .with_topics(topics.map(|ts| {
             ts.iter()
                 .map(|t| MetadataRequestTopic::default().with_name(Some(topic_name(t))))
                 .collect()
         }))
-        .with_allow_auto_topic_creation(false)
+        .with_allow_auto_topic_creation(version < FIRST_AUTO_CREATE_VERSION)
 }
 
 /// A broker as listed in a Metadata response.

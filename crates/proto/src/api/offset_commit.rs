@@ -37,8 +37,13 @@ pub struct CommitEntry {
     pub metadata: Option<String>,
 }
 
-/// A standalone-consumer commit for `group`.
-pub fn request(group: &str, topics: &[(&str, Vec<CommitEntry>)]) -> OffsetCommitRequest {
+/// A standalone-consumer commit for `group` at `version` (leader epochs are sent from v6 on).
+pub fn request(
+    group: &str,
+    topics: &[(&str, Vec<CommitEntry>)],
+    version: i16,
+) -> OffsetCommitRequest {
+    let epochs = version >= 6;
     OffsetCommitRequest::default()
         .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
         .with_generation_id_or_member_epoch(-1)
@@ -56,7 +61,11 @@ pub fn request(group: &str, topics: &[(&str, Vec<CommitEntry>)]) -> OffsetCommit
                                     OffsetCommitRequestPartition::default()
                                         .with_partition_index(e.partition)
                                         .with_committed_offset(e.offset)
-                                        .with_committed_leader_epoch(e.leader_epoch)
+                                        .with_committed_leader_epoch(if epochs {
+                                            e.leader_epoch
+                                        } else {
+                                            -1
+                                        })
                                         .with_committed_metadata(
                                             e.metadata
                                                 .as_ref()
