@@ -84,7 +84,7 @@ impl Kafka {
             .args([command, "--bootstrap", &self.bootstrap])
             .args(args)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .spawn()
             .expect("run java")
     }
@@ -700,4 +700,120 @@ fn brokers_stopped_killed_and_restarted_mid_consume_lose_and_duplicate_nothing()
         }
     }
     assert_eq!(seen.len(), 33_000, "records outside the topic");
+}
+
+#[test]
+fn a_topic_deleted_and_recreated_is_reported_never_mixed() {
+    let test = "a_topic_deleted_and_recreated_is_reported_never_mixed";
+    let Some(kafka) = Kafka::single(test) else {
+        return;
+    };
+    for fail in [true, false] {
+        let t = topic("recreate");
+        kafka.create(&t, 1, &[]);
+        kafka.produce(&t, 1, 100, &[]);
+        let result = rt().block_on(async {
+            let mut stream = DirectStream::builder()
+                .bootstrap(&kafka.bootstrap)
+                .topics(&[&t])
+                .start(StartPolicy::Earliest)
+                .data_loss(if fail {
+                    DataLossPolicy::Fail
+                } else {
+                    DataLossPolicy::Earliest
+                })
+                .build()
+                .await
+                .unwrap();
+            let first = stream.next_batch().await.unwrap().unwrap();
+            assert_eq!(first.ranges()[0].until, 100);
+            stream.done(first);
+            // The same name, a new topic: 150 records, so offsets 100.. exist in it too and
+            // reading on at the old position would silently mix the two.
+            kafka.tool("delete-topic", &["--topic", &t]);
+            kafka.create(&t, 1, &[]);
+            kafka.produce(&t, 1, 150, &["--from", "1000"]);
+            let mut records = Vec::new();
+            let mut lost = Vec::new();
+            while records.len() < 150 {
+                let batch = stream.next_batch().await?.unwrap();
+                lost.extend(batch.lost().iter().cloned());
+                batch
+                    .for_each_record(|_, r| records.push((r.offset(), r.value().unwrap().to_vec())))
+                    .unwrap();
+                stream.done(batch);
+            }
+            Ok::<_, kdirect::engine::Error>((records, lost))
+        });
+        if fail {
+            let err = result.expect_err("failOnDataLoss=true fails on a re-created topic");
+            assert!(
+                matches!(err.kind(), kdirect::engine::ErrorKind::TopicRecreated { topic, .. } if *topic == t),
+                "{err}"
+            );
+        } else {
+            let (records, lost) = result.expect("failOnDataLoss=false carries on");
+            assert_eq!(lost.len(), 1, "{lost:?}");
+            assert_eq!(
+                lost[0].reason,
+                kdirect::engine::plan::DataLossReason::TopicRecreated
+            );
+            assert_eq!((lost[0].from, lost[0].until), (100, 100));
+            // The new topic, whole, from its start: values 1000.. of the Java producer.
+            let offsets: Vec<i64> = records.iter().map(|r| r.0).collect();
+            assert_eq!(offsets, (0..150).collect::<Vec<_>>());
+            assert_eq!(records[0].1, b"value 0-1000".to_vec());
+        }
+    }
+}
+
+#[test]
+fn read_committed_stops_at_the_last_stable_offset_of_an_open_transaction() {
+    let test = "read_committed_stops_at_the_last_stable_offset_of_an_open_transaction";
+    let Some(kafka) = Kafka::single(test) else {
+        return;
+    };
+    let t = topic("lso");
+    kafka.create(&t, 2, &[]);
+    kafka.produce(&t, 2, 40, &[]);
+    // Two committed transactions of 20, then one left open (a record per partition).
+    let mut open = kafka.spawn_tool(
+        "produce",
+        &[
+            "--topic",
+            &t,
+            "--partitions",
+            "2",
+            "--count",
+            "40",
+            "--from",
+            "40",
+            "--transactional-id",
+            &format!("{t}-tx"),
+            "--hold-open",
+        ],
+    );
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(open.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "OPEN");
+    let committed = kdirect_lines(&kafka.bootstrap, &t, IsolationLevel::ReadCommitted);
+    let java_committed = kafka.java_lines(&t, "read_committed");
+    let uncommitted = kdirect_lines(&kafka.bootstrap, &t, IsolationLevel::ReadUncommitted);
+    open.kill().unwrap();
+    open.wait().unwrap();
+    assert_same(
+        &committed,
+        &java_committed,
+        "read_committed under an open transaction",
+    );
+    // 40 plain + 40 committed; the open transaction's records are above the LSO.
+    assert_eq!(committed.len(), 80);
+    assert!(committed.iter().all(|l| !l.contains(&hex(Some(b"open")))));
+    // read_uncommitted reads up to the high watermark: the open records too (the two commit
+    // markers take offsets but are not records).
+    assert_eq!(uncommitted.len(), 82);
 }

@@ -9,6 +9,8 @@
 //               [--headers] [--value-size S] [--from I] [--timestamp-base MS]
 //               [--transactional-id X --abort-every K] [--batch-size B] [--linger-ms L]
 //               [--keep-going]  (produce round-robin until killed)
+//               [--hold-open]   (transactional: then open one more transaction, send one
+//                                record per partition, print "OPEN" and wait to be killed)
 //   consume     --topic T [--isolation read_committed|read_uncommitted]
 //               prints every record up to the end offsets seen at start, sorted by partition
 //               and offset, one line each: "p offset key value h1=v1,h2=v2" (hex, "-" for null)
@@ -218,6 +220,16 @@ public class KTool {
           prod.flush();
           for (Future<RecordMetadata> f : acks) f.get();
         }
+      }
+      if (txId != null && opts.containsKey("hold-open")) {
+        prod.beginTransaction();
+        for (int part = 0; part < partitions; part++) {
+          prod.send(new ProducerRecord<>(topic, part, ("open" + part).getBytes(), "open".getBytes()));
+        }
+        prod.flush();
+        System.out.println("OPEN");
+        System.out.flush();
+        Thread.sleep(600_000);
       }
     }
   }

@@ -173,6 +173,21 @@ pub enum ErrorKind {
         /// The partition.
         partition: i32,
     },
+    /// A topic was deleted and re-created under the same name while it was read: its topic id
+    /// (KIP-516) changed, so positions in the old topic mean nothing in the new one.
+    #[error(
+        "topic '{topic}' was deleted and re-created (topic id {previous} is now {now}): \
+         positions in the old topic do not apply to the new one; reset them (kdirect offsets \
+         reset) or set failOnDataLoss=false to read the new topic from its start"
+    )]
+    TopicRecreated {
+        /// The topic.
+        topic: String,
+        /// The topic id seen before, in hex.
+        previous: String,
+        /// The topic id now, in hex.
+        now: String,
+    },
     /// The partition has no leader right now, or its leader is not among the known brokers.
     #[error("no leader for {topic}-{partition}")]
     NoLeader {

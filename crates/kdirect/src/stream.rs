@@ -365,8 +365,14 @@ impl DirectStreamBuilder {
             Planner::resume(planner_cfg, c.resume_batch_id, c.resume_positions.clone())?
         };
         let replay = c.replay.take();
+        let topic_ids = topics
+            .iter()
+            .filter_map(|t| view.topic(t).ok().map(|i| ((*t).to_owned(), i.id)))
+            .collect();
         let driver = Arc::new(Driver {
             replay: Mutex::new(replay),
+            topic_ids: Mutex::new(topic_ids),
+            recreated: Mutex::new(Vec::new()),
             cluster,
             budget,
             planner: Mutex::new(planner),
@@ -385,6 +391,10 @@ impl DirectStreamBuilder {
 struct Driver {
     /// A logged batch to re-run before planning.
     replay: Mutex<Option<(u64, Vec<OffsetRange>)>>,
+    /// Each topic's id (KIP-516) as first seen; all zeros when the broker sends none.
+    topic_ids: Mutex<BTreeMap<String, [u8; 16]>>,
+    /// Partitions of re-created topics, reported with the next batch.
+    recreated: Mutex<Vec<LostRange>>,
     cluster: Arc<Cluster>,
     config: StreamConfig,
     budget: MemoryBudget,
@@ -416,6 +426,9 @@ impl Driver {
     async fn snapshot(&self) -> Result<Vec<PartitionSnapshot>, Error> {
         let topics: Vec<&str> = self.config.topics.iter().map(String::as_str).collect();
         let view = self.cluster.refresh(Some(&topics)).await?;
+        for t in &topics {
+            self.check_topic_id(t, view.topic(t)?.id)?;
+        }
         let mut parts: Vec<(String, i32)> = Vec::new();
         for t in &topics {
             for p in &view.topic(t)?.partitions {
@@ -488,6 +501,66 @@ impl Driver {
         Ok(snap)
     }
 
+    /// A topic whose id changed was deleted and re-created: never read its new log at the old
+    /// positions. `failOnDataLoss` (the default) fails; otherwise its partitions start again at
+    /// the new log's start (as new partitions) and the batch reports them as lost.
+    fn check_topic_id(&self, topic: &str, id: [u8; 16]) -> Result<(), Error> {
+        let mut ids = self
+            .topic_ids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let previous = *ids.entry(topic.to_owned()).or_insert(id);
+        if previous == id || previous == [0; 16] || id == [0; 16] {
+            ids.insert(topic.to_owned(), id);
+            return Ok(());
+        }
+        if self.config.data_loss == DataLossPolicy::Fail {
+            let hex = |b: [u8; 16]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+            return Err(ErrorKind::TopicRecreated {
+                topic: topic.to_owned(),
+                previous: hex(previous),
+                now: hex(id),
+            }
+            .into());
+        }
+        ids.insert(topic.to_owned(), id);
+        let mut planner = self.planner();
+        let old: Vec<(TopicPartition, i64)> = planner
+            .positions()
+            .iter()
+            .filter(|(tp, _)| tp.topic == topic)
+            .map(|(tp, p)| (tp.clone(), *p))
+            .collect();
+        let mut lost = self
+            .recreated
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (tp, pos) in old {
+            // Offset 0 is the start of every new log (a later data-loss check reports any
+            // records already removed from it).
+            planner.set_position(tp.clone(), 0);
+            lost.push(LostRange {
+                topic: tp.topic,
+                partition: tp.partition,
+                from: pos,
+                until: pos,
+                reason: kdirect_engine::plan::DataLossReason::TopicRecreated,
+            });
+        }
+        Ok(())
+    }
+
+    /// `e` is "unknown topic" for a topic this stream has read before.
+    fn was_known(&self, e: &Error) -> bool {
+        let ErrorKind::UnknownTopic { topic } = e.kind() else {
+            return false;
+        };
+        self.topic_ids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(topic)
+    }
+
     /// True once every partition reached the end offsets captured at start.
     fn reached_until(&self) -> bool {
         let until = self.until.lock().unwrap_or_else(PoisonError::into_inner);
@@ -521,11 +594,27 @@ impl Driver {
                 ready_at: now,
             }));
         }
+        // Since when a topic read before has been missing from the metadata (deleted, maybe
+        // about to be re-created): waited for up to default.api.timeout.ms, as the Java
+        // consumer keeps polling a subscribed topic that is gone.
+        let mut missing_since: Option<Instant> = None;
         loop {
             if self.config.until_latest && self.reached_until() {
                 return Ok(None);
             }
-            let snap = self.snapshot().await?;
+            let snap = match self.snapshot().await {
+                Ok(snap) => snap,
+                Err(e) if self.was_known(&e) => {
+                    let since = *missing_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= self.config.conn.retry_timeout {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            missing_since = None;
             let now = self.now();
             let outcome = self.planner().plan(now, &snap)?;
             match outcome {
@@ -549,11 +638,18 @@ impl Driver {
                         partition_cap(self.budget.total(), self.budget.largest_batch());
                     self.planner()
                         .set_max_partitions_per_batch(Some(partitions));
+                    let mut lost = std::mem::take(
+                        &mut *self
+                            .recreated
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner),
+                    );
+                    lost.extend(plan.lost);
                     return Ok(Some(Batch {
                         id: plan.batch_id,
                         ranges: plan.ranges,
                         data,
-                        lost: plan.lost,
+                        lost,
                         planned_at: plan.planned_at,
                         ready_at: self.now(),
                     }));

@@ -167,6 +167,11 @@ pub enum DataLossReason {
     /// were removed before the planner saw it (Spark: "Added partition starts from X instead
     /// of 0"). Lost: `[0, log_start)`.
     NewPartitionNotFromZero,
+    /// The topic was deleted and re-created under the same name: its topic id (KIP-516)
+    /// changed between two metadata refreshes. The old log is gone, so how many of its
+    /// records were unread is unknown: the range is empty, at the old position; the
+    /// partition goes on from the new log's start.
+    TopicRecreated,
 }
 
 impl fmt::Display for DataLossReason {
@@ -182,6 +187,9 @@ impl fmt::Display for DataLossReason {
             ),
             Self::NewPartitionNotFromZero => {
                 f.write_str("new partition does not start at offset 0")
+            }
+            Self::TopicRecreated => {
+                f.write_str("topic was deleted and re-created (its topic id changed)")
             }
         }
     }
