@@ -262,11 +262,14 @@ fn every_codec_with_keys_and_headers_equals_the_java_consumer() {
 
 #[test]
 fn read_committed_with_aborted_transactions_equals_the_java_consumer() {
-    let Some(kafka) =
+    if let Some(kafka) =
         Kafka::single("read_committed_with_aborted_transactions_equals_the_java_consumer")
-    else {
-        return;
-    };
+    {
+        committed_and_aborted_transactions_equal_the_java_consumer(&kafka);
+    }
+}
+
+fn committed_and_aborted_transactions_equal_the_java_consumer(kafka: &Kafka) {
     let t = topic("txn");
     kafka.create(&t, 2, &[]);
     let txid = format!("{t}-tx");
@@ -483,10 +486,21 @@ fn ends_and_timestamps_match_the_java_client() {
 
 #[test]
 fn kafka_group_offsets_show_in_and_follow_the_java_group_tool() {
-    let Some(kafka) = Kafka::single("kafka_group_offsets_show_in_and_follow_the_java_group_tool")
-    else {
-        return;
-    };
+    if let Some(kafka) = Kafka::single("kafka_group_offsets_show_in_and_follow_the_java_group_tool")
+    {
+        group_offsets_follow_the_java_group_tool(&kafka);
+    }
+}
+
+#[test]
+fn kafka_group_offsets_and_transactions_on_kafka_3_9() {
+    if let Some(kafka) = Kafka::old("kafka_group_offsets_and_transactions_on_kafka_3_9") {
+        group_offsets_follow_the_java_group_tool(&kafka);
+        committed_and_aborted_transactions_equal_the_java_consumer(&kafka);
+    }
+}
+
+fn group_offsets_follow_the_java_group_tool(kafka: &Kafka) {
     let t = topic("group");
     let group = format!("{t}-g");
     kafka.create(&t, 2, &[]);
