@@ -245,7 +245,9 @@ public class KTool {
 
   static List<TopicPartition> partitionsOf(KafkaConsumer<?, ?> c, String topic) {
     List<TopicPartition> tps = new ArrayList<>();
-    for (PartitionInfo pi : c.partitionsFor(topic)) tps.add(new TopicPartition(topic, pi.partition()));
+    List<PartitionInfo> infos = c.partitionsFor(topic);
+    if (infos == null || infos.isEmpty()) throw new IllegalStateException("unknown topic " + topic);
+    for (PartitionInfo pi : infos) tps.add(new TopicPartition(topic, pi.partition()));
     tps.sort(Comparator.comparingInt(TopicPartition::partition));
     return tps;
   }
