@@ -6,7 +6,8 @@
 //! ```text
 //! cargo bench --bench e2e -- [--records N] [--partitions P] [--value-size S] [--codec C]
 //!     [--clients kdirect,kdirect-nocrc,librdkafka,librdkafka-nocrc,rskafka]
-//!     [--suite default|scaling] [--memory-mib M] [--kdirect-set k=v,..] [--rdkafka-set k=v,..]
+//!     [--suite default|scaling|kafka] [--broker fake|kafka] [--memory-mib M]
+//!     [--kdirect-set k=v,..] [--rdkafka-set k=v,..]
 //! ```
 //!
 //! Defaults: 10M records of 100 B over 8 partitions, codec none, 1000 records per stored batch.

@@ -337,18 +337,22 @@ fn data_loss_under_the_position_is_reported_with_its_exact_range() {
         "delete-records",
         &["--topic", &t, "--partition", "0", "--before", "600"],
     );
-    let tp = kdirect::engine::plan::TopicPartition::new(t.clone(), 0);
-    let explicit = |policy: DataLossPolicy| {
-        let t = t.clone();
-        let tp = tp.clone();
-        let bootstrap = kafka.bootstrap.clone();
+    assert_loss_reported(&kafka, &t, 100, 600, 400);
+}
+
+/// Read partition 0 of `t` from an explicit start offset `from` to its end: with
+/// failOnDataLoss=true an error naming the topic and the lost range `[from, log_start)`; with
+/// false the batch reports exactly that range and reading resumes at `log_start`, with `n` records.
+fn assert_loss_reported(kafka: &Kafka, t: &str, from: i64, log_start: i64, n: usize) {
+    let read = |policy: DataLossPolicy| {
+        let tp = kdirect::engine::plan::TopicPartition::new(t, 0);
         rt().block_on(async move {
             let mut stream = DirectStream::builder()
-                .bootstrap(&bootstrap)
-                .topics(&[&t])
+                .bootstrap(&kafka.bootstrap)
+                .topics(&[t])
                 .start(StartPolicy::Explicit(BTreeMap::from([(
                     tp,
-                    kdirect::engine::plan::StartOffset::Offset(100),
+                    kdirect::engine::plan::StartOffset::Offset(from),
                 )])))
                 .data_loss(policy)
                 .until_latest(true)
@@ -370,16 +374,75 @@ fn data_loss_under_the_position_is_reported_with_its_exact_range() {
             Ok::<_, kdirect::engine::Error>((first, n, lost))
         })
     };
-    let err = explicit(DataLossPolicy::Fail).expect_err("failOnDataLoss=true fails");
+    let err = read(DataLossPolicy::Fail).expect_err("failOnDataLoss=true fails");
     let msg = err.to_string();
     assert!(
-        msg.contains("100") && msg.contains("600") && msg.contains(&t),
-        "the error names the topic and the lost range [100, 600): {msg}"
+        msg.contains(&from.to_string()) && msg.contains(&log_start.to_string()) && msg.contains(t),
+        "the error names the topic and the lost range [{from}, {log_start}): {msg}"
     );
-    let (first, n, lost) = explicit(DataLossPolicy::Earliest).expect("earliest policy resumes");
-    assert_eq!(lost, vec![(100, 600)], "the lost range is reported exactly");
-    assert_eq!(first, Some(600), "resumes from the log start");
-    assert_eq!(n, 400);
+    let (first, got, lost) = read(DataLossPolicy::Earliest).expect("earliest policy resumes");
+    assert_eq!(
+        lost,
+        vec![(from, log_start)],
+        "the lost range is reported exactly"
+    );
+    assert_eq!(first, Some(log_start), "resumes from the log start");
+    assert_eq!(got, n);
+}
+
+#[test]
+fn records_removed_by_retention_are_reported_as_lost() {
+    let Some(kafka) = Kafka::single("records_removed_by_retention_are_reported_as_lost") else {
+        return;
+    };
+    let t = topic("retention");
+    // A day of retention, and 300 records stamped two days ago: the broker's retention check
+    // (every second here) removes their segments, rolling the active one.
+    kafka.create(&t, 1, &["--config", "retention.ms=86400000"]);
+    let two_days_ago = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+        - 2 * 86_400_000;
+    kafka.produce(
+        &t,
+        1,
+        300,
+        &[
+            "--timestamp-base",
+            &two_days_ago.to_string(),
+            "--batch-size",
+            "2048",
+        ],
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+            .args([
+                "offsets",
+                "list",
+                "-b",
+                &kafka.bootstrap,
+                "-t",
+                &t,
+                "--at",
+                "earliest",
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        if v["partitions"][0]["offset"].as_i64() == Some(300) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "retention never removed the records: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    kafka.produce(&t, 1, 50, &["--from", "300"]);
+    assert_loss_reported(&kafka, &t, 20, 300, 50);
 }
 
 #[test]

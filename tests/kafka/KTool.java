@@ -187,7 +187,8 @@ public class KTool {
           end = Math.min(end, i + partitions * 10L);
           prod.beginTransaction();
         }
-        List<Future<RecordMetadata>> acks = new ArrayList<>();
+        // The first send that failed, if any (futures are not kept: 10M of them do not fit).
+        java.util.concurrent.atomic.AtomicReference<Exception> failed = new java.util.concurrent.atomic.AtomicReference<>();
         for (; i < end; i++) {
           int part = (int) (i % partitions);
           long n = i / partitions;
@@ -206,7 +207,7 @@ public class KTool {
             r.headers().add("empty", new byte[0]);
             r.headers().add("nullh", null);
           }
-          acks.add(prod.send(r));
+          prod.send(r, (md, e) -> { if (e != null) failed.compareAndSet(null, e); });
         }
         if (txId != null) {
           txn++;
@@ -218,8 +219,8 @@ public class KTool {
           else prod.commitTransaction();
         } else {
           prod.flush();
-          for (Future<RecordMetadata> f : acks) f.get();
         }
+        if (failed.get() != null) throw failed.get();
       }
       if (txId != null && opts.containsKey("hold-open")) {
         prod.beginTransaction();
