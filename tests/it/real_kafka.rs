@@ -894,3 +894,59 @@ fn read_committed_stops_at_the_last_stable_offset_of_an_open_transaction() {
     // markers take offsets but are not records).
     assert_eq!(uncommitted.len(), 82);
 }
+
+/// The version kdirect negotiates for each API with the broker at `bootstrap`.
+fn negotiated(bootstrap: &str) -> BTreeMap<&'static str, i16> {
+    use kdirect::proto::api::{
+        api_versions::ApiVersions, fetch::Fetch, find_coordinator::FindCoordinator,
+        list_offsets::ListOffsets, metadata::Metadata, offset_commit::OffsetCommit,
+        offset_fetch::OffsetFetch,
+    };
+    let addr = bootstrap.split(',').next().unwrap().to_owned();
+    rt().block_on(async move {
+        let conn = kdirect::engine::conn::BrokerConnection::connect(
+            &addr,
+            None,
+            &kdirect::engine::conn::ConnConfig::default(),
+        )
+        .await
+        .unwrap();
+        BTreeMap::from([
+            ("ApiVersions", conn.version::<ApiVersions>().unwrap()),
+            ("Metadata", conn.version::<Metadata>().unwrap()),
+            ("ListOffsets", conn.version::<ListOffsets>().unwrap()),
+            ("Fetch", conn.version::<Fetch>().unwrap()),
+            (
+                "FindCoordinator",
+                conn.version::<FindCoordinator>().unwrap(),
+            ),
+            ("OffsetCommit", conn.version::<OffsetCommit>().unwrap()),
+            ("OffsetFetch", conn.version::<OffsetFetch>().unwrap()),
+        ])
+    })
+}
+
+#[test]
+fn negotiates_its_newest_versions_with_kafka_4_1_and_older_ones_with_3_9() {
+    let test = "negotiates_its_newest_versions_with_kafka_4_1_and_older_ones_with_3_9";
+    let (Some(new), Some(old)) = (Kafka::single(test), Kafka::old(test)) else {
+        return;
+    };
+    // Kafka 4.1 speaks every version kdirect does: kdirect uses its newest of each.
+    assert_eq!(
+        negotiated(&new.bootstrap),
+        BTreeMap::from([
+            ("ApiVersions", 4),
+            ("Metadata", 12),
+            ("ListOffsets", 10),
+            ("Fetch", 17),
+            ("FindCoordinator", 6),
+            ("OffsetCommit", 9),
+            ("OffsetFetch", 9),
+        ])
+    );
+    // Kafka 3.9 stops at ListOffsets v9 (v10 came with 4.0); the rest as 4.1.
+    let mut want = negotiated(&new.bootstrap);
+    want.insert("ListOffsets", 9);
+    assert_eq!(negotiated(&old.bootstrap), want);
+}

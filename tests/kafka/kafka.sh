@@ -40,7 +40,7 @@ jars() { # version -> lib dir, fetched once
     local profile=kafka4; case "$v" in 3.*) profile=kafka3 ;; esac
     say "fetching Apache Kafka $v from Maven Central into $lib"
     rm -rf "$lib"
-    mvn -B -q -f "$here/pom.xml" -Dkafka.version="$v" -P"$profile" \
+    mvn -B -q -Dstyle.color=never -f "$here/pom.xml" -Dkafka.version="$v" -P"$profile" \
       org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
       -DincludeScope=runtime -DoutputDirectory="$lib" >&2
     touch "$lib/.complete"
