@@ -359,7 +359,12 @@ fn kafka_up() -> Result<(String, String, u32), String> {
     let home =
         std::env::var("KDIRECT_KAFKA_HOME").unwrap_or_else(|_| format!("{root}/target/kafka"));
     let pid = std::fs::read_to_string(format!("{home}/single/node1/pid"))
-        .map_err(|e| format!("the broker's pid file: {e}"))?
+        .map_err(|e| {
+            format!(
+                "{home}/single/node1/pid: {e} (a broker started from another checkout is up on \
+                 the same port: stop it with that checkout's `tests/kafka/kafka.sh down`)"
+            )
+        })?
         .trim()
         .parse()
         .map_err(|e| format!("the broker's pid: {e}"))?;
