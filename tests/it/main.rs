@@ -11,5 +11,6 @@ mod kill;
 mod migrate;
 mod real_kafka;
 mod stream;
+mod stream_store;
 mod support;
 mod wire;

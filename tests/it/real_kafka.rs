@@ -371,7 +371,7 @@ fn assert_loss_reported(kafka: &Kafka, t: &str, from: i64, log_start: i64, n: us
                     .unwrap();
                 stream.done(batch);
             }
-            Ok::<_, kdirect::engine::Error>((first, n, lost))
+            Ok::<_, kdirect::Error>((first, n, lost))
         })
     };
     let err = read(DataLossPolicy::Fail).expect_err("failOnDataLoss=true fails");
@@ -820,12 +820,12 @@ fn a_topic_deleted_and_recreated_is_reported_never_mixed() {
                     .unwrap();
                 stream.done(batch);
             }
-            Ok::<_, kdirect::engine::Error>((records, lost))
+            Ok::<_, kdirect::Error>((records, lost))
         });
         if fail {
             let err = result.expect_err("failOnDataLoss=true fails on a re-created topic");
             assert!(
-                matches!(err.kind(), kdirect::engine::ErrorKind::TopicRecreated { topic, .. } if *topic == t),
+                matches!(err.engine_kind(), Some(kdirect::engine::ErrorKind::TopicRecreated { topic, .. }) if *topic == t),
                 "{err}"
             );
         } else {

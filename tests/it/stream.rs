@@ -260,7 +260,7 @@ fn a_batch_larger_than_the_budget_is_a_typed_error() {
             .unwrap();
         let err = stream.next_batch().await.unwrap_err();
         assert!(
-            matches!(err.kind(), ErrorKind::BudgetExceeded { .. }),
+            matches!(err.engine_kind(), Some(ErrorKind::BudgetExceeded { .. })),
             "{err}"
         );
     });

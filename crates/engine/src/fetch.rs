@@ -202,6 +202,18 @@ impl RangeData {
     /// Calls `f` with every data record of the range, in offset order. CRCs were checked when
     /// the range was fetched and are not checked again.
     pub fn for_each_record(&self, mut f: impl FnMut(&Record<'_>)) -> Result<u64, DecodeError> {
+        self.try_for_each_record(|r| {
+            f(r);
+            Ok::<(), DecodeError>(())
+        })
+    }
+
+    /// Like [`for_each_record`](Self::for_each_record), but `f` can fail: the first error
+    /// (the caller's, or a decode error converted into `E`) stops the walk and is returned.
+    pub fn try_for_each_record<E: From<DecodeError>>(
+        &self,
+        mut f: impl FnMut(&Record<'_>) -> Result<(), E>,
+    ) -> Result<u64, E> {
         let mut n = 0;
         for c in &self.chunks {
             let opts = DecodeOptions::new()
@@ -214,7 +226,7 @@ impl RangeData {
                 .with_aborted_transactions(c.aborted.iter().map(aborted));
             while let Some(batch) = reader.next_batch()? {
                 for r in reader.records(&batch)? {
-                    f(&r?);
+                    f(&r?)?;
                     n += 1;
                 }
             }

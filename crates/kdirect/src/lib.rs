@@ -26,7 +26,10 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod error;
 pub mod stream;
+
+pub use error::Error;
 
 pub use kdirect_commit as commit;
 pub use kdirect_engine as engine;

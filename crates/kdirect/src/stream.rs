@@ -12,12 +12,20 @@
 //! batch N+1 is planned and fetched in the background (prefetch); the memory budget is shared,
 //! so the prefetch waits when the user holds too much.
 //!
-//! Positions live in memory here: where committed offsets are stored is the caller's choice
-//! (the `kdirect-commit` stores; see `kdirect consume --store`).
+//! With an offset store ([`DirectStreamBuilder::store`]) the stream runs the commit protocol
+//! itself: `build` loads the committed positions and re-runs a batch whose plan was logged but
+//! not committed (exactly its ranges), `next_batch` logs each plan before handing the batch
+//! out (stores that log plans), and [`DirectStream::commit`] stores the batch's positions with
+//! compare-and-set once the caller's output succeeded. Without a store, positions live in
+//! memory and [`DirectStream::done`] releases a batch.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+use kdirect_commit::{Batch as PlannedBatch, CommitOutcome, Committed, OffsetStore, StoreError};
 
 use kdirect_engine::cluster::Cluster;
 use kdirect_engine::conn::ConnConfig;
@@ -27,7 +35,9 @@ use kdirect_engine::plan::{
     PlanOutcome, Planner, PlannerConfig, RatePolicy, StartPolicy, TimestampLookup, TopicPartition,
 };
 use kdirect_engine::record::Record;
-use kdirect_engine::{Error, ErrorKind};
+use kdirect_engine::{Error as EngineError, ErrorKind};
+
+use crate::Error;
 use kdirect_proto::api::list_offsets::OffsetSpec;
 use kdirect_proto::IsolationLevel;
 use tokio::task::JoinHandle;
@@ -102,6 +112,38 @@ pub struct StreamConfig {
 pub struct DirectStreamBuilder {
     config: StreamConfig,
     rate_set: bool,
+    store: Option<Arc<dyn DynStore>>,
+}
+
+type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// [`OffsetStore`] made object-safe, so that the stream is not generic over its store.
+trait DynStore: Send + Sync {
+    fn describe(&self) -> String;
+    fn load<'a>(&'a self, topics: &'a [String]) -> StoreFuture<'a, Committed>;
+    fn log_plan<'a>(&'a self, batch: &'a PlannedBatch) -> StoreFuture<'a, ()>;
+    fn commit<'a>(&'a self, batch: &'a PlannedBatch) -> StoreFuture<'a, CommitOutcome>;
+}
+
+impl<S: OffsetStore> DynStore for S {
+    fn describe(&self) -> String {
+        OffsetStore::describe(self)
+    }
+    fn load<'a>(&'a self, topics: &'a [String]) -> StoreFuture<'a, Committed> {
+        Box::pin(OffsetStore::load(self, topics))
+    }
+    fn log_plan<'a>(&'a self, batch: &'a PlannedBatch) -> StoreFuture<'a, ()> {
+        Box::pin(OffsetStore::log_plan(self, batch))
+    }
+    fn commit<'a>(&'a self, batch: &'a PlannedBatch) -> StoreFuture<'a, CommitOutcome> {
+        Box::pin(OffsetStore::commit(self, batch))
+    }
+}
+
+impl std::fmt::Debug for dyn DynStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
 }
 
 impl Default for DirectStreamBuilder {
@@ -124,11 +166,12 @@ impl Default for DirectStreamBuilder {
                 replay: None,
             },
             rate_set: false,
+            store: None,
         }
     }
 }
 
-fn parse<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, Error> {
+fn parse<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, EngineError> {
     value
         .parse()
         .map_err(|_| ErrorKind::Config(format!("{key}: '{value}' is not a valid value")).into())
@@ -142,7 +185,7 @@ impl DirectStreamBuilder {
     /// `maxOffsetsPerTrigger`, `maxRatePerPartition`, `minOffsetsPerTrigger`,
     /// `maxTriggerDelay` (ms), `failOnDataLoss`, `backpressure.enabled`,
     /// `batch.interval.ms`, `memory.budget.bytes`.
-    pub fn set(mut self, key: &str, value: &str) -> Result<Self, Error> {
+    pub fn set(mut self, key: &str, value: &str) -> Result<Self, EngineError> {
         let c = &mut self.config;
         match key {
             "bootstrap.servers" => return Ok(self.bootstrap(value)),
@@ -302,6 +345,17 @@ impl DirectStreamBuilder {
         self
     }
 
+    /// Where committed offsets live: the stream then owns the commit protocol. `build` loads
+    /// the committed positions (they replace [`resume`](Self::resume) and
+    /// [`replay`](Self::replay)) and re-runs a logged-but-uncommitted batch with exactly its
+    /// ranges; `next_batch` logs each plan first (stores that log plans); and
+    /// [`DirectStream::commit`] stores each batch's positions once its output succeeded. With
+    /// the checkpoint store and an idempotent sink that is exactly-once.
+    pub fn store<S: OffsetStore + 'static>(mut self, store: S) -> Self {
+        self.store = Some(Arc::new(store));
+        self
+    }
+
     /// Fetch settings.
     pub fn fetch_config(mut self, fetch: FetchConfig) -> Self {
         self.config.fetch = fetch;
@@ -313,9 +367,15 @@ impl DirectStreamBuilder {
         &self.config
     }
 
-    /// Connects and returns the stream.
+    /// Connects and returns the stream (after loading the store's positions, if it has one).
     pub async fn build(self) -> Result<DirectStream, Error> {
         let mut c = self.config;
+        if let Some(store) = &self.store {
+            let committed = store.load(&c.topics).await?;
+            c.resume_batch_id = committed.next_batch_id();
+            c.resume_positions = committed.positions;
+            c.replay = committed.pending.map(|p| (p.id, p.ranges));
+        }
         if let Some((id, ranges)) = &c.replay {
             // The planner continues after the replayed batch.
             c.resume_batch_id = c.resume_batch_id.max(id + 1);
@@ -324,7 +384,7 @@ impl DirectStreamBuilder {
             }
         }
         if c.topics.is_empty() {
-            return Err(ErrorKind::Config("no topic to read".to_owned()).into());
+            return Err(EngineError::from(ErrorKind::Config("no topic to read".to_owned())).into());
         }
         let adaptive = !self.rate_set && c.rate.max_offsets_per_trigger.is_none();
         if adaptive {
@@ -341,10 +401,10 @@ impl DirectStreamBuilder {
             if let Some(ps) = &c.partitions {
                 for p in ps {
                     if !info.partitions.iter().any(|x| x.partition == *p) {
-                        return Err(ErrorKind::UnknownPartition {
+                        return Err(EngineError::from(ErrorKind::UnknownPartition {
                             topic: (*t).to_owned(),
                             partition: *p,
-                        }
+                        })
                         .into());
                     }
                 }
@@ -360,9 +420,10 @@ impl DirectStreamBuilder {
                 budget.largest_batch(),
             )));
         let planner = if c.resume_positions.is_empty() && c.resume_batch_id == 0 {
-            Planner::new(planner_cfg)?
+            Planner::new(planner_cfg).map_err(EngineError::from)?
         } else {
-            Planner::resume(planner_cfg, c.resume_batch_id, c.resume_positions.clone())?
+            Planner::resume(planner_cfg, c.resume_batch_id, c.resume_positions.clone())
+                .map_err(EngineError::from)?
         };
         let replay = c.replay.take();
         let topic_ids = topics
@@ -384,6 +445,8 @@ impl DirectStreamBuilder {
         Ok(DirectStream {
             driver,
             pending: None,
+            store: self.store,
+            outstanding: None,
         })
     }
 }
@@ -423,7 +486,7 @@ impl Driver {
         self.started.elapsed()
     }
 
-    async fn snapshot(&self) -> Result<Vec<PartitionSnapshot>, Error> {
+    async fn snapshot(&self) -> Result<Vec<PartitionSnapshot>, EngineError> {
         let topics: Vec<&str> = self.config.topics.iter().map(String::as_str).collect();
         let view = self.cluster.refresh(Some(&topics)).await?;
         for t in &topics {
@@ -504,7 +567,7 @@ impl Driver {
     /// A topic whose id changed was deleted and re-created: never read its new log at the old
     /// positions. `failOnDataLoss` (the default) fails; otherwise its partitions start again at
     /// the new log's start (as new partitions) and the batch reports them as lost.
-    fn check_topic_id(&self, topic: &str, id: [u8; 16]) -> Result<(), Error> {
+    fn check_topic_id(&self, topic: &str, id: [u8; 16]) -> Result<(), EngineError> {
         let mut ids = self
             .topic_ids
             .lock()
@@ -551,7 +614,7 @@ impl Driver {
     }
 
     /// `e` is "unknown topic" for a topic this stream has read before.
-    fn was_known(&self, e: &Error) -> bool {
+    fn was_known(&self, e: &EngineError) -> bool {
         let ErrorKind::UnknownTopic { topic } = e.kind() else {
             return false;
         };
@@ -574,7 +637,7 @@ impl Driver {
             .all(|(tp, end)| pos.get(tp).is_some_and(|p| p >= end))
     }
 
-    async fn next(self: Arc<Self>) -> Result<Option<Batch>, Error> {
+    async fn next(self: Arc<Self>) -> Result<Option<Batch>, EngineError> {
         let replay = self
             .replay
             .lock()
@@ -673,7 +736,10 @@ impl Driver {
 #[derive(Debug)]
 pub struct DirectStream {
     driver: Arc<Driver>,
-    pending: Option<JoinHandle<Result<Option<Batch>, Error>>>,
+    pending: Option<JoinHandle<Result<Option<Batch>, EngineError>>>,
+    store: Option<Arc<dyn DynStore>>,
+    /// With a store: the batch handed out and not committed yet.
+    outstanding: Option<u64>,
 }
 
 impl DirectStream {
@@ -687,19 +753,51 @@ impl DirectStream {
     ///
     /// Cancel-safe: if the returned future is dropped before it completes (a `select!` or a
     /// timeout), the batch being fetched is kept and the next call returns it.
+    ///
+    /// With a store, the batch's plan is logged before it is returned, and the batch must be
+    /// [committed](Self::commit) before the next is asked for ([`Error::Misuse`] otherwise: a
+    /// second logged plan over an uncommitted one would lose the first on a restart). After any
+    /// error, drop the stream and build a new one: it resumes from the store.
     pub async fn next_batch(&mut self) -> Result<Option<Batch>, Error> {
+        if let (Some(_), Some(id)) = (&self.store, self.outstanding) {
+            return Err(Error::Misuse(format!(
+                "batch {id} was handed out and not committed: commit it before asking for the \
+                 next batch"
+            )));
+        }
         let driver = self.driver.clone();
         let task = self
             .pending
             .get_or_insert_with(|| tokio::spawn(driver.next()));
         let joined = task.await;
         self.pending = None;
-        let batch = joined
-            .map_err(|e| Error::from(ErrorKind::Config(format!("stream task failed: {e}"))))??;
+        let batch = joined.map_err(|e| {
+            EngineError::from(ErrorKind::Config(format!("stream task failed: {e}")))
+        })??;
+        if let (Some(store), Some(b)) = (&self.store, &batch) {
+            store.log_plan(&b.planned()).await?;
+            self.outstanding = Some(b.id);
+        }
         if batch.is_some() {
             self.pending = Some(tokio::spawn(self.driver.clone().next()));
         }
         Ok(batch)
+    }
+
+    /// The batch's output succeeded: stores its positions (with a store, compare-and-set on
+    /// each range's `from`; [`CommitOutcome::AlreadyCommitted`] when a re-run batch was
+    /// committed before), then releases it as [`done`](Self::done) does. Without a store it
+    /// only releases the batch.
+    pub async fn commit(&mut self, batch: Batch) -> Result<CommitOutcome, Error> {
+        let outcome = match &self.store {
+            Some(store) => store.commit(&batch.planned()).await?,
+            None => CommitOutcome::Committed,
+        };
+        if self.outstanding == Some(batch.id) {
+            self.outstanding = None;
+        }
+        self.done(batch);
+        Ok(outcome)
     }
 
     /// Marks a batch done: the user's output for it succeeded. Feeds the backpressure
@@ -805,6 +903,25 @@ impl Batch {
         let mut n = 0;
         for d in &self.data {
             n += d.for_each_record(|r| f(&d.range, r))?;
+        }
+        Ok(n)
+    }
+
+    /// The batch as an offset store sees it: its id and ranges.
+    pub fn planned(&self) -> PlannedBatch {
+        PlannedBatch::new(self.id, self.ranges.clone())
+    }
+
+    /// Calls `f` with every record, range by range, in offset order within each partition;
+    /// the first error (`f`'s, or a decode error converted into `E`, e.g. [`crate::Error`])
+    /// stops the walk and is returned.
+    pub fn try_for_each_record<E: From<kdirect_engine::record::DecodeError>>(
+        &self,
+        mut f: impl FnMut(&OffsetRange, &Record<'_>) -> Result<(), E>,
+    ) -> Result<u64, E> {
+        let mut n = 0;
+        for d in &self.data {
+            n += d.try_for_each_record(|r| f(&d.range, r))?;
         }
         Ok(n)
     }
