@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::real_kafka::Kafka;
-use crate::support::service;
+use crate::support::{service, tempdir};
 use bytes::Bytes;
 use kdirect_fake_broker::{Codec, FakeCluster, FakeRecord};
 
@@ -368,19 +368,6 @@ fn assert_sql(url: &str, table: &str, n: &[i64]) {
         *seen.entry((p, o)).or_insert(0) += 1;
     }
     assert_all(&seen, n, true, url);
-}
-
-fn tempdir(tag: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "kdirect-kill-{tag}-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 #[test]

@@ -213,6 +213,20 @@ pub fn kdirect_lines(bootstrap: &str, topic: &str, isolation: IsolationLevel) ->
     })
 }
 
+/// Runs the `kdirect` binary; panics with its stderr unless it succeeds. Returns its stdout.
+fn kdirect_cli(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kdirect {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// Compares line lists and names the first difference (the lists can be long).
 fn assert_same(kdirect: &[String], java: &[String], what: &str) {
     for (i, (k, j)) in kdirect.iter().zip(java).enumerate() {
@@ -417,21 +431,18 @@ fn records_removed_by_retention_are_reported_as_lost() {
     );
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let out = Command::new(env!("CARGO_BIN_EXE_kdirect"))
-            .args([
-                "offsets",
-                "list",
-                "-b",
-                &kafka.bootstrap,
-                "-t",
-                &t,
-                "--at",
-                "earliest",
-                "--json",
-            ])
-            .output()
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let out = kdirect_cli(&[
+            "offsets",
+            "list",
+            "-b",
+            &kafka.bootstrap,
+            "-t",
+            &t,
+            "--at",
+            "earliest",
+            "--json",
+        ]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         if v["partitions"][0]["offset"].as_i64() == Some(300) {
             break;
         }
@@ -455,18 +466,7 @@ fn ends_and_timestamps_match_the_java_client() {
     kafka.create(&t, 2, &["--config", "retention.ms=-1"]);
     // Record n of each partition at 1_700_000_000_000 + n s.
     kafka.produce(&t, 2, 200, &["--timestamp-base", "1700000000000"]);
-    let kd = |args: &[&str]| -> String {
-        let out = Command::new(env!("CARGO_BIN_EXE_kdirect"))
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "kdirect {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let kd = kdirect_cli;
     let json = |at: &str| -> serde_json::Value {
         serde_json::from_str(&kd(&[
             "offsets",
@@ -569,29 +569,22 @@ fn group_offsets_follow_the_java_group_tool(kafka: &Kafka) {
     kafka.create(&t, 2, &[]);
     kafka.produce(&t, 2, 400, &[]);
     let consume = || -> usize {
-        let out = Command::new(env!("CARGO_BIN_EXE_kdirect"))
-            .args([
-                "consume",
-                "-b",
-                &kafka.bootstrap,
-                "-t",
-                &t,
-                "--store",
-                "kafka",
-                "-g",
-                &group,
-                "--until-latest",
-                "--max-offsets-per-batch",
-                "150",
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "kdirect consume: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap().lines().count()
+        kdirect_cli(&[
+            "consume",
+            "-b",
+            &kafka.bootstrap,
+            "-t",
+            &t,
+            "--store",
+            "kafka",
+            "-g",
+            &group,
+            "--until-latest",
+            "--max-offsets-per-batch",
+            "150",
+        ])
+        .lines()
+        .count()
     };
     assert_eq!(consume(), 400);
     let group_tool = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand";

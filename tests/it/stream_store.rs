@@ -7,20 +7,7 @@ use kdirect::engine::plan::{OffsetRange, StartPolicy};
 use kdirect::DirectStream;
 use kdirect_fake_broker::{Codec, FakeCluster, FakeRecord};
 
-use crate::support::rt;
-
-fn tempdir(tag: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "kdirect-stream-store-{tag}-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+use crate::support::{rt, tempdir};
 
 async fn stream(fake: &FakeCluster, ckpt: &std::path::Path) -> DirectStream {
     DirectStream::builder()
