@@ -47,11 +47,7 @@ impl Source {
             Source::Fake(f) => (0..PARTITIONS)
                 .map(|p| f.high_watermark("k", p).unwrap())
                 .collect(),
-            Source::Kafka { kafka, topic } => kafka
-                .tool("end-offsets", &["--topic", topic])
-                .lines()
-                .map(|l| l.split(' ').nth(1).unwrap().parse().unwrap())
-                .collect(),
+            Source::Kafka { kafka, topic } => kafka.end_offsets(topic),
         }
     }
 

@@ -115,6 +115,14 @@ impl Kafka {
         self.tool("produce", &args);
     }
 
+    /// Each partition's end offset (high watermark) as the Java consumer's `endOffsets` sees it.
+    pub fn end_offsets(&self, topic: &str) -> Vec<i64> {
+        self.tool("end-offsets", &["--topic", topic])
+            .lines()
+            .map(|l| l.split(' ').nth(1).unwrap().parse().unwrap())
+            .collect()
+    }
+
     /// What Kafka's Java consumer reads from `topic` up to its end offsets, one line a record.
     pub fn java_lines(&self, topic: &str, isolation: &str) -> Vec<String> {
         self.tool("consume", &["--topic", topic, "--isolation", isolation])
@@ -497,11 +505,7 @@ fn ends_and_timestamps_match_the_java_client() {
         rows.sort();
         rows.into_iter().map(|r| r.1).collect()
     };
-    let java_ends: Vec<i64> = kafka
-        .tool("end-offsets", &["--topic", &t])
-        .lines()
-        .map(|l| l.split(' ').nth(1).unwrap().parse().unwrap())
-        .collect();
+    let java_ends = kafka.end_offsets(&t);
     assert_eq!(offsets(&json("latest")), java_ends);
     assert_eq!(offsets(&json("latest")), vec![100, 100]);
     assert_eq!(offsets(&json("earliest")), vec![0, 0]);

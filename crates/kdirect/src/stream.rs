@@ -179,8 +179,8 @@ fn parse<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, EngineError>
 
 impl DirectStreamBuilder {
     /// Sets one setting by its Kafka (or Spark) name. Known keys: `bootstrap.servers`,
-    /// `client.id`, `request.timeout.ms`, `default.api.timeout.ms`, `isolation.level`, `fetch.min.bytes`,
-    /// `fetch.max.bytes`, `fetch.max.wait.ms`, `max.partition.fetch.bytes`, `check.crcs`,
+    /// `client.id`, `request.timeout.ms`, `default.api.timeout.ms`, `isolation.level`,
+    /// `fetch.min.bytes`, `fetch.max.bytes`, `fetch.max.wait.ms`, `max.partition.fetch.bytes`, `check.crcs`,
     /// `auto.offset.reset` (earliest|latest|none), `startingTimestamp`,
     /// `maxOffsetsPerTrigger`, `maxRatePerPartition`, `minOffsetsPerTrigger`,
     /// `maxTriggerDelay` (ms), `failOnDataLoss`, `backpressure.enabled`,
