@@ -15,19 +15,19 @@
 //! budget, and the `DirectStream` that drives planner, fetcher and offset store together.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use bytes::Bytes;
 use kdirect_proto::api::fetch::{self, AbortedTxn, Fetch, FetchParams, PartitionFetch, TopicFetch};
 use kdirect_proto::message::Api;
 use kdirect_proto::{ErrorCode, IsolationLevel};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::cluster::Cluster;
-use crate::error::{Error, ErrorKind};
+use crate::error::{BrokerName, Error, ErrorKind};
 use crate::record::{
-    AbortedTransaction, DecodeError, DecodeOptions, Isolation, Record, RecordBatchReader,
+    AbortedTransaction, Batch, DecodeError, DecodeOptions, Isolation, Record, RecordBatchReader,
+    Scratch,
 };
 
 pub use crate::plan::OffsetRange;
@@ -70,6 +70,7 @@ pub struct MemoryBudget {
     sem: Arc<Semaphore>,
     total: usize,
     sizing: Arc<Sizing>,
+    scratch: Arc<ScratchPool>,
 }
 
 /// What the fetches sharing a budget learned about the data, to size the next requests: a
@@ -125,6 +126,7 @@ impl MemoryBudget {
             sem: Arc::new(Semaphore::new(total)),
             total,
             sizing: Arc::default(),
+            scratch: Arc::default(),
         }
     }
 
@@ -165,21 +167,63 @@ impl MemoryBudget {
     }
 }
 
-/// One Fetch response's records for a range: the bytes as received and what is needed to
-/// decode them again.
+/// One Fetch response's records for a range: the data batches the fetcher validated (CRC,
+/// read_committed, the fetch offset and the range's end applied), as views of the response
+/// frame. Consumption iterates them without walking the response again.
 #[derive(Debug, Clone)]
 pub struct Chunk {
     /// The offset this chunk was fetched at.
     pub fetch_offset: i64,
     /// Where the next chunk starts (capped at the range's `until`).
     pub next_offset: i64,
-    /// The `records` bytes: a slice of the response frame.
-    pub records: Bytes,
-    /// Aborted transactions the broker reported with these records (read_committed).
-    pub aborted: Vec<AbortedTxn>,
+    /// The broker that sent it.
+    broker: BrokerName,
+    /// The data batches to deliver, in offset order.
+    batches: Vec<Batch>,
+    /// Bytes of the response's `records` this chunk keeps alive.
+    bytes: usize,
     /// This response's share of the memory budget, released when the last chunk of the
     /// response is dropped.
     _budget: Option<Arc<OwnedSemaphorePermit>>,
+}
+
+impl Chunk {
+    /// The broker that sent this chunk.
+    pub fn broker(&self) -> &BrokerName {
+        &self.broker
+    }
+
+    /// The data batches to deliver (control batches and aborted transactions removed).
+    pub fn batches(&self) -> &[Batch] {
+        &self.batches
+    }
+}
+
+/// Decompression buffers shared by the fetches and the consumption of one stream (one
+/// [`MemoryBudget`]): a walk takes one and gives it back, so a stream that consumes its
+/// batches one after the other reuses one buffer, and decompression stops allocating after
+/// the first few batches.
+#[derive(Debug, Default)]
+struct ScratchPool(Mutex<Vec<Scratch>>);
+
+/// Buffers kept for reuse; more are dropped (each can hold one batch's decompressed size).
+const POOLED_SCRATCH: usize = 2;
+
+impl ScratchPool {
+    fn take(&self) -> Scratch {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+            .unwrap_or_default()
+    }
+
+    fn give(&self, scratch: Scratch) {
+        let mut pool = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if pool.len() < POOLED_SCRATCH {
+            pool.push(scratch);
+        }
+    }
 }
 
 /// A range read whole.
@@ -189,44 +233,58 @@ pub struct RangeData {
     pub range: OffsetRange,
     /// The chunks, in offset order; together they cover `[from, until)`.
     pub chunks: Vec<Chunk>,
-    isolation: Isolation,
     max_decompressed: usize,
+    scratch: Arc<ScratchPool>,
 }
 
 impl RangeData {
     /// Bytes held by this range's chunks.
     pub fn bytes(&self) -> usize {
-        self.chunks.iter().map(|c| c.records.len()).sum()
+        self.chunks.iter().map(|c| c.bytes).sum()
     }
 
-    /// Calls `f` with every data record of the range, in offset order. CRCs were checked when
-    /// the range was fetched and are not checked again.
-    pub fn for_each_record(&self, mut f: impl FnMut(&Record<'_>)) -> Result<u64, DecodeError> {
+    /// Calls `f` with every data record of the range, in offset order. The batches were
+    /// validated when the range was fetched (CRC, read_committed) and are not walked again;
+    /// a record that does not decode is [`ErrorKind::Decode`], naming the broker, the
+    /// partition, the batch's offset and the byte.
+    pub fn for_each_record(&self, mut f: impl FnMut(&Record<'_>)) -> Result<u64, Error> {
         self.try_for_each_record(|r| {
             f(r);
-            Ok::<(), DecodeError>(())
+            Ok::<(), Error>(())
         })
     }
 
     /// Like [`for_each_record`](Self::for_each_record), but `f` can fail: the first error
     /// (the caller's, or a decode error converted into `E`) stops the walk and is returned.
-    pub fn try_for_each_record<E: From<DecodeError>>(
+    pub fn try_for_each_record<E: From<Error>>(
         &self,
         mut f: impl FnMut(&Record<'_>) -> Result<(), E>,
     ) -> Result<u64, E> {
+        let mut scratch = self.scratch.take();
+        let walked = self.walk(&mut scratch, &mut f);
+        self.scratch.give(scratch);
+        walked
+    }
+
+    fn walk<E: From<Error>>(
+        &self,
+        scratch: &mut Scratch,
+        f: &mut impl FnMut(&Record<'_>) -> Result<(), E>,
+    ) -> Result<u64, E> {
         let mut n = 0;
         for c in &self.chunks {
-            let opts = DecodeOptions::new()
-                .check_crc(false)
-                .max_decompressed(self.max_decompressed)
-                .fetch_offset(c.fetch_offset)
-                .until(self.range.until)
-                .isolation(self.isolation);
-            let mut reader = RecordBatchReader::new(c.records.clone(), opts)
-                .with_aborted_transactions(c.aborted.iter().map(aborted));
-            while let Some(batch) = reader.next_batch()? {
-                for r in reader.records(&batch)? {
-                    f(&r?)?;
+            let fail = |source: DecodeError| -> E {
+                Error::from(ErrorKind::Decode {
+                    broker: c.broker.clone(),
+                    topic: self.range.topic.clone(),
+                    partition: self.range.partition,
+                    source,
+                })
+                .into()
+            };
+            for b in &c.batches {
+                for r in b.records(scratch, self.max_decompressed).map_err(fail)? {
+                    f(&r.map_err(fail)?)?;
                     n += 1;
                 }
             }
@@ -275,8 +333,8 @@ pub async fn fetch_ranges_within(
         .map(|r| RangeData {
             range: r.clone(),
             chunks: Vec::new(),
-            isolation,
             max_decompressed: cfg.max_decompressed,
+            scratch: budget.scratch.clone(),
         })
         .collect();
     let mut pos: Vec<i64> = ranges.iter().map(|r| r.from).collect();
@@ -516,20 +574,35 @@ pub async fn fetch_ranges_within(
                     .fetch_offset(pos[i])
                     .until(r.until)
                     .isolation(isolation);
-                let mut reader = RecordBatchReader::new(p.records.clone(), opts);
+                let mut reader = RecordBatchReader::new(p.records.clone(), opts)
+                    .with_aborted_transactions(p.aborted_transactions.iter().map(aborted))
+                    .with_scratch(budget.scratch.take());
+                // The one walk over the response: CRCs, control batches, aborted transactions.
+                // The batches it keeps are what consumption iterates.
                 let (mut max_batch, mut used) = (0, 0);
-                while let Some(b) = reader.next_batch().map_err(|e| decode_error(&conn, r, e))? {
-                    max_batch = max_batch.max(b.bytes().len());
-                    used += b.bytes().len();
-                }
+                let mut batches = Vec::new();
+                let walked = loop {
+                    match reader.next_batch() {
+                        Ok(Some(b)) => {
+                            max_batch = max_batch.max(b.bytes().len());
+                            used += b.bytes().len();
+                            batches.push(b);
+                        }
+                        Ok(None) => break Ok(()),
+                        Err(e) => break Err(decode_error(&conn, r, e)),
+                    }
+                };
                 let next = reader.next_offset();
+                budget.scratch.give(reader.into_scratch());
+                walked?;
                 if next > pos[i] {
                     budget.sizing.learn(used, next - pos[i], max_batch);
                     out[i].chunks.push(Chunk {
                         fetch_offset: pos[i],
                         next_offset: next,
-                        records: p.records,
-                        aborted: p.aborted_transactions,
+                        broker: conn.broker().clone(),
+                        batches,
+                        bytes: p.records.len(),
                         _budget: Some(permit.clone()),
                     });
                     pos[i] = next;

@@ -9,25 +9,35 @@ use kdirect_engine::ErrorKind;
 pub enum Error {
     /// From the engine: connections, metadata, ListOffsets, Fetch, planning.
     #[error(transparent)]
-    Engine(#[from] kdirect_engine::Error),
+    Engine(kdirect_engine::Error),
     /// From the offset store: load, plan log, commit (a compare-and-set conflict included).
     #[error(transparent)]
     Store(#[from] kdirect_commit::StoreError),
-    /// A record batch that does not decode (the fetcher checked its CRC; this is a malformed
-    /// record inside it).
+    /// Record data that does not decode: the engine's [`ErrorKind::Decode`], which names the
+    /// broker, the topic and partition, the batch's offset and the byte position.
     #[error(transparent)]
-    Decode(#[from] kdirect_engine::record::DecodeError),
+    Decode(kdirect_engine::Error),
     /// The stream was used in an order that would break its guarantees (for example, asking
     /// for the next batch while one handed out is not committed yet).
     #[error("{0}")]
     Misuse(String),
 }
 
+impl From<kdirect_engine::Error> for Error {
+    fn from(e: kdirect_engine::Error) -> Self {
+        match e.kind() {
+            ErrorKind::Decode { .. } => Error::Decode(e),
+            _ => Error::Engine(e),
+        }
+    }
+}
+
 impl Error {
-    /// The engine's error kind, when the error came from the engine.
+    /// The engine's error kind, when the error came from the engine (decode errors
+    /// included).
     pub fn engine_kind(&self) -> Option<&ErrorKind> {
         match self {
-            Error::Engine(e) => Some(e.kind()),
+            Error::Engine(e) | Error::Decode(e) => Some(e.kind()),
             _ => None,
         }
     }

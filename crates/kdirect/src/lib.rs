@@ -34,7 +34,7 @@ pub use error::Error;
 pub use kdirect_commit as commit;
 pub use kdirect_engine as engine;
 pub use kdirect_proto as proto;
-pub use stream::{Batch, DirectStream, DirectStreamBuilder};
+pub use stream::{Batch, DirectStream, DirectStreamBuilder, Transaction};
 
 /// The README's Rust examples, compiled as doctests so they stay true.
 #[cfg(doctest)]

@@ -19,13 +19,18 @@
 //! compare-and-set once the caller's output succeeded. Without a store, positions live in
 //! memory and [`DirectStream::done`] releases a batch.
 
+use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use kdirect_commit::{Batch as PlannedBatch, CommitOutcome, Committed, OffsetStore, StoreError};
+use kdirect_commit::sql::{Begun, SinkRow, SinkTable, SqlStore, SqlTxn};
+use kdirect_commit::{
+    open_store, AnyStore, Batch as PlannedBatch, CommitOutcome, Committed, OffsetStore,
+    OpenOptions, StoreError,
+};
 
 use kdirect_engine::cluster::Cluster;
 use kdirect_engine::conn::ConnConfig;
@@ -112,7 +117,16 @@ pub struct StreamConfig {
 pub struct DirectStreamBuilder {
     config: StreamConfig,
     rate_set: bool,
-    store: Option<Arc<dyn DynStore>>,
+    store: Option<StoreChoice>,
+    group: String,
+}
+
+/// The store a builder was given: a value, or a spec opened by `build` (after connecting,
+/// so that the `kafka` store shares the stream's connections).
+#[derive(Debug, Clone)]
+enum StoreChoice {
+    Given(Arc<dyn DynStore>),
+    Spec(String),
 }
 
 type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
@@ -123,9 +137,10 @@ trait DynStore: Send + Sync {
     fn load<'a>(&'a self, topics: &'a [String]) -> StoreFuture<'a, Committed>;
     fn log_plan<'a>(&'a self, batch: &'a PlannedBatch) -> StoreFuture<'a, ()>;
     fn commit<'a>(&'a self, batch: &'a PlannedBatch) -> StoreFuture<'a, CommitOutcome>;
+    fn as_any(&self) -> &dyn Any;
 }
 
-impl<S: OffsetStore> DynStore for S {
+impl<S: OffsetStore + 'static> DynStore for S {
     fn describe(&self) -> String {
         OffsetStore::describe(self)
     }
@@ -137,6 +152,27 @@ impl<S: OffsetStore> DynStore for S {
     }
     fn commit<'a>(&'a self, batch: &'a PlannedBatch) -> StoreFuture<'a, CommitOutcome> {
         Box::pin(OffsetStore::commit(self, batch))
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl dyn DynStore {
+    /// The SQL store behind this one, if it is one (given as a `SqlStore` or an `AnyStore`).
+    fn sql(&self) -> Option<&SqlStore> {
+        let any = self.as_any();
+        any.downcast_ref::<SqlStore>()
+            .or_else(|| any.downcast_ref::<AnyStore>().and_then(AnyStore::as_sql))
+    }
+
+    /// Whether the store logs plans before batches run.
+    fn logs_plans(&self) -> bool {
+        let any = self.as_any();
+        any.is::<kdirect_commit::checkpoint::CheckpointStore>()
+            || any
+                .downcast_ref::<AnyStore>()
+                .is_some_and(AnyStore::logs_plans)
     }
 }
 
@@ -167,6 +203,7 @@ impl Default for DirectStreamBuilder {
             },
             rate_set: false,
             store: None,
+            group: "kdirect".to_owned(),
         }
     }
 }
@@ -179,7 +216,7 @@ fn parse<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, EngineError>
 
 impl DirectStreamBuilder {
     /// Sets one setting by its Kafka (or Spark) name. Known keys: `bootstrap.servers`,
-    /// `client.id`, `request.timeout.ms`, `default.api.timeout.ms`, `isolation.level`,
+    /// `group.id`, `client.id`, `request.timeout.ms`, `default.api.timeout.ms`, `isolation.level`,
     /// `fetch.min.bytes`, `fetch.max.bytes`, `fetch.max.wait.ms`, `max.partition.fetch.bytes`, `check.crcs`,
     /// `auto.offset.reset` (earliest|latest|none), `startingTimestamp`,
     /// `maxOffsetsPerTrigger`, `maxRatePerPartition`, `minOffsetsPerTrigger`,
@@ -189,6 +226,7 @@ impl DirectStreamBuilder {
         let c = &mut self.config;
         match key {
             "bootstrap.servers" => return Ok(self.bootstrap(value)),
+            "group.id" => return Ok(self.group(value)),
             "client.id" => c.conn.client_id = value.to_owned(),
             "request.timeout.ms" => {
                 c.conn.request_timeout = Duration::from_millis(parse(key, value)?)
@@ -352,7 +390,23 @@ impl DirectStreamBuilder {
     /// [`DirectStream::commit`] stores each batch's positions once its output succeeded. With
     /// the checkpoint store and an idempotent sink that is exactly-once.
     pub fn store<S: OffsetStore + 'static>(mut self, store: S) -> Self {
-        self.store = Some(Arc::new(store));
+        self.store = Some(StoreChoice::Given(Arc::new(store)));
+        self
+    }
+
+    /// Like [`store`](Self::store), with the store named by a spec (`checkpoint:DIR`, `kafka`,
+    /// `sqlite:PATH`, `postgres://…`, `mysql://…`, `redis://…`), opened by `build` for the
+    /// [`group`](Self::group). The `kafka` store commits through the stream's own
+    /// connections.
+    pub fn store_spec(mut self, spec: &str) -> Self {
+        self.store = Some(StoreChoice::Spec(spec.to_owned()));
+        self
+    }
+
+    /// `group.id`: the consumer group whose offsets a store keeps (default `kdirect`; the
+    /// checkpoint directory ignores it: a checkpoint belongs to one stream).
+    pub fn group(mut self, group: &str) -> Self {
+        self.group = group.to_owned();
         self
     }
 
@@ -370,7 +424,22 @@ impl DirectStreamBuilder {
     /// Connects and returns the stream (after loading the store's positions, if it has one).
     pub async fn build(self) -> Result<DirectStream, Error> {
         let mut c = self.config;
-        if let Some(store) = &self.store {
+        if c.topics.is_empty() {
+            return Err(EngineError::from(ErrorKind::Config("no topic to read".to_owned())).into());
+        }
+        let cluster = Arc::new(Cluster::connect(&c.bootstrap, c.conn.clone()).await?);
+        let store: Option<Arc<dyn DynStore>> = match self.store {
+            None => None,
+            Some(StoreChoice::Given(s)) => Some(s),
+            Some(StoreChoice::Spec(spec)) => {
+                let options = OpenOptions {
+                    cluster: Some(cluster.clone()),
+                    ..OpenOptions::default()
+                };
+                Some(Arc::new(open_store(&spec, &self.group, &options).await?))
+            }
+        };
+        if let Some(store) = &store {
             let committed = store.load(&c.topics).await?;
             c.resume_batch_id = committed.next_batch_id();
             c.resume_positions = committed.positions;
@@ -383,9 +452,6 @@ impl DirectStreamBuilder {
                 c.resume_positions.insert(r.topic_partition(), r.until);
             }
         }
-        if c.topics.is_empty() {
-            return Err(EngineError::from(ErrorKind::Config("no topic to read".to_owned())).into());
-        }
         let adaptive = !self.rate_set && c.rate.max_offsets_per_trigger.is_none();
         if adaptive {
             c.rate = c
@@ -393,7 +459,6 @@ impl DirectStreamBuilder {
                 .clone()
                 .with_max_offsets_per_trigger(adaptive_cap(c.memory_budget, 1024.0));
         }
-        let cluster = Arc::new(Cluster::connect(&c.bootstrap, c.conn.clone()).await?);
         let topics: Vec<&str> = c.topics.iter().map(String::as_str).collect();
         let view = cluster.refresh(Some(&topics)).await?;
         for t in &topics {
@@ -445,7 +510,7 @@ impl DirectStreamBuilder {
         Ok(DirectStream {
             driver,
             pending: None,
-            store: self.store,
+            store,
             outstanding: None,
         })
     }
@@ -655,6 +720,7 @@ impl Driver {
                 lost: Vec::new(),
                 planned_at: now,
                 ready_at: now,
+                replay: true,
             }));
         }
         // Since when a topic read before has been missing from the metadata (deleted, maybe
@@ -715,6 +781,7 @@ impl Driver {
                         lost,
                         planned_at: plan.planned_at,
                         ready_at: self.now(),
+                        replay: false,
                     }));
                 }
                 PlanOutcome::Wait(w) => {
@@ -800,6 +867,72 @@ impl DirectStream {
         Ok(outcome)
     }
 
+    /// The SQL store, when the stream has one (for [`SqlStore::sink_table`] and the
+    /// transaction of [`begin`](Self::begin)).
+    pub fn sql_store(&self) -> Option<&SqlStore> {
+        self.store.as_deref().and_then(<dyn DynStore>::sql)
+    }
+
+    /// Whether the stream's store logs each plan before the batch is handed out (the
+    /// checkpoint does): a restart then re-runs an uncommitted batch with exactly its ranges.
+    pub fn logs_plans(&self) -> bool {
+        self.store
+            .as_deref()
+            .is_some_and(<dyn DynStore>::logs_plans)
+    }
+
+    /// Exactly-once with a SQL store: opens the transaction that commits `batch`. The batch's
+    /// offsets are written in it first (compare-and-set on each range's `from`; the rows stay
+    /// locked until it ends); put the results in the same transaction
+    /// ([`Transaction::insert_batch`], [`Transaction::sql`]), then
+    /// [`commit_transaction`](Self::commit_transaction) commits both at once. Dropping the
+    /// transaction rolls everything back. [`Error::Misuse`] when the store is not SQL.
+    pub async fn begin(&mut self, batch: &Batch) -> Result<Transaction, Error> {
+        let Some(sql) = self.sql_store() else {
+            return Err(Error::Misuse(
+                "begin needs a SQL store (sqlite:, postgres://, mysql://); with other stores, \
+                 write the output and call commit"
+                    .to_owned(),
+            ));
+        };
+        let tx = match sql.begin(&batch.planned()).await? {
+            Begun::Open(tx) => Some(tx),
+            Begun::AlreadyCommitted => None,
+        };
+        Ok(Transaction {
+            batch_id: batch.id,
+            tx,
+        })
+    }
+
+    /// Commits `tx` (the batch's offsets and the caller's writes, together), then releases
+    /// the batch as [`commit`](Self::commit) does. [`CommitOutcome::AlreadyCommitted`] when
+    /// another run had committed the batch already (the transaction held nothing).
+    pub async fn commit_transaction(
+        &mut self,
+        batch: Batch,
+        tx: Transaction,
+    ) -> Result<CommitOutcome, Error> {
+        if tx.batch_id != batch.id {
+            return Err(Error::Misuse(format!(
+                "the transaction of batch {} cannot commit batch {}",
+                tx.batch_id, batch.id
+            )));
+        }
+        let outcome = match tx.tx {
+            Some(tx) => {
+                tx.commit().await?;
+                CommitOutcome::Committed
+            }
+            None => CommitOutcome::AlreadyCommitted,
+        };
+        if self.outstanding == Some(batch.id) {
+            self.outstanding = None;
+        }
+        self.done(batch);
+        Ok(outcome)
+    }
+
     /// Marks a batch done: the user's output for it succeeded. Feeds the backpressure
     /// estimator and releases the batch's memory.
     pub fn done(&mut self, batch: Batch) {
@@ -860,12 +993,20 @@ pub struct Batch {
     lost: Vec<LostRange>,
     planned_at: Duration,
     ready_at: Duration,
+    replay: bool,
 }
 
 impl Batch {
     /// The batch id.
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// Whether this batch re-runs a plan the store logged and never committed (a crash
+    /// between output and commit): its ranges are exactly the logged ones, so an idempotent
+    /// sink that names its output by batch id replaces what the crashed run wrote.
+    pub fn is_replay(&self) -> bool {
+        self.replay
     }
 
     /// Every partition's range, sorted (empty ranges included: their `until`s are the
@@ -896,15 +1037,16 @@ impl Batch {
     }
 
     /// Calls `f` with every record, range by range, in offset order within each partition.
+    /// A record that does not decode ends the walk with [`Error::Decode`], naming the broker,
+    /// the partition, the batch's offset and the byte.
     pub fn for_each_record(
         &self,
         mut f: impl FnMut(&OffsetRange, &Record<'_>),
-    ) -> Result<u64, kdirect_engine::record::DecodeError> {
-        let mut n = 0;
-        for d in &self.data {
-            n += d.for_each_record(|r| f(&d.range, r))?;
-        }
-        Ok(n)
+    ) -> Result<u64, Error> {
+        self.try_for_each_record(|range, r| {
+            f(range, r);
+            Ok::<(), Error>(())
+        })
     }
 
     /// The batch as an offset store sees it: its id and ranges.
@@ -913,15 +1055,20 @@ impl Batch {
     }
 
     /// Calls `f` with every record, range by range, in offset order within each partition;
-    /// the first error (`f`'s, or a decode error converted into `E`, e.g. [`crate::Error`])
-    /// stops the walk and is returned.
-    pub fn try_for_each_record<E: From<kdirect_engine::record::DecodeError>>(
+    /// the first error (`f`'s, or a decode error converted into `E`, e.g. [`crate::Error`]
+    /// itself) stops the walk and is returned.
+    pub fn try_for_each_record<E: From<Error>>(
         &self,
         mut f: impl FnMut(&OffsetRange, &Record<'_>) -> Result<(), E>,
     ) -> Result<u64, E> {
         let mut n = 0;
         for d in &self.data {
-            n += d.try_for_each_record(|r| f(&d.range, r))?;
+            n += d
+                .try_for_each_record(|r| f(&d.range, r).map_err(Stop::Caller))
+                .map_err(|e| match e {
+                    Stop::Caller(e) => e,
+                    Stop::Engine(e) => E::from(Error::from(e)),
+                })?;
         }
         Ok(n)
     }
@@ -932,6 +1079,90 @@ impl Batch {
             .iter()
             .map(OffsetRange::topic_partition)
             .collect()
+    }
+}
+
+/// Why a walk over a range stopped: the caller's error, or the engine's.
+enum Stop<E> {
+    Caller(E),
+    Engine(EngineError),
+}
+
+impl<E> From<EngineError> for Stop<E> {
+    fn from(e: EngineError) -> Self {
+        Stop::Engine(e)
+    }
+}
+
+/// A batch's open transaction on a SQL store, from [`DirectStream::begin`]: the batch's
+/// offsets are already written in it; the caller's results go in before
+/// [`DirectStream::commit_transaction`]. Dropping it rolls back.
+#[derive(Debug)]
+pub struct Transaction {
+    batch_id: u64,
+    /// `None`: the batch was committed before (by another run): nothing to write.
+    tx: Option<SqlTxn>,
+}
+
+impl Transaction {
+    /// The batch this transaction commits.
+    pub fn batch_id(&self) -> u64 {
+        self.batch_id
+    }
+
+    /// False when the batch was already committed by another run: skip the writes (they are
+    /// in the database already) and commit, which does nothing.
+    pub fn is_open(&self) -> bool {
+        self.tx.is_some()
+    }
+
+    /// The open SQL transaction, for the caller's own statements
+    /// (`sqlx::query(…).execute(tx.sql().unwrap().conn())`); `None` when not
+    /// [open](Self::is_open).
+    pub fn sql(&mut self) -> Option<&mut SqlTxn> {
+        self.tx.as_mut()
+    }
+
+    /// Inserts every record of `batch` into the sink table `sink` (from
+    /// [`SqlStore::sink_table`]) inside this transaction; the records are copied out of the
+    /// fetch buffers for the insert. Returns the rows inserted (0 when not
+    /// [open](Self::is_open)).
+    pub async fn insert_batch(&mut self, sink: &SinkTable, batch: &Batch) -> Result<u64, Error> {
+        let Some(tx) = self.tx.as_mut() else {
+            return Ok(0);
+        };
+        struct Row {
+            range: usize,
+            offset: i64,
+            timestamp_ms: i64,
+            key: Option<Vec<u8>>,
+            value: Option<Vec<u8>>,
+        }
+        let mut rows: Vec<Row> = Vec::new();
+        for (i, d) in batch.data.iter().enumerate() {
+            d.for_each_record(|r| {
+                rows.push(Row {
+                    range: i,
+                    offset: r.offset(),
+                    timestamp_ms: r.timestamp(),
+                    key: r.key().map(<[u8]>::to_vec),
+                    value: r.value().map(<[u8]>::to_vec),
+                })
+            })
+            .map_err(Error::from)?;
+        }
+        let sink_rows = rows.iter().filter_map(|r| {
+            let range = &batch.data.get(r.range)?.range;
+            Some(SinkRow {
+                topic: &range.topic,
+                partition: range.partition,
+                offset: r.offset,
+                timestamp_ms: r.timestamp_ms,
+                key: r.key.as_deref(),
+                value: r.value.as_deref(),
+            })
+        });
+        Ok(tx.insert_records(sink, sink_rows).await?)
     }
 }
 

@@ -6,10 +6,6 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use kdirect::commit::file_sink::FileSink;
-use kdirect::commit::sql::{Begun, SinkRow};
-use kdirect::commit::{
-    open_store, AnyStore, Batch as StoreBatch, OffsetStore, OpenOptions, StoreSpec,
-};
 use kdirect::engine::plan::StartPolicy;
 use kdirect::proto::IsolationLevel;
 use kdirect::stream::DirectStream;
@@ -84,16 +80,6 @@ pub struct Args {
     /// transaction as the offsets — exactly-once. Replaces `--output`.
     #[arg(long, value_name = "NAME", requires = "store", conflicts_with_all = ["output", "output_dir"])]
     sink_table: Option<String>,
-}
-
-/// A record copied for a SQL insert.
-struct OwnedRow {
-    topic: String,
-    partition: i32,
-    offset: i64,
-    timestamp_ms: i64,
-    key: Option<Vec<u8>>,
-    value: Option<Vec<u8>>,
 }
 
 fn parse_start(s: &str) -> Result<StartPolicy, String> {
@@ -174,32 +160,14 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
     if let Some(r) = args.max_rate_per_partition {
         builder = builder.set("maxRatePerPartition", &r.to_string())?;
     }
-    // Offsets from the store: resume where the last committed batch ended, and re-run a
-    // logged-but-uncommitted batch with exactly its ranges.
-    let store: Option<AnyStore> = match &args.store {
-        None => None,
-        Some(spec) => {
-            let cluster = match StoreSpec::parse(spec)? {
-                StoreSpec::Kafka => Some(std::sync::Arc::new(args.conn.connect().await?)),
-                _ => None,
-            };
-            let options = OpenOptions {
-                cluster,
-                ..OpenOptions::default()
-            };
-            Some(open_store(spec, &args.group, &options).await?)
-        }
-    };
-    if let Some(store) = &store {
-        let committed = store.load(&args.topic).await?;
-        let next_id = committed.next_batch_id();
-        let pending = committed.pending.clone();
-        builder = builder.resume(next_id, committed.positions);
-        if let Some(p) = pending {
-            builder = builder.replay(p.id, p.ranges);
-        }
+    // With a store, the stream owns the commit protocol: it resumes from the committed
+    // positions, re-runs a logged-but-uncommitted batch with exactly its ranges, and logs each
+    // plan before handing the batch out.
+    if let Some(spec) = &args.store {
+        builder = builder.group(&args.group).store_spec(spec);
     }
-    let sink_table = match (&args.sink_table, store.as_ref().and_then(AnyStore::as_sql)) {
+    let mut stream = builder.build().await?;
+    let sink_table = match (&args.sink_table, stream.sql_store()) {
         (Some(name), Some(sql)) => Some(sql.sink_table(name).await?),
         (Some(_), None) => {
             return Err(CliError(
@@ -212,7 +180,6 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
         Some(dir) => Some(FileSink::open(dir)?),
         None => None,
     };
-    let mut stream = builder.build().await?;
     let mut out: Option<Box<dyn Write>> = match args.output.as_str() {
         _ if file_sink.is_some() || sink_table.is_some() => None,
         "null" => None,
@@ -236,49 +203,19 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
                 lost.topic, lost.partition, lost.from, lost.until, lost.reason
             );
         }
-        let sb = StoreBatch::new(batch.id(), batch.ranges().to_vec());
-        if let Some(store) = &store {
-            store.log_plan(&sb).await?;
-        }
-        let fail = |e: kdirect::engine::record::DecodeError| {
-            CliError(format!("batch {}: {e}", batch.id()))
-        };
-        if let (Some(sink), Some(sql)) = (&sink_table, store.as_ref().and_then(AnyStore::as_sql)) {
+        let fail = |e: kdirect::Error| CliError(format!("batch {}: {e}", batch.id()));
+        if let Some(sink) = &sink_table {
             // Exactly-once: records and offsets in one transaction.
-            match sql.begin(&sb).await? {
-                Begun::AlreadyCommitted => {}
-                Begun::Open(mut tx) => {
-                    // Records are views over buffers reused between batches: copy them for
-                    // the insert (the database write dominates here anyway).
-                    let mut rows: Vec<OwnedRow> = Vec::new();
-                    batch
-                        .for_each_record(|range, r| {
-                            stats.add(r.key(), r.value());
-                            rows.push(OwnedRow {
-                                topic: range.topic.clone(),
-                                partition: range.partition,
-                                offset: r.offset(),
-                                timestamp_ms: r.timestamp(),
-                                key: r.key().map(<[u8]>::to_vec),
-                                value: r.value().map(<[u8]>::to_vec),
-                            });
-                        })
-                        .map_err(fail)?;
-                    tx.insert_records(
-                        sink,
-                        rows.iter().map(|r| SinkRow {
-                            topic: &r.topic,
-                            partition: r.partition,
-                            offset: r.offset,
-                            timestamp_ms: r.timestamp_ms,
-                            key: r.key.as_deref(),
-                            value: r.value.as_deref(),
-                        }),
-                    )
-                    .await?;
-                    tx.commit().await?;
-                }
+            let mut tx = stream.begin(&batch).await?;
+            if tx.is_open() {
+                batch
+                    .for_each_record(|_, r| stats.add(r.key(), r.value()))
+                    .map_err(fail)?;
             }
+            tx.insert_batch(sink, &batch).await?;
+            stats.batches += 1;
+            stream.commit_transaction(batch, tx).await?;
+            continue;
         } else if let Some(sink) = &file_sink {
             // Exactly-once output with a store that logs plans: a re-run batch rewrites the
             // same file.
@@ -331,19 +268,14 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
             }
             if let Some(w) = out.as_mut() {
                 // The output must be durable before the offsets move past it.
-                if store.is_some() {
+                if args.store.is_some() {
                     w.flush()
                         .map_err(|e| CliError(format!("writing output: {e}")))?;
                 }
             }
         }
-        if sink_table.is_none() {
-            if let Some(store) = &store {
-                store.commit(&sb).await?;
-            }
-        }
         stats.batches += 1;
-        stream.done(batch);
+        stream.commit(batch).await?;
     }
     if let Some(w) = out.as_mut() {
         w.flush()

@@ -20,7 +20,6 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use kdirect::commit::file_sink::FileSink;
-use kdirect::commit::{open_store, OffsetStore, OpenOptions};
 use kdirect::engine::fetch::RangeData;
 use kdirect::engine::plan::{OffsetRange, StartPolicy};
 use kdirect::stream::DirectStream;
@@ -229,23 +228,18 @@ impl Demo {
     /// One consumer's life: open the store, re-run a pending batch, then stream until the end
     /// (or until killed during batch `crash_at`).
     async fn consume(&mut self, crash_at: Option<u64>) -> Result<RunEnd, CliError> {
-        let store = open_store(&self.store_spec, "demo", &OpenOptions::default()).await?;
-        let topics = [TOPIC.to_owned()];
-        let committed = store.load(&topics).await?;
-        let mut builder = DirectStream::builder()
+        // The stream owns the commit protocol: it loads the checkpoint, re-runs a batch logged
+        // but never committed with exactly its logged ranges (the same offsets go to the same
+        // file name), and logs each plan before handing the batch out.
+        let mut stream = DirectStream::builder()
             .bootstrap(&self.bootstrap)
-            .topics(&topics)
+            .topics(&[TOPIC])
             .start(StartPolicy::Earliest)
             .until_latest(true)
             .set("maxOffsetsPerTrigger", &self.batch_offsets.to_string())?
-            .resume(committed.next_batch_id(), committed.positions);
-        // A batch logged but never committed comes first, with exactly its logged ranges: the
-        // same offsets go to the same file name.
-        let rerun = committed.pending.as_ref().map(|p| p.id);
-        if let Some(p) = committed.pending {
-            builder = builder.replay(p.id, p.ranges);
-        }
-        let mut stream = builder.build().await?;
+            .store_spec(&self.store_spec)
+            .build()
+            .await?;
         let mut lag_end: BTreeMap<i32, i64> = BTreeMap::new();
         while let Some(batch) = stream.next_batch().await? {
             if lag_end.is_empty() {
@@ -254,28 +248,17 @@ impl Demo {
                 }
             }
             let id = batch.id();
-            let planned = kdirect::commit::Batch::new(id, batch.ranges().to_vec());
-            store.log_plan(&planned).await?;
             let n = self.write_output(id, batch.range_data())?;
             self.delivered += n;
             if crash_at == Some(id) {
-                // The crash: output written, plan logged, nothing committed. Everything this
-                // consumer held goes away without a goodbye.
+                // The crash: plan logged (by next_batch), output written, nothing committed.
+                // Everything this consumer held goes away without a goodbye.
                 drop(batch);
                 drop(stream);
-                drop(store);
                 return Ok(RunEnd::Crashed(id));
             }
-            store.commit(&planned).await?;
-            if rerun == Some(id) {
-                eprintln!(
-                    "demo: re-ran batch {id} from offsets/{id}: exactly its logged ranges {}, {n} records; \
-                     {id}.jsonl replaced, commits/{id} written",
-                    ranges_text(batch.ranges()),
-                );
-                stream.done(batch);
-                continue;
-            }
+            let replay = batch.is_replay();
+            let ranges = ranges_text(batch.ranges());
             let lag: i64 = batch
                 .ranges()
                 .iter()
@@ -285,13 +268,20 @@ impl Demo {
                         .map_or(0, |e| (e - r.until).max(0))
                 })
                 .sum();
+            stream.commit(batch).await?;
+            if replay {
+                eprintln!(
+                    "demo: re-ran batch {id} from offsets/{id}: exactly its logged ranges {ranges}, \
+                     {n} records; {id}.jsonl replaced, commits/{id} written",
+                );
+                continue;
+            }
             let secs = self.started.elapsed().as_secs_f64().max(1e-9);
             eprintln!(
                 "demo: batch {id:>3}: {n:>7} records  {:>9.0} records/s  lag {lag:>8}  ({:.0}% read)",
                 self.delivered as f64 / secs,
                 100.0 * (self.total as i64 - lag) as f64 / self.total.max(1) as f64
             );
-            stream.done(batch);
         }
         Ok(RunEnd::Finished)
     }
