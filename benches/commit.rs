@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use kdirect::commit::{open_store, AnyStore, Batch, OffsetRange, OffsetStore, OpenOptions};
+use kdirect::commit::{open_store, AnyStore, OffsetRange, OffsetStore, OpenOptions, PlannedBatch};
 
 const PARTITIONS: i32 = 4;
 
@@ -43,9 +43,9 @@ fn tmp() -> PathBuf {
     d
 }
 
-fn batch(id: u64, topic: &str) -> Batch {
+fn batch(id: u64, topic: &str) -> PlannedBatch {
     let from = id as i64 * 100;
-    Batch::new(
+    PlannedBatch::new(
         id,
         (0..PARTITIONS)
             .map(|p| OffsetRange::new(topic, p, from, from + 100))

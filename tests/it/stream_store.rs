@@ -39,7 +39,7 @@ fn the_stream_replays_an_uncommitted_batch_exactly_and_resumes_after_a_commit() 
         }
         let ckpt = tempdir("replay").join("ckpt");
 
-        // Batch 0 committed; batch 1 handed out, its plan logged, then a "crash".
+        // PlannedBatch 0 committed; batch 1 handed out, its plan logged, then a "crash".
         let mut s = stream(&fake, &ckpt).await;
         let b0 = s.next_batch().await.unwrap().unwrap();
         assert_eq!(b0.id(), 0);
@@ -81,7 +81,7 @@ fn the_stream_replays_an_uncommitted_batch_exactly_and_resumes_after_a_commit() 
         s.commit(b2).await.unwrap();
         drop(s);
 
-        // Batch 0's ranges and batch 1's are contiguous and start at 0.
+        // PlannedBatch 0's ranges and batch 1's are contiguous and start at 0.
         for r in &b0_ranges {
             assert_eq!(r.from, 0);
         }

@@ -42,8 +42,8 @@ use serde_json::{Map, Value};
 
 use crate::error::io;
 use crate::{
-    check_from, Batch, CommitOutcome, Committed, OffsetRange, OffsetStore, Positions, StoreError,
-    StoreErrorKind, TopicPartition,
+    check_from, CommitOutcome, Committed, OffsetRange, OffsetStore, PlannedBatch, Positions,
+    StoreError, StoreErrorKind, TopicPartition,
 };
 
 /// Batches whose files are kept by default.
@@ -285,7 +285,7 @@ struct DiskState {
     /// Latest offsets file id.
     latest_offsets: Option<u64>,
     /// A logged, uncommitted batch.
-    pending: Option<Batch>,
+    pending: Option<PlannedBatch>,
 }
 
 impl CheckpointStore {
@@ -384,7 +384,7 @@ impl CheckpointStore {
     }
 
     /// Logs a plan, synchronously.
-    pub fn log_plan_sync(&self, batch: &Batch) -> Result<(), StoreError> {
+    pub fn log_plan_sync(&self, batch: &PlannedBatch) -> Result<(), StoreError> {
         let mut slot = self.state();
         // The cached state may be stale if another process wrote: on an error, read the
         // directory again and decide on what it holds.
@@ -397,7 +397,7 @@ impl CheckpointStore {
     }
 
     /// Commits, synchronously.
-    pub fn commit_sync(&self, batch: &Batch) -> Result<CommitOutcome, StoreError> {
+    pub fn commit_sync(&self, batch: &PlannedBatch) -> Result<CommitOutcome, StoreError> {
         let mut slot = self.state();
         let fresh = slot.is_none();
         let mut result = self.inner.commit_on(batch, &mut slot);
@@ -482,7 +482,11 @@ impl Inner {
         Ok(ids)
     }
 
-    fn log_plan_on(&self, batch: &Batch, slot: &mut Option<DiskState>) -> Result<(), StoreError> {
+    fn log_plan_on(
+        &self,
+        batch: &PlannedBatch,
+        slot: &mut Option<DiskState>,
+    ) -> Result<(), StoreError> {
         let mut s = self.cached(slot)?;
         match self.log_plan(batch, &s) {
             Ok(true) => {
@@ -502,7 +506,7 @@ impl Inner {
 
     fn commit_on(
         &self,
-        batch: &Batch,
+        batch: &PlannedBatch,
         slot: &mut Option<DiskState>,
     ) -> Result<CommitOutcome, StoreError> {
         let s = self.cached(slot)?;
@@ -582,7 +586,7 @@ impl Inner {
             _ => None,
         };
         let pending = match pending {
-            Some(id) => Some(Batch::new(
+            Some(id) => Some(PlannedBatch::new(
                 id,
                 self.read_file(&self.offsets_path(id), id)?.ranges(),
             )),
@@ -610,7 +614,7 @@ impl Inner {
 
     /// Logs `batch` on top of state `s`. `Ok(false)`: the batch is already committed with the
     /// same positions (nothing written).
-    fn log_plan(&self, batch: &Batch, s: &DiskState) -> Result<bool, StoreError> {
+    fn log_plan(&self, batch: &PlannedBatch, s: &DiskState) -> Result<bool, StoreError> {
         if let Some((c, _)) = &s.committed {
             if batch.id <= *c {
                 self.recommit(batch)?;
@@ -663,7 +667,7 @@ impl Inner {
     /// Commits `batch` on top of state `s`; gives the state after (`None` if unknown).
     fn commit(
         &self,
-        batch: &Batch,
+        batch: &PlannedBatch,
         s: DiskState,
     ) -> Result<(CommitOutcome, Option<DiskState>), StoreError> {
         if let Some((c, _)) = &s.committed {
@@ -729,7 +733,7 @@ impl Inner {
 
     /// `batch` has an id that is already committed: the same positions are a no-op; others are
     /// a conflict (another writer committed this batch id).
-    fn recommit(&self, batch: &Batch) -> Result<CommitOutcome, StoreError> {
+    fn recommit(&self, batch: &PlannedBatch) -> Result<CommitOutcome, StoreError> {
         let path = self.commits_path(batch.id);
         if !path.exists() {
             return Err(StoreErrorKind::BatchOrder {
@@ -798,7 +802,7 @@ impl Inner {
                 OffsetRange::new(tp.topic.clone(), tp.partition, from, to)
             })
             .collect();
-        let batch = Batch::new(batch_id, ranges);
+        let batch = PlannedBatch::new(batch_id, ranges);
         let file = BatchFile {
             batch_id,
             timestamp_ms: now_ms(),
@@ -896,13 +900,13 @@ impl OffsetStore for CheckpointStore {
         Ok(c)
     }
 
-    async fn log_plan(&self, batch: &Batch) -> Result<(), StoreError> {
+    async fn log_plan(&self, batch: &PlannedBatch) -> Result<(), StoreError> {
         let this = self.clone();
         let batch = batch.clone();
         self.blocking(move |_| this.log_plan_sync(&batch)).await
     }
 
-    async fn commit(&self, batch: &Batch) -> Result<CommitOutcome, StoreError> {
+    async fn commit(&self, batch: &PlannedBatch) -> Result<CommitOutcome, StoreError> {
         let this = self.clone();
         let batch = batch.clone();
         self.blocking(move |_| this.commit_sync(&batch)).await
@@ -933,8 +937,8 @@ mod tests {
         d
     }
 
-    fn batch(id: u64, from: i64, until: i64) -> Batch {
-        Batch::new(
+    fn batch(id: u64, from: i64, until: i64) -> PlannedBatch {
+        PlannedBatch::new(
             id,
             vec![
                 OffsetRange::new("events", 0, from, until),

@@ -32,7 +32,7 @@ use kdirect_proto::api::offset_fetch::{self, OffsetFetch};
 use kdirect_proto::ErrorCode;
 
 use crate::{
-    check_from, Batch, CommitOutcome, Committed, OffsetStore, Positions, StoreError,
+    check_from, CommitOutcome, Committed, OffsetStore, PlannedBatch, Positions, StoreError,
     StoreErrorKind, TopicPartition,
 };
 
@@ -376,11 +376,11 @@ impl OffsetStore for KafkaGroupStore {
         })
     }
 
-    async fn log_plan(&self, _batch: &Batch) -> Result<(), StoreError> {
+    async fn log_plan(&self, _batch: &PlannedBatch) -> Result<(), StoreError> {
         Ok(())
     }
 
-    async fn commit(&self, batch: &Batch) -> Result<CommitOutcome, StoreError> {
+    async fn commit(&self, batch: &PlannedBatch) -> Result<CommitOutcome, StoreError> {
         // Best-effort check (not atomic: Kafka has no compare-and-set).
         let mut asked: BTreeMap<String, Vec<i32>> = BTreeMap::new();
         for r in &batch.ranges {

@@ -56,14 +56,14 @@ pub type Positions = BTreeMap<TopicPartition, i64>;
 
 /// A batch as the stores see it: its id and its exact ranges.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Batch {
+pub struct PlannedBatch {
     /// The batch id.
     pub id: u64,
     /// One range per partition, `[from, until)`.
     pub ranges: Vec<OffsetRange>,
 }
 
-impl Batch {
+impl PlannedBatch {
     /// A batch.
     pub fn new(id: u64, ranges: Vec<OffsetRange>) -> Self {
         Self { id, ranges }
@@ -78,9 +78,9 @@ impl Batch {
     }
 }
 
-impl From<&BatchPlan> for Batch {
+impl From<&BatchPlan> for PlannedBatch {
     fn from(plan: &BatchPlan) -> Self {
-        Batch::new(plan.batch_id, plan.ranges.clone())
+        PlannedBatch::new(plan.batch_id, plan.ranges.clone())
     }
 }
 
@@ -93,7 +93,7 @@ pub struct Committed {
     pub positions: Positions,
     /// A batch that was logged before it ran but never committed (stores that log plans
     /// only). Re-run it with exactly these ranges.
-    pub pending: Option<Batch>,
+    pub pending: Option<PlannedBatch>,
 }
 
 impl Committed {
@@ -140,13 +140,14 @@ pub trait OffsetStore: Send + Sync {
 
     /// Logs a batch's ranges before it runs (write-ahead), so that a restart re-runs exactly
     /// them. A no-op for stores that cannot log plans.
-    fn log_plan(&self, batch: &Batch) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn log_plan(&self, batch: &PlannedBatch)
+        -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Stores the batch's positions after its output succeeded, comparing-and-setting on each
     /// range's `from` (see [`StoreErrorKind::Conflict`]).
     fn commit(
         &self,
-        batch: &Batch,
+        batch: &PlannedBatch,
     ) -> impl Future<Output = Result<CommitOutcome, StoreError>> + Send;
 
     /// Overwrites positions without compare-and-set, as batch `batch_id` (administration:
@@ -344,11 +345,11 @@ impl OffsetStore for AnyStore {
         dispatch!(self, s => s.load(topics).await)
     }
 
-    async fn log_plan(&self, batch: &Batch) -> Result<(), StoreError> {
+    async fn log_plan(&self, batch: &PlannedBatch) -> Result<(), StoreError> {
         dispatch!(self, s => s.log_plan(batch).await)
     }
 
-    async fn commit(&self, batch: &Batch) -> Result<CommitOutcome, StoreError> {
+    async fn commit(&self, batch: &PlannedBatch) -> Result<CommitOutcome, StoreError> {
         dispatch!(self, s => s.commit(batch).await)
     }
 
@@ -359,7 +360,11 @@ impl OffsetStore for AnyStore {
 
 /// Compare-and-set on `from` against `stored` positions: the first range whose partition holds
 /// another position is a conflict. A partition without a position accepts any `from`.
-pub(crate) fn check_from(store: &str, stored: &Positions, batch: &Batch) -> Result<(), StoreError> {
+pub(crate) fn check_from(
+    store: &str,
+    stored: &Positions,
+    batch: &PlannedBatch,
+) -> Result<(), StoreError> {
     for r in &batch.ranges {
         if let Some(&s) = stored.get(&r.topic_partition()) {
             if s != r.from {
@@ -424,7 +429,7 @@ mod tests {
         assert_eq!(c.next_batch_id(), 0);
         c.batch_id = Some(4);
         assert_eq!(c.next_batch_id(), 5);
-        c.pending = Some(Batch::new(5, vec![]));
+        c.pending = Some(PlannedBatch::new(5, vec![]));
         assert_eq!(c.next_batch_id(), 5);
     }
 }

@@ -24,7 +24,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, Script};
 
 use crate::{
-    Batch, CommitOutcome, Committed, OffsetStore, Positions, StoreError, StoreErrorKind,
+    CommitOutcome, Committed, OffsetStore, PlannedBatch, Positions, StoreError, StoreErrorKind,
     TopicPartition,
 };
 
@@ -205,11 +205,11 @@ impl OffsetStore for RedisStore {
         Ok(c)
     }
 
-    async fn log_plan(&self, _batch: &Batch) -> Result<(), StoreError> {
+    async fn log_plan(&self, _batch: &PlannedBatch) -> Result<(), StoreError> {
         Ok(())
     }
 
-    async fn commit(&self, batch: &Batch) -> Result<CommitOutcome, StoreError> {
+    async fn commit(&self, batch: &PlannedBatch) -> Result<CommitOutcome, StoreError> {
         let mut inv = self.script.prepare_invoke();
         inv.key(self.meta_key()).key(self.topics_key());
         for r in &batch.ranges {

@@ -25,7 +25,7 @@
 //! is written.
 //!
 //! ```no_run
-//! # async fn demo(store: &kdirect_commit::sql::SqlStore, batch: &kdirect_commit::Batch) -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn demo(store: &kdirect_commit::sql::SqlStore, batch: &kdirect_commit::PlannedBatch) -> Result<(), Box<dyn std::error::Error>> {
 //! use kdirect_commit::sql::Begun;
 //! match store.begin(batch).await? {
 //!     Begun::Open(mut tx) => {
@@ -47,8 +47,8 @@ use sqlx::AnyConnection;
 use sqlx::{Any, AnyPool, Executor, Row, Transaction};
 
 use crate::{
-    batch_id_i64, conflict, Batch, CommitOutcome, Committed, OffsetStore, Positions, StoreError,
-    StoreErrorKind, TopicPartition,
+    batch_id_i64, conflict, CommitOutcome, Committed, OffsetStore, PlannedBatch, Positions,
+    StoreError, StoreErrorKind, TopicPartition,
 };
 
 /// The SQL dialect of a store.
@@ -323,7 +323,7 @@ impl SqlStore {
     /// locked until the transaction ends), then the user's writes go into the same
     /// transaction, then [`SqlTxn::commit`]. If the batch is already committed, nothing is
     /// left open and [`Begun::AlreadyCommitted`] says so: skip the user's writes.
-    pub async fn begin(&self, batch: &Batch) -> Result<Begun, StoreError> {
+    pub async fn begin(&self, batch: &PlannedBatch) -> Result<Begun, StoreError> {
         let t = &self.table;
         let d = self.dialect;
         let batch_id = batch_id_i64(batch.id)?;
@@ -444,7 +444,7 @@ impl SqlStore {
     /// committed.
     pub async fn commit_with<F, Fut>(
         &self,
-        batch: &Batch,
+        batch: &PlannedBatch,
         write: F,
     ) -> Result<CommitOutcome, StoreError>
     where
@@ -671,11 +671,11 @@ impl OffsetStore for SqlStore {
         Ok(c)
     }
 
-    async fn log_plan(&self, _batch: &Batch) -> Result<(), StoreError> {
+    async fn log_plan(&self, _batch: &PlannedBatch) -> Result<(), StoreError> {
         Ok(())
     }
 
-    async fn commit(&self, batch: &Batch) -> Result<CommitOutcome, StoreError> {
+    async fn commit(&self, batch: &PlannedBatch) -> Result<CommitOutcome, StoreError> {
         match self.begin(batch).await? {
             Begun::AlreadyCommitted => Ok(CommitOutcome::AlreadyCommitted),
             Begun::Open(tx) => {

@@ -1,29 +1,58 @@
-//! kdirect: a pure-Rust Kafka consumer engine in the "Direct" model.
+//! kdirect: a pure-Rust Kafka consumer engine in the "Direct" model (Spark's direct Kafka
+//! stream, Structured Streaming's Kafka source).
 //!
-//! The driver asks the brokers where each partition begins and ends, plans each batch as exact
-//! per-partition offset ranges, fetches exactly those ranges and decodes the record batches
-//! zero-copy, and commits the ranges through one offset-store trait once the user's output
-//! succeeded.
+//! A [`DirectStream`] asks the brokers where each partition begins and ends, plans each batch
+//! as exact per-partition offset ranges `[from, until)` under rate limits, fetches exactly
+//! those ranges and decodes the record batches zero-copy (records are views over the fetch
+//! buffers), and hands you one [`Batch`] at a time. With an [`OffsetStore`] the stream owns
+//! the commit protocol: it resumes from the committed positions, re-runs a batch whose plan
+//! was logged but not committed with exactly its ranges, and commits each batch's positions
+//! with compare-and-set once your output succeeded.
 //!
-//! This crate is the facade over the workspace's crates:
-//! - [`proto`]: the sans-IO Kafka protocol layer;
-//! - [`engine`]: broker connections, the cluster view, the record-batch decoder;
-//! - [`commit`]: where offsets live.
+//! Exactly-once with a checkpoint directory and the idempotent file sink (one file per batch,
+//! replaced whole when a batch is re-run after a crash):
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), kdirect::engine::Error> {
-//! use kdirect::engine::cluster::Cluster;
-//! use kdirect::engine::conn::ConnConfig;
-//! use kdirect::proto::api::list_offsets::OffsetSpec;
-//! use kdirect::proto::IsolationLevel;
+//! use kdirect::{CheckpointStore, DirectStream, FileSink, StartPolicy};
 //!
-//! let cluster = Cluster::connect(&["127.0.0.1:9092".to_string()], ConnConfig::default()).await?;
-//! let ends = cluster
-//!     .list_offsets(&[("events".to_string(), 0)], OffsetSpec::Latest, IsolationLevel::ReadCommitted)
+//! # async fn run() -> Result<(), kdirect::Error> {
+//! let sink = FileSink::open("/data/out")?;
+//! let mut stream = DirectStream::builder()
+//!     .bootstrap("127.0.0.1:9092")
+//!     .topics(&["events"])
+//!     .start(StartPolicy::Earliest)
+//!     .store(CheckpointStore::open("/data/ckpt", 100)?)
+//!     .build()
 //!     .await?;
-//! println!("events-0 ends at {}", ends[0].offset);
+//! while let Some(batch) = stream.next_batch().await? {
+//!     let mut file = sink.begin(batch.id())?;
+//!     batch.try_for_each_record(|range, record| -> Result<(), kdirect::Error> {
+//!         let line = format!("{}-{} {}", range.topic, range.partition, record.offset());
+//!         Ok(file.write_line(line.as_bytes())?)
+//!     })?;
+//!     file.finish()?;
+//!     stream.commit(batch).await?;
+//! }
 //! # Ok(()) }
 //! ```
+//!
+//! With a SQL store (feature `sql`), [`DirectStream::begin`] opens the transaction that
+//! holds both the batch's offsets and your results; [`DirectStream::commit_transaction`]
+//! commits them together.
+//!
+//! What it does not do (yet): TLS and SASL, consumer-group membership (each stream reads a
+//! fixed set of topics and partitions), producing.
+//!
+//! # Features
+//! - `cli` (default): the `kdirect` binary; implies `sql`, `redis` and `unstable`, and
+//!   compiles clap and the fake broker. Library users: `default-features = false`.
+//! - `sql`: the SQLite, PostgreSQL and MySQL/MariaDB stores (sqlx), and exactly-once with
+//!   results in the offsets' transaction.
+//! - `redis`: the Redis store.
+//! - `unstable`: the workspace's crates as modules — [`proto`] (the sans-IO protocol layer),
+//!   [`engine`] (connections, cluster view, planner, fetcher, record decoder) and [`commit`]
+//!   (the stores) — with no stability promise. The items re-exported at the top level are
+//!   the supported surface.
 #![forbid(unsafe_code)]
 
 mod error;
@@ -31,10 +60,35 @@ pub mod stream;
 
 pub use error::Error;
 
+#[cfg(feature = "unstable")]
 pub use kdirect_commit as commit;
+#[cfg(feature = "unstable")]
 pub use kdirect_engine as engine;
+#[cfg(feature = "unstable")]
 pub use kdirect_proto as proto;
-pub use stream::{Batch, DirectStream, DirectStreamBuilder, Transaction};
+
+#[cfg(feature = "sql")]
+pub use stream::Transaction;
+pub use stream::{Batch, DirectStream, DirectStreamBuilder};
+
+pub use kdirect_engine::plan::{
+    DataLossPolicy, DataLossReason, LostRange, OffsetRange, PidConfig, RatePolicy, StartPolicy,
+    TopicPartition,
+};
+pub use kdirect_engine::record::{Header, Headers, Record};
+pub use kdirect_engine::ErrorKind;
+pub use kdirect_proto::IsolationLevel;
+
+pub use kdirect_commit::checkpoint::CheckpointStore;
+pub use kdirect_commit::file_sink::FileSink;
+#[cfg(feature = "redis")]
+pub use kdirect_commit::redis::RedisStore;
+#[cfg(feature = "sql")]
+pub use kdirect_commit::sql::{SinkTable, SqlStore};
+pub use kdirect_commit::{
+    open_store, AnyStore, CommitOutcome, Committed, OffsetStore, PlannedBatch, Positions,
+    StoreError, StoreErrorKind,
+};
 
 /// The README's Rust examples, compiled as doctests so they stay true.
 #[cfg(doctest)]

@@ -26,10 +26,11 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "sql")]
 use kdirect_commit::sql::{Begun, SinkRow, SinkTable, SqlStore, SqlTxn};
 use kdirect_commit::{
-    open_store, AnyStore, Batch as PlannedBatch, CommitOutcome, Committed, OffsetStore,
-    OpenOptions, StoreError,
+    open_store, AnyStore, CommitOutcome, Committed, OffsetStore, OpenOptions, PlannedBatch,
+    StoreError,
 };
 
 use kdirect_engine::cluster::Cluster;
@@ -159,6 +160,7 @@ impl<S: OffsetStore + 'static> DynStore for S {
 }
 
 impl dyn DynStore {
+    #[cfg(feature = "sql")]
     /// The SQL store behind this one, if it is one (given as a `SqlStore` or an `AnyStore`).
     fn sql(&self) -> Option<&SqlStore> {
         let any = self.as_any();
@@ -222,91 +224,171 @@ impl DirectStreamBuilder {
     /// `maxOffsetsPerTrigger`, `maxRatePerPartition`, `minOffsetsPerTrigger`,
     /// `maxTriggerDelay` (ms), `failOnDataLoss`, `backpressure.enabled`,
     /// `batch.interval.ms`, `memory.budget.bytes`.
-    pub fn set(mut self, key: &str, value: &str) -> Result<Self, EngineError> {
-        let c = &mut self.config;
-        match key {
-            "bootstrap.servers" => return Ok(self.bootstrap(value)),
-            "group.id" => return Ok(self.group(value)),
-            "client.id" => c.conn.client_id = value.to_owned(),
-            "request.timeout.ms" => {
-                c.conn.request_timeout = Duration::from_millis(parse(key, value)?)
-            }
-            "default.api.timeout.ms" => {
-                c.conn.retry_timeout = Duration::from_millis(parse(key, value)?)
-            }
-            "isolation.level" => {
-                c.fetch.params.isolation = match value {
-                    "read_committed" => IsolationLevel::ReadCommitted,
-                    "read_uncommitted" => IsolationLevel::ReadUncommitted,
-                    _ => {
-                        return Err(ErrorKind::Config(format!(
-                            "{key}: '{value}' is not read_committed or read_uncommitted"
-                        ))
-                        .into())
-                    }
+    pub fn set(self, key: &str, value: &str) -> Result<Self, EngineError> {
+        let ms = |v: &str| parse::<u64>(key, v).map(Duration::from_millis);
+        Ok(match key {
+            "bootstrap.servers" => self.bootstrap(value),
+            "group.id" => self.group(value),
+            "client.id" => self.client_id(value),
+            "request.timeout.ms" => self.request_timeout(ms(value)?),
+            "default.api.timeout.ms" => self.default_api_timeout(ms(value)?),
+            "isolation.level" => self.isolation(match value {
+                "read_committed" => IsolationLevel::ReadCommitted,
+                "read_uncommitted" => IsolationLevel::ReadUncommitted,
+                _ => {
+                    return Err(ErrorKind::Config(format!(
+                        "{key}: '{value}' is not read_committed or read_uncommitted"
+                    ))
+                    .into())
                 }
-            }
-            "fetch.min.bytes" => c.fetch.params.min_bytes = parse(key, value)?,
-            "fetch.max.bytes" => c.fetch.params.max_bytes = parse(key, value)?,
-            "fetch.max.wait.ms" => c.fetch.params.max_wait_ms = parse(key, value)?,
-            "max.partition.fetch.bytes" => c.fetch.partition_max_bytes = parse(key, value)?,
-            "check.crcs" => c.fetch.check_crcs = parse(key, value)?,
-            "auto.offset.reset" | "startingOffsets" => {
-                c.start = match value {
-                    "earliest" => StartPolicy::Earliest,
-                    "latest" => StartPolicy::Latest,
-                    "none" => StartPolicy::None,
-                    _ => {
-                        return Err(ErrorKind::Config(format!(
-                            "{key}: '{value}' is not earliest, latest or none"
-                        ))
-                        .into())
-                    }
+            }),
+            "fetch.min.bytes" => self.fetch_min_bytes(parse(key, value)?),
+            "fetch.max.bytes" => self.fetch_max_bytes(parse(key, value)?),
+            "fetch.max.wait.ms" => self.fetch_max_wait(ms(value)?),
+            "max.partition.fetch.bytes" => self.max_partition_fetch_bytes(parse(key, value)?),
+            "check.crcs" => self.check_crcs(parse(key, value)?),
+            "auto.offset.reset" | "startingOffsets" => self.start(match value {
+                "earliest" => StartPolicy::Earliest,
+                "latest" => StartPolicy::Latest,
+                "none" => StartPolicy::None,
+                _ => {
+                    return Err(ErrorKind::Config(format!(
+                        "{key}: '{value}' is not earliest, latest or none"
+                    ))
+                    .into())
                 }
-            }
-            "startingTimestamp" => c.start = StartPolicy::Timestamp(parse(key, value)?),
-            "maxOffsetsPerTrigger" => {
-                c.rate = c
-                    .rate
-                    .clone()
-                    .with_max_offsets_per_trigger(parse(key, value)?);
-                self.rate_set = true;
-            }
-            "maxRatePerPartition" => {
-                c.rate = c
-                    .rate
-                    .clone()
-                    .with_max_rate_per_partition(parse(key, value)?);
-                self.rate_set = true;
-            }
+            }),
+            "startingTimestamp" => self.start(StartPolicy::Timestamp(parse(key, value)?)),
+            "maxOffsetsPerTrigger" => self.max_offsets_per_trigger(parse(key, value)?),
+            "maxRatePerPartition" => self.max_rate_per_partition(parse(key, value)?),
             "minOffsetsPerTrigger" => {
-                let delay = c.rate.max_trigger_delay;
-                c.rate = c
-                    .rate
-                    .clone()
-                    .with_min_offsets_per_trigger(parse(key, value)?, delay);
+                let delay = self.config.rate.max_trigger_delay;
+                self.min_offsets_per_trigger(parse(key, value)?, delay)
             }
-            "maxTriggerDelay" => {
-                c.rate.max_trigger_delay = Duration::from_millis(parse(key, value)?)
-            }
-            "failOnDataLoss" => {
-                c.data_loss = if parse::<bool>(key, value)? {
-                    DataLossPolicy::Fail
-                } else {
-                    DataLossPolicy::Earliest
-                }
-            }
-            "backpressure.enabled" => {
-                if parse::<bool>(key, value)? {
-                    c.rate = c.rate.clone().with_backpressure(PidConfig::default());
-                    self.rate_set = true;
-                }
-            }
-            "batch.interval.ms" => c.batch_interval = Duration::from_millis(parse(key, value)?),
-            "memory.budget.bytes" => c.memory_budget = parse(key, value)?,
+            "maxTriggerDelay" => self.max_trigger_delay(ms(value)?),
+            "failOnDataLoss" => self.data_loss(if parse::<bool>(key, value)? {
+                DataLossPolicy::Fail
+            } else {
+                DataLossPolicy::Earliest
+            }),
+            "backpressure.enabled" => self.backpressure(parse(key, value)?),
+            "batch.interval.ms" => self.batch_interval(ms(value)?),
+            "memory.budget.bytes" => self.memory_budget(parse(key, value)?),
             _ => return Err(ErrorKind::Config(format!("unknown setting '{key}'")).into()),
+        })
+    }
+
+    /// `client.id`, sent with every request (default `kdirect`).
+    pub fn client_id(mut self, id: &str) -> Self {
+        self.config.conn.client_id = id.to_owned();
+        self
+    }
+
+    /// `request.timeout.ms`: how long one request may wait for its response.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.config.conn.request_timeout = timeout;
+        self
+    }
+
+    /// `default.api.timeout.ms`: how long retriable failures (a leader moving, a broker
+    /// restarting) are retried before the stream gives up (default 60 s).
+    pub fn default_api_timeout(mut self, timeout: Duration) -> Self {
+        self.config.conn.retry_timeout = timeout;
+        self
+    }
+
+    /// `fetch.min.bytes`.
+    pub fn fetch_min_bytes(mut self, bytes: i32) -> Self {
+        self.config.fetch.params.min_bytes = bytes;
+        self
+    }
+
+    /// `fetch.max.bytes`: the most record bytes one Fetch response may bring.
+    pub fn fetch_max_bytes(mut self, bytes: i32) -> Self {
+        self.config.fetch.params.max_bytes = bytes;
+        self
+    }
+
+    /// `fetch.max.wait.ms`.
+    pub fn fetch_max_wait(mut self, wait: Duration) -> Self {
+        self.config.fetch.params.max_wait_ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
+        self
+    }
+
+    /// `max.partition.fetch.bytes`.
+    pub fn max_partition_fetch_bytes(mut self, bytes: i32) -> Self {
+        self.config.fetch.partition_max_bytes = bytes;
+        self
+    }
+
+    /// `check.crcs` (default true).
+    pub fn check_crcs(mut self, on: bool) -> Self {
+        self.config.fetch.check_crcs = on;
+        self
+    }
+
+    /// `maxOffsetsPerTrigger`: at most this many offsets per batch, split across partitions
+    /// by lag.
+    pub fn max_offsets_per_trigger(mut self, offsets: u64) -> Self {
+        self.config.rate = self
+            .config
+            .rate
+            .clone()
+            .with_max_offsets_per_trigger(offsets);
+        self.rate_set = true;
+        self
+    }
+
+    /// `maxRatePerPartition`: at most this many records per partition per second of batch
+    /// interval.
+    pub fn max_rate_per_partition(mut self, records_per_s: u64) -> Self {
+        self.config.rate = self
+            .config
+            .rate
+            .clone()
+            .with_max_rate_per_partition(records_per_s);
+        self.rate_set = true;
+        self
+    }
+
+    /// `minOffsetsPerTrigger` with `maxTriggerDelay`: wait for at least `offsets` new
+    /// offsets, but no longer than `max_delay`.
+    pub fn min_offsets_per_trigger(mut self, offsets: u64, max_delay: Duration) -> Self {
+        self.config.rate = self
+            .config
+            .rate
+            .clone()
+            .with_min_offsets_per_trigger(offsets, max_delay);
+        self
+    }
+
+    /// `maxTriggerDelay`: how long `minOffsetsPerTrigger` may hold a batch back (default 15
+    /// minutes, as in Spark).
+    pub fn max_trigger_delay(mut self, delay: Duration) -> Self {
+        self.config.rate.max_trigger_delay = delay;
+        self
+    }
+
+    /// `backpressure.enabled`: PID rate estimation from each batch's processing time
+    /// (Spark's `spark.streaming.backpressure.enabled`).
+    pub fn backpressure(mut self, on: bool) -> Self {
+        if on {
+            self.config.rate = self
+                .config
+                .rate
+                .clone()
+                .with_backpressure(PidConfig::default());
+            self.rate_set = true;
+        } else {
+            self.config.rate.backpressure = None;
         }
-        Ok(self)
+        self
+    }
+
+    /// The batch interval: the time base of rates per second and of backpressure.
+    pub fn batch_interval(mut self, interval: Duration) -> Self {
+        self.config.batch_interval = interval;
+        self
     }
 
     /// `bootstrap.servers`.
@@ -867,6 +949,7 @@ impl DirectStream {
         Ok(outcome)
     }
 
+    #[cfg(feature = "sql")]
     /// The SQL store, when the stream has one (for [`SqlStore::sink_table`] and the
     /// transaction of [`begin`](Self::begin)).
     pub fn sql_store(&self) -> Option<&SqlStore> {
@@ -881,6 +964,7 @@ impl DirectStream {
             .is_some_and(<dyn DynStore>::logs_plans)
     }
 
+    #[cfg(feature = "sql")]
     /// Exactly-once with a SQL store: opens the transaction that commits `batch`. The batch's
     /// offsets are written in it first (compare-and-set on each range's `from`; the rows stay
     /// locked until it ends); put the results in the same transaction
@@ -905,6 +989,7 @@ impl DirectStream {
         })
     }
 
+    #[cfg(feature = "sql")]
     /// Commits `tx` (the batch's offsets and the caller's writes, together), then releases
     /// the batch as [`commit`](Self::commit) does. [`CommitOutcome::AlreadyCommitted`] when
     /// another run had committed the batch already (the transaction held nothing).
@@ -1094,6 +1179,7 @@ impl<E> From<EngineError> for Stop<E> {
     }
 }
 
+#[cfg(feature = "sql")]
 /// A batch's open transaction on a SQL store, from [`DirectStream::begin`]: the batch's
 /// offsets are already written in it; the caller's results go in before
 /// [`DirectStream::commit_transaction`]. Dropping it rolls back.
@@ -1104,6 +1190,7 @@ pub struct Transaction {
     tx: Option<SqlTxn>,
 }
 
+#[cfg(feature = "sql")]
 impl Transaction {
     /// The batch this transaction commits.
     pub fn batch_id(&self) -> u64 {

@@ -2,12 +2,12 @@
 #![allow(dead_code)]
 
 use kdirect_commit::{
-    Batch, CommitOutcome, OffsetRange, OffsetStore, Positions, StoreErrorKind, Stored,
+    CommitOutcome, OffsetRange, OffsetStore, PlannedBatch, Positions, StoreErrorKind, Stored,
     TopicPartition,
 };
 
-pub fn batch(id: u64, topic: &str, ranges: &[(i32, i64, i64)]) -> Batch {
-    Batch::new(
+pub fn batch(id: u64, topic: &str, ranges: &[(i32, i64, i64)]) -> PlannedBatch {
+    PlannedBatch::new(
         id,
         ranges
             .iter()

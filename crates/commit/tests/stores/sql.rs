@@ -54,7 +54,7 @@ async fn transactional(url: &str) {
             .collect()
     };
 
-    // Batch 0: a crash before commit (the transaction is dropped): nothing stored.
+    // PlannedBatch 0: a crash before commit (the transaction is dropped): nothing stored.
     let b0 = batch(0, &topic, &[(0, 0, 300)]);
     match store.begin(&b0).await.unwrap() {
         Begun::Open(mut tx) => {
