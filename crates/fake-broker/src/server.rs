@@ -3,6 +3,13 @@
 //! A connection handles one request at a time, in order, as a Kafka broker does. A request
 //! that cannot be parsed (bad frame, unknown API, unsupported version, undecodable body) closes
 //! that connection with a log line on stderr; nothing a client sends can stop the process.
+#![deny(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::unreachable
+)]
 
 use std::io;
 use std::net::SocketAddr;
@@ -157,16 +164,16 @@ async fn serve(
 }
 
 fn peek_header(frame: &[u8]) -> Result<(i16, i16, i32), WireError> {
-    if frame.len() < 8 {
+    let [k0, k1, v0, v1, c0, c1, c2, c3, ..] = *frame else {
         return Err(WireError::new(format!(
             "request of {} bytes is shorter than a header",
             frame.len()
         )));
-    }
+    };
     Ok((
-        i16::from_be_bytes([frame[0], frame[1]]),
-        i16::from_be_bytes([frame[2], frame[3]]),
-        i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]),
+        i16::from_be_bytes([k0, k1]),
+        i16::from_be_bytes([v0, v1]),
+        i32::from_be_bytes([c0, c1, c2, c3]),
     ))
 }
 

@@ -3,6 +3,13 @@
 //! A response is a list of chunks: small encoded pieces (headers, partition fields) and stored
 //! batch bodies, which are `Bytes` handles into the log and are never copied. The frame length
 //! is known before the first byte is written; chunks go out with vectored writes.
+#![deny(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::unreachable
+)]
 
 use std::io::{self, IoSlice};
 
@@ -25,15 +32,25 @@ pub(crate) fn encode_response<R: Encodable + HeaderVersion>(
     body: &R,
 ) -> Result<Chunks, WireError> {
     let header_version = R::header_version(version);
-    let mut buf = BytesMut::with_capacity(256);
-    buf.put_i32(0);
-    ResponseHeader::default()
-        .with_correlation_id(correlation_id)
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    // Sized first, as kdirect-proto's request encoder does, so the prefix is written in order.
+    let size = header
+        .compute_size(header_version)
+        .map_err(WireError::new)?
+        + body.compute_size(version).map_err(WireError::new)?;
+    let size_i32 = i32::try_from(size).map_err(|_| WireError::new("response too large"))?;
+    let mut buf = BytesMut::with_capacity(4 + size);
+    buf.put_i32(size_i32);
+    header
         .encode(&mut buf, header_version)
         .map_err(WireError::new)?;
     body.encode(&mut buf, version).map_err(WireError::new)?;
-    let size = i32::try_from(buf.len() - 4).map_err(|_| WireError::new("response too large"))?;
-    buf[..4].copy_from_slice(&size.to_be_bytes());
+    if buf.len() != 4 + size {
+        return Err(WireError::new(format!(
+            "response encoded to {} bytes after its prefix, sized as {size}",
+            buf.len() - 4
+        )));
+    }
     Ok(Chunks {
         parts: vec![buf.freeze()],
     })
@@ -58,13 +75,21 @@ impl std::fmt::Display for WireError {
 
 /// Writes every chunk with vectored writes, without copying any of them.
 pub(crate) async fn write_chunks(stream: &mut TcpStream, chunks: &Chunks) -> io::Result<()> {
-    let parts = &chunks.parts;
-    let (mut idx, mut off) = (0usize, 0usize);
-    while idx < parts.len() {
+    // `first` is what is left of the part being written; `rest` are the parts after it.
+    let mut first: &[u8] = &[];
+    let mut rest: &[Bytes] = &chunks.parts;
+    loop {
+        while first.is_empty() {
+            let Some((next, later)) = rest.split_first() else {
+                return Ok(());
+            };
+            first = next;
+            rest = later;
+        }
         let n = {
-            let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity((parts.len() - idx).min(64));
-            slices.push(IoSlice::new(&parts[idx][off..]));
-            for p in parts[idx + 1..].iter().take(63) {
+            let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(1 + rest.len().min(63));
+            slices.push(IoSlice::new(first));
+            for p in rest.iter().take(63) {
                 slices.push(IoSlice::new(p));
             }
             stream.write_vectored(&slices).await?
@@ -72,24 +97,23 @@ pub(crate) async fn write_chunks(stream: &mut TcpStream, chunks: &Chunks) -> io:
         if n == 0 {
             return Err(io::Error::new(io::ErrorKind::WriteZero, "peer closed"));
         }
+        // Drop the `n` bytes written from the front of `first`, then of `rest`.
         let mut left = n;
-        while left > 0 && idx < parts.len() {
-            let avail = parts[idx].len() - off;
-            if left >= avail {
-                left -= avail;
-                idx += 1;
-                off = 0;
-            } else {
-                off += left;
-                left = 0;
+        loop {
+            if let Some((_, tail)) = first.split_at_checked(left) {
+                first = tail;
+                break;
             }
-        }
-        while idx < parts.len() && parts[idx].len() == off {
-            idx += 1;
-            off = 0;
+            left -= first.len();
+            let Some((next, later)) = rest.split_first() else {
+                // More than was offered: nothing is left to write.
+                first = &[];
+                break;
+            };
+            first = next;
+            rest = later;
         }
     }
-    Ok(())
 }
 
 /// Small big-endian / compact writers for the hand-encoded Fetch response.

@@ -63,10 +63,10 @@ impl FrameDecoder {
     /// `Ok(None)` if fewer than four bytes are buffered; otherwise the frame's body size, already
     /// checked against the maximum.
     pub fn peek_size(&self, buf: &[u8]) -> Result<Option<usize>, FrameError> {
-        let Some(prefix) = buf.get(..SIZE_PREFIX_LEN) else {
+        let Some(prefix) = buf.first_chunk::<SIZE_PREFIX_LEN>() else {
             return Ok(None);
         };
-        let size = i32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
+        let size = i32::from_be_bytes(*prefix);
         if size < 0 {
             return Err(FrameError::NegativeSize { size });
         }
@@ -100,6 +100,12 @@ impl FrameDecoder {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic
+)]
 mod tests {
     use super::*;
 

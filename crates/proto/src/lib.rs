@@ -46,6 +46,15 @@
 //! tokio is absent from its dependency tree), and it does not decode record batches — that hot
 //! path lives in `kdirect-engine`'s `record` module.
 #![forbid(unsafe_code)]
+// Every byte decoded here comes off the network: no panicking index, unwrap or panic outside
+// tests (as in kdirect-engine's `record` module).
+#![deny(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::unreachable
+)]
 
 pub mod api;
 pub mod code;

@@ -88,9 +88,7 @@ pub fn encode_request<A: Api>(
 /// The correlation id at the front of a response frame body (every response header version
 /// starts with it), or `None` if the frame is shorter than four bytes.
 pub fn peek_correlation_id(frame: &[u8]) -> Option<i32> {
-    frame
-        .get(..4)
-        .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    frame.first_chunk::<4>().map(|b| i32::from_be_bytes(*b))
 }
 
 /// Decodes a response frame body (size prefix already removed): the header, then the body at

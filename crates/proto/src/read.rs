@@ -80,23 +80,36 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// The error for a field of `n` bytes that does not fit in what remains.
+    fn short(&self, n: usize, what: &str) -> ProtoError {
+        self.error_at(
+            self.pos,
+            format!("{what}: needs {n} bytes, {} remain", self.remaining()),
+        )
+    }
+
     fn take(&mut self, n: usize, what: &str) -> Res<&'a [u8]> {
-        if n > self.remaining() {
-            return Err(self.error_at(
-                self.pos,
-                format!("{what}: needs {n} bytes, {} remain", self.remaining()),
-            ));
-        }
-        let s = &self.buf[self.pos..self.pos + n];
+        let Some(s) = self
+            .buf
+            .get(self.pos..self.end)
+            .and_then(|rest| rest.get(..n))
+        else {
+            return Err(self.short(n, what));
+        };
         self.pos += n;
         Ok(s)
     }
 
     fn array<const N: usize>(&mut self, what: &str) -> Res<[u8; N]> {
-        let s = self.take(N, what)?;
-        let mut a = [0u8; N];
-        a.copy_from_slice(s);
-        Ok(a)
+        let Some(a) = self
+            .buf
+            .get(self.pos..self.end)
+            .and_then(<[u8]>::first_chunk::<N>)
+        else {
+            return Err(self.short(N, what));
+        };
+        self.pos += N;
+        Ok(*a)
     }
 
     pub(crate) fn i8(&mut self, what: &str) -> Res<i8> {
@@ -127,17 +140,19 @@ impl<'a> Reader<'a> {
     pub(crate) fn uvarint(&mut self, what: &str) -> Res<u32> {
         let start = self.pos;
         let mut value: u32 = 0;
-        for i in 0..5 {
-            let b = self.array::<1>(what)?[0];
-            if i == 4 && b > 0x0f {
-                return Err(self.error_at(start, format!("{what}: varint overflows 32 bits")));
-            }
+        for i in 0..4 {
+            let [b] = self.array::<1>(what)?;
             value |= u32::from(b & 0x7f) << (i * 7);
             if b < 0x80 {
                 return Ok(value);
             }
         }
-        unreachable!("the fifth byte is at most 0x0f")
+        // The fifth byte carries the top four bits and cannot continue.
+        let [b] = self.array::<1>(what)?;
+        if b > 0x0f {
+            return Err(self.error_at(start, format!("{what}: varint overflows 32 bits")));
+        }
+        Ok(value | (u32::from(b) << 28))
     }
 
     /// A length or count: a compact (varint, plus one, 0 = null) one if flexible, else an
@@ -326,6 +341,12 @@ impl<'a> Reader<'a> {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic
+)]
 mod tests {
     use super::*;
 

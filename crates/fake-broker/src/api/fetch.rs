@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, FetchRequest};
 use tokio::sync::watch;
 use tokio::time::{Duration, Instant};
@@ -180,7 +180,8 @@ fn plan(st: &mut State, ctx: &Ctx<'_>, req: &FetchRequest) -> Plan {
             };
             let mut part_left = p.partition_max_bytes.max(0) as usize;
             let mut last_offset = None;
-            for b in &log.batches[log.first_batch_at(p.fetch_offset)..] {
+            // `skip` on a slice iterator is O(1): the binary search stays the only walk.
+            for b in log.batches.iter().skip(log.first_batch_at(p.fetch_offset)) {
                 if b.base_offset >= limit {
                     break;
                 }
@@ -257,9 +258,10 @@ fn encode(v: i16, correlation_id: i32, plan: Plan) -> Result<Chunks, WireError> 
                 if left == 0 {
                     break;
                 }
+                // The 8-byte base offset, or as much of it as the cut leaves.
                 let base = base.to_be_bytes();
-                let n = left.min(8);
-                buf.put_slice(&base[..n]);
+                let n = left.min(base.len());
+                buf.put(Buf::take(base.as_slice(), n));
                 left -= n;
                 let n = left.min(body.len());
                 if n > 0 {

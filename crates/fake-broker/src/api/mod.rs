@@ -1,5 +1,12 @@
 //! One file per Kafka API, each saying which versions it speaks. `SUPPORTED` is exactly what
 //! ApiVersions advertises.
+#![deny(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::unreachable
+)]
 
 use std::sync::Arc;
 
