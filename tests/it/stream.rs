@@ -7,7 +7,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use bytes::Bytes;
-use kdirect::engine::plan::{StartPolicy, TopicPartition};
+use kdirect::engine::plan::{OffsetRange, StartPolicy, TopicPartition};
+use kdirect::engine::record::Record;
 use kdirect::engine::ErrorKind;
 use kdirect::proto::kafka_protocol::messages::ApiKey;
 use kdirect::proto::{ErrorCode, IsolationLevel};
@@ -35,6 +36,7 @@ async fn drain(stream: &mut DirectStream) -> (BTreeMap<TopicPartition, Vec<(i64,
             }
             next.insert(tp, r.until);
         }
+        let mut views = Vec::new();
         batch
             .for_each_record(|range, rec| {
                 assert!(rec.offset() >= range.from && rec.offset() < range.until);
@@ -42,12 +44,148 @@ async fn drain(stream: &mut DirectStream) -> (BTreeMap<TopicPartition, Vec<(i64,
                     rec.offset(),
                     String::from_utf8_lossy(rec.value().unwrap_or_default()).into_owned(),
                 ));
+                views.push(view_fields(range, rec));
             })
             .unwrap();
+        assert_eq!(
+            owned_fields(&batch),
+            views,
+            "batch {}: the owned records are the views",
+            batch.id()
+        );
         batches += 1;
         stream.done(batch);
     }
     (got, batches)
+}
+
+/// A record's fields as compared between the borrowed and the owned walks.
+type Fields = (
+    TopicPartition,
+    i64,
+    i64,
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+    Vec<(Vec<u8>, Option<Vec<u8>>)>,
+);
+
+fn view_fields(range: &OffsetRange, r: &Record<'_>) -> Fields {
+    (
+        range.topic_partition(),
+        r.offset(),
+        r.timestamp(),
+        r.key().map(<[u8]>::to_vec),
+        r.value().map(<[u8]>::to_vec),
+        r.headers()
+            .map(|h| (h.key().to_vec(), h.value().map(<[u8]>::to_vec)))
+            .collect(),
+    )
+}
+
+fn owned_fields(batch: &kdirect::Batch) -> Vec<Fields> {
+    batch
+        .records()
+        .map(|r| {
+            let (range, r) = r.unwrap();
+            (
+                range.topic_partition(),
+                r.offset(),
+                r.timestamp(),
+                r.key().map(|b| b.to_vec()),
+                r.value().map(|b| b.to_vec()),
+                r.headers()
+                    .iter()
+                    .map(|h| (h.key.to_vec(), h.value.as_ref().map(|v| v.to_vec())))
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+/// The owned records of every codec equal the views (keys, values, timestamps, headers with
+/// null and empty values), and for uncompressed batches they are views of the fetch buffer,
+/// not copies.
+#[test]
+fn owned_records_are_the_views_for_every_codec() {
+    rt().block_on(async {
+        let codecs = [
+            Codec::None,
+            Codec::Gzip,
+            Codec::Snappy,
+            Codec::Lz4,
+            Codec::Zstd,
+        ];
+        let fake = FakeCluster::builder().topic("o", 5).build().await.unwrap();
+        for (p, codec) in codecs.iter().enumerate() {
+            for b in 0..4 {
+                let recs: Vec<FakeRecord> = (0..50)
+                    .map(|i| {
+                        FakeRecord::value(Bytes::from(format!("v{p}-{b}-{i}")))
+                            .with_key(Bytes::from(format!("k{i}")))
+                            .with_header("h", Some(Bytes::from(format!("{i}"))))
+                            .with_header("empty", Some(Bytes::new()))
+                            .with_header("null", None)
+                    })
+                    .collect();
+                fake.append_batch(
+                    "o",
+                    p as i32,
+                    kdirect_fake_broker::encode_batch(
+                        &recs,
+                        &kdirect_fake_broker::BatchOptions::codec(*codec),
+                    )
+                    .unwrap(),
+                )
+                .unwrap();
+            }
+        }
+        let mut stream = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["o"])
+            .start(StartPolicy::Earliest)
+            .until_latest(true)
+            .max_offsets_per_trigger(333)
+            .build()
+            .await
+            .unwrap();
+        let (got, _) = drain(&mut stream).await;
+        for p in 0..5 {
+            assert_eq!(got[&TopicPartition::new("o", p)].len(), 200, "o-{p}");
+        }
+        // Zero copy: an uncompressed record's value lies inside a fetched batch's bytes.
+        let mut stream = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["o"])
+            .partitions(vec![0])
+            .start(StartPolicy::Earliest)
+            .until_latest(true)
+            .build()
+            .await
+            .unwrap();
+        let batch = stream.next_batch().await.unwrap().unwrap();
+        let spans: Vec<(usize, usize)> = batch
+            .range_data()
+            .iter()
+            .flat_map(|d| d.chunks.iter())
+            .flat_map(|c| c.batches().iter())
+            .map(|b| (b.bytes().as_ptr() as usize, b.bytes().len()))
+            .collect();
+        let mut n = 0;
+        for r in batch.records() {
+            let (_, r) = r.unwrap();
+            let v = r.value().unwrap();
+            let at = v.as_ptr() as usize;
+            assert!(
+                spans
+                    .iter()
+                    .any(|&(s, len)| at >= s && at + v.len() <= s + len),
+                "offset {} was copied",
+                r.offset()
+            );
+            n += 1;
+        }
+        assert_eq!(n, 200);
+    });
 }
 
 #[test]
@@ -598,5 +736,54 @@ fn partition_rotation_applies_with_a_rate_limit_too() {
         let (peak, _) = drain_within(&mut stream, budget, 32, 100).await;
         assert!(peak > 0 && peak <= budget, "peak {peak}");
         assert_eq!(stream.memory_in_use(), 0, "everything released");
+    });
+}
+
+/// A record that does not decode inside a batch whose CRC is right (the fetcher's walk passes
+/// it) fails the record walk, and the error names the broker, the topic and partition, the
+/// batch's offset and the byte; the owned iterator gives the same error, after the records
+/// before the fault.
+#[test]
+fn a_bad_record_names_broker_partition_and_offset() {
+    rt().block_on(async {
+        let fake = FakeCluster::builder().topic("bad", 1).build().await.unwrap();
+        let good: Vec<FakeRecord> = (0..10)
+            .map(|i| FakeRecord::value(Bytes::from(format!("g{i}"))))
+            .collect();
+        let opts = kdirect_fake_broker::BatchOptions::codec(Codec::None);
+        fake.append_batch("bad", 0, kdirect_fake_broker::encode_batch(&good, &opts).unwrap())
+            .unwrap();
+        let mut bytes = kdirect_fake_broker::encode_batch(&good, &opts).unwrap().to_vec();
+        // The first record's length varint (right after the 61-byte batch header): zigzag
+        // 0x7f is -64, a negative length. Then the CRC is made right again.
+        bytes[61] = 0x7f;
+        let crc = crc32c::crc32c(&bytes[21..]);
+        bytes[17..21].copy_from_slice(&crc.to_be_bytes());
+        fake.append_batch("bad", 0, Bytes::from(bytes)).unwrap();
+        let mut stream = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["bad"])
+            .start(StartPolicy::Earliest)
+            .until_latest(true)
+            .build()
+            .await
+            .unwrap();
+        let batch = stream.next_batch().await.unwrap().unwrap();
+        let mut seen = 0;
+        let e = batch.for_each_record(|_, _| seen += 1).unwrap_err();
+        assert_eq!(seen, 10, "the good batch is delivered before the fault");
+        assert!(matches!(e, kdirect::Error::Decode(_)), "{e:?}");
+        assert!(
+            matches!(e.engine_kind(), Some(ErrorKind::Decode { topic, partition: 0, .. }) if topic == "bad"),
+            "{e:?}"
+        );
+        let msg = e.to_string();
+        for want in ["bad-0", "broker", "at offset 10", "at byte"] {
+            assert!(msg.contains(want), "'{want}' missing from: {msg}");
+        }
+        let owned: Vec<_> = batch.records().collect();
+        assert_eq!(owned.len(), 11, "10 records, then the error");
+        assert!(owned[..10].iter().all(Result::is_ok));
+        assert_eq!(owned[10].as_ref().unwrap_err().to_string(), msg);
     });
 }

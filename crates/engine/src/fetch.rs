@@ -14,7 +14,7 @@
 //! Not yet here (the engine issue's next steps): prefetching the next batch within a memory
 //! budget, and the `DirectStream` that drives planner, fetcher and offset store together.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -26,8 +26,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::cluster::Cluster;
 use crate::error::{BrokerName, Error, ErrorKind};
 use crate::record::{
-    AbortedTransaction, Batch, DecodeError, DecodeOptions, Isolation, Record, RecordBatchReader,
-    Scratch,
+    AbortedTransaction, Batch, DecodeError, DecodeOptions, Isolation, OwnedRecord, Record,
+    RecordBatchReader, Scratch,
 };
 
 pub use crate::plan::OffsetRange;
@@ -266,6 +266,32 @@ impl RangeData {
         walked
     }
 
+    /// The range's records as [`OwnedRecord`]s (`Bytes` views, no copy for uncompressed
+    /// batches), in offset order: for handing records to other tasks or keeping them past
+    /// the batch. Slower than [`for_each_record`](Self::for_each_record), which lends views.
+    /// After an error the iterator ends.
+    pub fn records(&self) -> RangeRecords<'_> {
+        RangeRecords {
+            data: self,
+            chunk: 0,
+            batch: 0,
+            ready: VecDeque::new(),
+            scratch: None,
+            failed: false,
+            error: None,
+        }
+    }
+
+    fn decode_error(&self, chunk: &Chunk, source: DecodeError) -> Error {
+        ErrorKind::Decode {
+            broker: chunk.broker.clone(),
+            topic: self.range.topic.clone(),
+            partition: self.range.partition,
+            source,
+        }
+        .into()
+    }
+
     fn walk<E: From<Error>>(
         &self,
         scratch: &mut Scratch,
@@ -273,15 +299,7 @@ impl RangeData {
     ) -> Result<u64, E> {
         let mut n = 0;
         for c in &self.chunks {
-            let fail = |source: DecodeError| -> E {
-                Error::from(ErrorKind::Decode {
-                    broker: c.broker.clone(),
-                    topic: self.range.topic.clone(),
-                    partition: self.range.partition,
-                    source,
-                })
-                .into()
-            };
+            let fail = |source: DecodeError| -> E { self.decode_error(c, source).into() };
             for b in &c.batches {
                 for r in b.records(scratch, self.max_decompressed).map_err(fail)? {
                     f(&r.map_err(fail)?)?;
@@ -290,6 +308,59 @@ impl RangeData {
             }
         }
         Ok(n)
+    }
+}
+
+/// The records of a [`RangeData`] as [`OwnedRecord`]s; see [`RangeData::records`].
+#[derive(Debug)]
+pub struct RangeRecords<'a> {
+    data: &'a RangeData,
+    /// The next stored batch to decode: `data.chunks[chunk].batches[batch]`.
+    chunk: usize,
+    batch: usize,
+    /// The decoded records of the current stored batch not yet returned.
+    ready: VecDeque<OwnedRecord>,
+    scratch: Option<Scratch>,
+    /// A decode fault: the iteration ends with `error` once `ready` is empty.
+    failed: bool,
+    error: Option<Error>,
+}
+
+impl Iterator for RangeRecords<'_> {
+    type Item = Result<OwnedRecord, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(r) = self.ready.pop_front() {
+                return Some(Ok(r));
+            }
+            if self.failed {
+                return self.error.take().map(Err);
+            }
+            let chunk = self.data.chunks.get(self.chunk)?;
+            let Some(batch) = chunk.batches.get(self.batch) else {
+                self.chunk += 1;
+                self.batch = 0;
+                continue;
+            };
+            self.batch += 1;
+            let scratch = self.scratch.get_or_insert_with(|| self.data.scratch.take());
+            if let Err(e) =
+                batch.owned_records(scratch, self.data.max_decompressed, &mut self.ready)
+            {
+                // The records decoded before the fault come first, as with for_each_record.
+                self.failed = true;
+                self.error = Some(self.data.decode_error(chunk, e));
+            }
+        }
+    }
+}
+
+impl Drop for RangeRecords<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.scratch.take() {
+            self.data.scratch.give(s);
+        }
     }
 }
 

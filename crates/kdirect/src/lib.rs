@@ -69,13 +69,14 @@ pub use kdirect_proto as proto;
 
 #[cfg(feature = "sql")]
 pub use stream::Transaction;
-pub use stream::{Batch, DirectStream, DirectStreamBuilder};
+pub use stream::{Batch, BatchRecords, DirectStream, DirectStreamBuilder};
 
+pub use kdirect_engine::fetch::{RangeData, RangeRecords};
 pub use kdirect_engine::plan::{
     DataLossPolicy, DataLossReason, LostRange, OffsetRange, PidConfig, RatePolicy, StartPolicy,
     TopicPartition,
 };
-pub use kdirect_engine::record::{Header, Headers, Record};
+pub use kdirect_engine::record::{Header, Headers, OwnedHeader, OwnedRecord, Record};
 pub use kdirect_engine::ErrorKind;
 pub use kdirect_proto::IsolationLevel;
 

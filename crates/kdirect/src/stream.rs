@@ -35,12 +35,14 @@ use kdirect_commit::{
 
 use kdirect_engine::cluster::Cluster;
 use kdirect_engine::conn::ConnConfig;
-use kdirect_engine::fetch::{fetch_ranges_within, FetchConfig, MemoryBudget, RangeData};
+use kdirect_engine::fetch::{
+    fetch_ranges_within, FetchConfig, MemoryBudget, RangeData, RangeRecords,
+};
 use kdirect_engine::plan::{
     BatchCompletion, DataLossPolicy, LostRange, OffsetRange, PartitionSnapshot, PidConfig,
     PlanOutcome, Planner, PlannerConfig, RatePolicy, StartPolicy, TimestampLookup, TopicPartition,
 };
-use kdirect_engine::record::Record;
+use kdirect_engine::record::{OwnedRecord, Record};
 use kdirect_engine::{Error as EngineError, ErrorKind};
 
 use crate::Error;
@@ -1134,6 +1136,20 @@ impl Batch {
         })
     }
 
+    /// Every record as an [`OwnedRecord`](kdirect_engine::record::OwnedRecord) with its
+    /// range, range by range, in offset order within each partition. Keys, values and headers
+    /// are `Bytes` views (no copy for uncompressed batches; one buffer per compressed stored
+    /// batch), so records can go to other tasks and outlive the batch (they keep their
+    /// buffers, and so their share of the memory budget, alive). Slower than
+    /// [`try_for_each_record`](Self::try_for_each_record), which lends views. After an
+    /// error the iterator ends.
+    pub fn records(&self) -> BatchRecords<'_> {
+        BatchRecords {
+            ranges: self.data.iter(),
+            current: None,
+        }
+    }
+
     /// The batch as an offset store sees it: its id and ranges.
     pub fn planned(&self) -> PlannedBatch {
         PlannedBatch::new(self.id, self.ranges.clone())
@@ -1164,6 +1180,35 @@ impl Batch {
             .iter()
             .map(OffsetRange::topic_partition)
             .collect()
+    }
+}
+
+/// The records of a [`Batch`]; see [`Batch::records`].
+#[derive(Debug)]
+pub struct BatchRecords<'a> {
+    ranges: std::slice::Iter<'a, RangeData>,
+    current: Option<(&'a OffsetRange, RangeRecords<'a>)>,
+}
+
+impl<'a> Iterator for BatchRecords<'a> {
+    type Item = Result<(&'a OffsetRange, OwnedRecord), Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some((range, records)) = &mut self.current {
+                match records.next() {
+                    Some(Ok(r)) => return Some(Ok((range, r))),
+                    Some(Err(e)) => {
+                        self.ranges = [].iter();
+                        self.current = None;
+                        return Some(Err(e.into()));
+                    }
+                    None => self.current = None,
+                }
+            }
+            let d = self.ranges.next()?;
+            self.current = Some((&d.range, d.records()));
+        }
     }
 }
 

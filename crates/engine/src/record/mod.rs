@@ -66,6 +66,7 @@ mod batch;
 mod compression;
 mod crc;
 mod error;
+mod owned;
 mod reader;
 mod records;
 mod txn;
@@ -78,6 +79,7 @@ pub use batch::{Attributes, Batch, BatchHeader, Batches, Tail, TimestampType, BA
 pub use compression::{Compression, Scratch};
 pub use crc::crc32c;
 pub use error::{DecodeError, DecodeErrorKind, Field};
+pub use owned::{OwnedHeader, OwnedRecord};
 pub use reader::{DecodeOptions, Isolation, RecordBatchReader};
 pub use records::{Header, Headers, Record, Records};
 pub use txn::{AbortedTransaction, ControlRecordType};
