@@ -106,7 +106,7 @@ impl Batch {
         let compressed = self.header().compression != Compression::None;
         let buf = if compressed {
             // Decompress (and learn its errors) through the reusable scratch buffer.
-            drop(self.records(scratch, max_decompressed)?);
+            self.records(scratch, max_decompressed)?;
             Bytes::copy_from_slice(scratch.inflated())
         } else {
             self.bytes()
