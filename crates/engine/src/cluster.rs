@@ -188,11 +188,10 @@ impl Cluster {
                 return Ok(c.clone());
             }
         }
-        let addr = self.view().broker_addr(node_id).ok_or_else(|| {
-            Error::from(ErrorKind::Config(format!(
-                "broker {node_id} is not in the metadata"
-            )))
-        })?;
+        let addr = self
+            .view()
+            .broker_addr(node_id)
+            .ok_or_else(|| Error::from(ErrorKind::UnknownBroker { node_id }))?;
         let conn = BrokerConnection::connect(&addr, Some(node_id), &self.config).await?;
         self.conns.insert(node_id, conn.clone());
         Ok(conn)
@@ -314,7 +313,10 @@ impl Cluster {
             }
             while let Some(joined) = tasks.join_next().await {
                 let (conn, asked, result) = joined.map_err(|e| {
-                    Error::from(ErrorKind::Config(format!("list_offsets task failed: {e}")))
+                    Error::from(ErrorKind::Task {
+                        what: "list_offsets request",
+                        reason: e.to_string(),
+                    })
                 })??;
                 let resp = match result {
                     Ok(r) => r,

@@ -32,7 +32,9 @@ impl Error {
             ErrorKind::Connect { .. }
             | ErrorKind::Disconnected { .. }
             | ErrorKind::Timeout { .. }
-            | ErrorKind::NoLeader { .. } => true,
+            | ErrorKind::NoLeader { .. }
+            | ErrorKind::UnknownBroker { .. }
+            | ErrorKind::NoProgress { .. } => true,
             ErrorKind::Partition { code, .. } | ErrorKind::Broker { code, .. } => {
                 code.is_retriable()
             }
@@ -240,4 +242,55 @@ pub enum ErrorKind {
     /// A configuration value is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A partition's leader is a broker the metadata's broker list does not name (the
+    /// metadata is changing): retried after a refresh.
+    #[error("broker {node_id} is not in the metadata's broker list")]
+    UnknownBroker {
+        /// The node id.
+        node_id: i32,
+    },
+    /// A range reaches past the end of its partition's log (the log was truncated after the
+    /// batch was planned, or the plan is wrong).
+    #[error(
+        "{broker}: range {topic}-{partition} [{from}, {until}) reaches past the partition's \
+         end {end}"
+    )]
+    PastEnd {
+        /// The broker.
+        broker: BrokerName,
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: i32,
+        /// The range's first offset.
+        from: i64,
+        /// The range's end (exclusive).
+        until: i64,
+        /// The partition's end (high watermark, or last stable offset under read_committed).
+        end: i64,
+    },
+    /// Fetch answers that never move a partition's position (no data for it, no whole batch,
+    /// the partition left out): retried with backoff, then reported.
+    #[error("{broker}: no progress fetching {topic}-{partition} at offset {offset}: {reason}")]
+    NoProgress {
+        /// The broker asked last.
+        broker: BrokerName,
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: i32,
+        /// The position that did not move.
+        offset: i64,
+        /// What the answers held.
+        reason: String,
+    },
+    /// A task of the engine failed (panicked or was cancelled), or a resource it waits on
+    /// was closed.
+    #[error("{what} failed: {reason}")]
+    Task {
+        /// What the task did.
+        what: &'static str,
+        /// Why it failed.
+        reason: String,
+    },
 }

@@ -923,7 +923,10 @@ impl DirectStream {
         let joined = task.await;
         self.pending = None;
         let batch = joined.map_err(|e| {
-            EngineError::from(ErrorKind::Config(format!("stream task failed: {e}")))
+            EngineError::from(ErrorKind::Task {
+                what: "stream batch",
+                reason: e.to_string(),
+            })
         })??;
         if let (Some(store), Some(b)) = (&self.store, &batch) {
             store.log_plan(&b.planned()).await?;

@@ -1,0 +1,533 @@
+//! The fetcher: reads planned offset ranges `[from, until)` exactly, from the partitions'
+//! leaders, across as many Fetch requests as it takes.
+//!
+//! Partitions are grouped by leader and all leaders are fetched concurrently. Each response's
+//! `records` is kept as the `Bytes` slice of the response frame it arrived in (no copy), after
+//! one walk over its batches that checks every CRC32C and finds where the next fetch starts
+//! (`baseOffset + lastOffsetDelta + 1` of the last whole batch; a truncated final batch is the
+//! broker cutting at the byte limit, not an error). NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH,
+//! UNKNOWN_LEADER_EPOCH, LEADER_NOT_AVAILABLE and connection drops refresh the metadata and
+//! retry with backoff; OFFSET_OUT_OF_RANGE and other errors end the fetch with an error that
+//! names the range. A range is never returned partly: the result holds every range whole, or
+//! it is an error.
+//!
+//! Not yet here (the engine issue's next steps): prefetching the next batch within a memory
+//! budget, and the `DirectStream` that drives planner, fetcher and offset store together.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use kdirect_proto::api::fetch::{self, AbortedTxn, Fetch, FetchParams, FetchView};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::cluster::Cluster;
+use crate::conn::BrokerConnection;
+use crate::error::{BrokerName, Error, ErrorKind};
+use crate::record::{
+    AbortedTransaction, Batch, DecodeError, DecodeOptions, OwnedRecord, Record, Scratch,
+};
+
+mod session;
+#[cfg(test)]
+mod tests;
+
+pub use session::{FetchSession, LeaderRequest, RoundEnd};
+
+pub use crate::plan::OffsetRange;
+
+/// Fetcher settings (the Java client's names and defaults).
+#[derive(Debug, Clone)]
+pub struct FetchConfig {
+    /// `fetch.max.wait.ms`, `fetch.min.bytes`, `fetch.max.bytes`, `isolation.level`.
+    pub params: FetchParams,
+    /// `max.partition.fetch.bytes` (default 1 MiB).
+    pub partition_max_bytes: i32,
+    /// `check.crcs` (default true).
+    pub check_crcs: bool,
+    /// Largest decompressed size of one batch.
+    pub max_decompressed: usize,
+    /// First retry backoff, doubled each retry up to 1 s (`retry.backoff.ms`, default 100).
+    pub retry_backoff: Duration,
+}
+
+impl Default for FetchConfig {
+    fn default() -> Self {
+        Self {
+            params: FetchParams::default(),
+            partition_max_bytes: 1_048_576,
+            check_crcs: true,
+            max_decompressed: DecodeOptions::DEFAULT_MAX_DECOMPRESSED,
+            retry_backoff: Duration::from_millis(100),
+        }
+    }
+}
+
+/// A hard limit on fetched-but-not-released bytes, shared by every fetch that uses it (the
+/// current batch, the prefetched one). Each Fetch request reserves its `fetch.max.bytes`
+/// before it is sent and keeps exactly its response's size once it arrives; the bytes are
+/// released when the last [`RangeData`] holding them is dropped. The one excess Kafka forces:
+/// a broker returns a first batch larger than `fetch.max.bytes` whole (KIP-74), and such a
+/// response is accounted in full once it has arrived.
+#[derive(Debug, Clone)]
+pub struct MemoryBudget {
+    sem: Arc<Semaphore>,
+    total: usize,
+    sizing: Arc<Sizing>,
+    scratch: Arc<ScratchPool>,
+}
+
+/// What the fetches sharing a budget learned about the data, to size the next requests: a
+/// range needs about `remaining offsets × bytes per offset`, and asking each partition for
+/// `max.partition.fetch.bytes` regardless brings back (and holds in the budget) up to that
+/// much past the range's end.
+#[derive(Debug, Default)]
+struct Sizing {
+    /// Bytes per offset × 1024, from every chunk fetched so far (0: nothing yet).
+    bytes_per_offset_x1024: std::sync::atomic::AtomicU64,
+    /// The largest record batch seen, in bytes: a request never asks a partition for less.
+    max_batch: std::sync::atomic::AtomicU64,
+}
+
+impl Sizing {
+    fn learn(&self, bytes: usize, offsets: i64, max_batch: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if offsets > 0 {
+            let x = (bytes as u64).saturating_mul(1024) / offsets as u64;
+            let old = self.bytes_per_offset_x1024.load(Relaxed);
+            // A moving average that follows changes in record size within a few chunks.
+            let new = if old == 0 { x } else { (old * 3 + x) / 4 };
+            self.bytes_per_offset_x1024.store(new.max(1), Relaxed);
+        }
+        self.max_batch.fetch_max(max_batch as u64, Relaxed);
+    }
+
+    /// The bytes to ask a partition for when `remaining` offsets of its range are left;
+    /// `None` before anything was learned.
+    fn partition_bytes(&self, remaining: i64) -> Option<usize> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let bpo = self.bytes_per_offset_x1024.load(Relaxed);
+        if bpo == 0 {
+            return None;
+        }
+        let want = (remaining.max(0) as u64).saturating_mul(bpo) / 1024;
+        // A quarter more for batches that straddle the range's end, and never less than one
+        // whole batch (or the broker may have nothing to return for this partition).
+        let want = want.saturating_add(want / 4).saturating_add(1024);
+        let floor = self.max_batch.load(Relaxed).saturating_add(1024);
+        Some(usize::try_from(want.max(floor)).unwrap_or(usize::MAX))
+    }
+}
+
+impl MemoryBudget {
+    /// The default budget: 64 MiB.
+    pub const DEFAULT: usize = 64 << 20;
+
+    /// A budget of `total` bytes.
+    pub fn new(total: usize) -> MemoryBudget {
+        let total = total.clamp(1, Semaphore::MAX_PERMITS);
+        MemoryBudget {
+            sem: Arc::new(Semaphore::new(total)),
+            total,
+            sizing: Arc::default(),
+            scratch: Arc::default(),
+        }
+    }
+
+    /// No practical limit.
+    pub fn unlimited() -> MemoryBudget {
+        MemoryBudget::new(Semaphore::MAX_PERMITS)
+    }
+
+    /// The budget's size in bytes.
+    pub fn total(&self) -> usize {
+        self.total
+    }
+
+    /// Bytes reserved or held right now.
+    pub fn in_use(&self) -> usize {
+        self.total - self.sem.available_permits()
+    }
+
+    /// The largest stored record batch any fetch on this budget has read, in bytes; `None`
+    /// before the first. A range costs at least one whole stored batch however few offsets
+    /// it asks for (KIP-74), so a driver bounds the partitions per batch with it.
+    pub fn largest_batch(&self) -> Option<usize> {
+        let max = self
+            .sizing
+            .max_batch
+            .load(std::sync::atomic::Ordering::Relaxed);
+        (max > 0).then(|| usize::try_from(max).unwrap_or(usize::MAX))
+    }
+
+    async fn reserve(&self, n: usize) -> Result<OwnedSemaphorePermit, Error> {
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        // The semaphore is never closed; the error path exists only to avoid a panic.
+        self.sem.clone().acquire_many_owned(n).await.map_err(|_| {
+            ErrorKind::Task {
+                what: "memory budget",
+                reason: "closed".to_owned(),
+            }
+            .into()
+        })
+    }
+}
+
+/// One Fetch response's records for a range: the data batches the fetcher validated (CRC,
+/// read_committed, the fetch offset and the range's end applied), as views of the response
+/// frame. Consumption iterates them without walking the response again.
+#[derive(Debug, Clone)]
+pub struct Chunk {
+    /// The offset this chunk was fetched at.
+    pub fetch_offset: i64,
+    /// Where the next chunk starts (capped at the range's `until`).
+    pub next_offset: i64,
+    /// The broker that sent it.
+    broker: BrokerName,
+    /// The data batches to deliver, in offset order.
+    batches: Vec<Batch>,
+    /// Bytes of the response's `records` this chunk keeps alive.
+    bytes: usize,
+    /// This response's share of the memory budget, released when the last chunk of the
+    /// response is dropped.
+    _budget: Option<Arc<OwnedSemaphorePermit>>,
+}
+
+impl Chunk {
+    /// The broker that sent this chunk.
+    pub fn broker(&self) -> &BrokerName {
+        &self.broker
+    }
+
+    /// The data batches to deliver (control batches and aborted transactions removed).
+    pub fn batches(&self) -> &[Batch] {
+        &self.batches
+    }
+}
+
+/// Decompression buffers shared by the fetches and the consumption of one stream (one
+/// [`MemoryBudget`]): a walk takes one and gives it back, so a stream that consumes its
+/// batches one after the other reuses one buffer, and decompression stops allocating after
+/// the first few batches.
+#[derive(Debug, Default)]
+struct ScratchPool(Mutex<Vec<Scratch>>);
+
+/// Buffers kept for reuse; more are dropped (each can hold one batch's decompressed size).
+const POOLED_SCRATCH: usize = 2;
+
+impl ScratchPool {
+    fn take(&self) -> Scratch {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+            .unwrap_or_default()
+    }
+
+    fn give(&self, scratch: Scratch) {
+        let mut pool = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if pool.len() < POOLED_SCRATCH {
+            pool.push(scratch);
+        }
+    }
+}
+
+/// A range read whole.
+#[derive(Debug, Clone)]
+pub struct RangeData {
+    /// The range.
+    pub range: OffsetRange,
+    /// The chunks, in offset order; together they cover `[from, until)`.
+    pub chunks: Vec<Chunk>,
+    max_decompressed: usize,
+    scratch: Arc<ScratchPool>,
+}
+
+impl RangeData {
+    /// Bytes held by this range's chunks.
+    pub fn bytes(&self) -> usize {
+        self.chunks.iter().map(|c| c.bytes).sum()
+    }
+
+    /// Calls `f` with every data record of the range, in offset order. The batches were
+    /// validated when the range was fetched (CRC, read_committed) and are not walked again;
+    /// a record that does not decode is [`ErrorKind::Decode`], naming the broker, the
+    /// partition, the batch's offset and the byte.
+    pub fn for_each_record(&self, mut f: impl FnMut(&Record<'_>)) -> Result<u64, Error> {
+        self.try_for_each_record(|r| {
+            f(r);
+            Ok::<(), Error>(())
+        })
+    }
+
+    /// Like [`for_each_record`](Self::for_each_record), but `f` can fail: the first error
+    /// (the caller's, or a decode error converted into `E`) stops the walk and is returned.
+    pub fn try_for_each_record<E: From<Error>>(
+        &self,
+        mut f: impl FnMut(&Record<'_>) -> Result<(), E>,
+    ) -> Result<u64, E> {
+        let mut scratch = self.scratch.take();
+        let walked = self.walk(&mut scratch, &mut f);
+        self.scratch.give(scratch);
+        walked
+    }
+
+    /// The range's records as [`OwnedRecord`]s (`Bytes` views, no copy for uncompressed
+    /// batches), in offset order: for handing records to other tasks or keeping them past
+    /// the batch. Slower than [`for_each_record`](Self::for_each_record), which lends views.
+    /// After an error the iterator ends.
+    pub fn records(&self) -> RangeRecords<'_> {
+        RangeRecords {
+            data: self,
+            chunk: 0,
+            batch: 0,
+            ready: VecDeque::new(),
+            scratch: None,
+            failed: false,
+            error: None,
+        }
+    }
+
+    fn decode_error(&self, chunk: &Chunk, source: DecodeError) -> Error {
+        ErrorKind::Decode {
+            broker: chunk.broker.clone(),
+            topic: self.range.topic.clone(),
+            partition: self.range.partition,
+            source,
+        }
+        .into()
+    }
+
+    fn walk<E: From<Error>>(
+        &self,
+        scratch: &mut Scratch,
+        f: &mut impl FnMut(&Record<'_>) -> Result<(), E>,
+    ) -> Result<u64, E> {
+        let mut n = 0;
+        for c in &self.chunks {
+            let fail = |source: DecodeError| -> E { self.decode_error(c, source).into() };
+            for b in &c.batches {
+                for r in b.records(scratch, self.max_decompressed).map_err(fail)? {
+                    f(&r.map_err(fail)?)?;
+                    n += 1;
+                }
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// The records of a [`RangeData`] as [`OwnedRecord`]s; see [`RangeData::records`].
+#[derive(Debug)]
+pub struct RangeRecords<'a> {
+    data: &'a RangeData,
+    /// The next stored batch to decode: `data.chunks[chunk].batches[batch]`.
+    chunk: usize,
+    batch: usize,
+    /// The decoded records of the current stored batch not yet returned.
+    ready: VecDeque<OwnedRecord>,
+    scratch: Option<Scratch>,
+    /// A decode fault: the iteration ends with `error` once `ready` is empty.
+    failed: bool,
+    error: Option<Error>,
+}
+
+impl Iterator for RangeRecords<'_> {
+    type Item = Result<OwnedRecord, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(r) = self.ready.pop_front() {
+                return Some(Ok(r));
+            }
+            if self.failed {
+                return self.error.take().map(Err);
+            }
+            let chunk = self.data.chunks.get(self.chunk)?;
+            let Some(batch) = chunk.batches.get(self.batch) else {
+                self.chunk += 1;
+                self.batch = 0;
+                continue;
+            };
+            self.batch += 1;
+            let scratch = self.scratch.get_or_insert_with(|| self.data.scratch.take());
+            if let Err(e) =
+                batch.owned_records(scratch, self.data.max_decompressed, &mut self.ready)
+            {
+                // The records decoded before the fault come first, as with for_each_record.
+                self.failed = true;
+                self.error = Some(self.data.decode_error(chunk, e));
+            }
+        }
+    }
+}
+
+impl Drop for RangeRecords<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.scratch.take() {
+            self.data.scratch.give(s);
+        }
+    }
+}
+
+fn aborted(a: &AbortedTxn) -> AbortedTransaction {
+    AbortedTransaction {
+        producer_id: a.producer_id,
+        first_offset: a.first_offset,
+    }
+}
+
+/// Reads every range whole. Ranges must be disjoint per partition; empty ranges are returned
+/// with no chunks.
+pub async fn fetch_ranges(
+    cluster: &Cluster,
+    ranges: &[OffsetRange],
+    cfg: &FetchConfig,
+) -> Result<Vec<RangeData>, Error> {
+    fetch_ranges_within(cluster, ranges, cfg, &MemoryBudget::unlimited()).await
+}
+
+/// [`fetch_ranges`] within a memory budget: requests wait for room, and the returned data
+/// holds its bytes of the budget until dropped. A set of ranges that cannot fit the budget on
+/// its own is [`ErrorKind::BudgetExceeded`] (bound the batch with a rate limit).
+///
+/// The driver of a [`FetchSession`]: it sends each round's requests concurrently (one per
+/// leader), reserves their share of the budget, hands the answers to the session, and backs
+/// off (doubling from `retry.backoff.ms` up to 1 s) and refreshes the metadata when the
+/// session asks for a retry, for up to `default.api.timeout.ms` from the first failure.
+pub async fn fetch_ranges_within(
+    cluster: &Cluster,
+    ranges: &[OffsetRange],
+    cfg: &FetchConfig,
+    budget: &MemoryBudget,
+) -> Result<Vec<RangeData>, Error> {
+    let mut session = FetchSession::new(ranges, cfg, budget);
+    let topics = session.topics();
+    let topic_refs: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let mut view = cluster.ensure_topics(&topic_refs).await?;
+    let mut retries = 0u32;
+    let mut first_failure: Option<tokio::time::Instant> = None;
+    while !session.is_done() {
+        let requests = session.next_requests(&view)?;
+        let mut tasks = tokio::task::JoinSet::new();
+        for req in requests {
+            let conn = match cluster.connection(req.leader).await {
+                Ok(c) => c,
+                Err(e) => {
+                    session.on_error(e)?;
+                    continue;
+                }
+            };
+            let permit = budget.reserve(req.reserve).await?;
+            tasks.spawn(async move {
+                let answer = send(&conn, &req, permit).await;
+                (conn, req, answer)
+            });
+        }
+        let mut answers = Vec::with_capacity(tasks.len());
+        while let Some(joined) = tasks.join_next().await {
+            answers.push(joined.map_err(|e| {
+                Error::from(ErrorKind::Task {
+                    what: "fetch request",
+                    reason: e.to_string(),
+                })
+            })?);
+        }
+        // Responses larger than their reservation (a first batch larger than the limit,
+        // KIP-74) wait for room, so they go last: by then every other response of this round
+        // holds only what it keeps, and the room they wait for is never held by this call's
+        // own reservations (waiting for those would never end).
+        let oversized = |req: &LeaderRequest, a: &Result<Answer, Error>| matches!(a, Ok(a) if a.size > req.reserve);
+        answers.sort_by_key(|(_, req, a)| oversized(req, a));
+        let mut reserved_by_oversized: usize = answers
+            .iter()
+            .filter(|(_, req, a)| oversized(req, a))
+            .map(|(_, req, _)| req.reserve)
+            .sum();
+        for (conn, req, answer) in answers {
+            let mut a = match answer {
+                Ok(a) => a,
+                Err(e) => {
+                    session.on_error(e)?;
+                    continue;
+                }
+            };
+            if a.size > req.reserve {
+                // Account for all of it, waiting for room unless this call alone would
+                // overflow the budget.
+                reserved_by_oversized -= req.reserve;
+                let needed = session.held() + reserved_by_oversized + a.size;
+                if needed > budget.total() {
+                    return Err(ErrorKind::BudgetExceeded {
+                        needed,
+                        budget: budget.total(),
+                    }
+                    .into());
+                }
+                a.permit.merge(budget.reserve(a.size - req.reserve).await?);
+            }
+            // The permit is released when the last chunk keeping it is dropped: a response
+            // whose data is all dropped gives its bytes back right away.
+            session.on_response(
+                &req,
+                conn.broker(),
+                a.view,
+                a.size,
+                Some(Arc::new(a.permit)),
+            )?;
+        }
+        match session.end_round() {
+            RoundEnd::Done | RoundEnd::Continue => {}
+            RoundEnd::Retry(e) => {
+                retries += 1;
+                let since = *first_failure.get_or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() >= cluster.config().retry_timeout {
+                    return Err(e);
+                }
+                let backoff = cfg
+                    .retry_backoff
+                    .saturating_mul(1 << retries.min(10))
+                    .min(Duration::from_secs(1));
+                tokio::time::sleep(backoff).await;
+                view = cluster.refresh(Some(&topic_refs)).await?;
+            }
+        }
+    }
+    Ok(session.finish())
+}
+
+/// A response as received: decoded, its size, and its reservation of the budget.
+struct Answer {
+    view: FetchView,
+    size: usize,
+    permit: OwnedSemaphorePermit,
+}
+
+/// Sends one request and decodes its response (the bounded, zero-copy decoder: `records`
+/// are slices of the frame). The reservation shrinks to the response's size.
+async fn send(
+    conn: &BrokerConnection,
+    req: &LeaderRequest,
+    mut permit: OwnedSemaphorePermit,
+) -> Result<Answer, Error> {
+    let mut version = conn.version::<Fetch>()?;
+    // Fetch v13+ names topics by id; without ids (an older Metadata answer), stay below it.
+    if !req.has_topic_ids() {
+        version = version.min(fetch::FIRST_TOPIC_ID_VERSION - 1);
+    }
+    let protocol = |source| {
+        Error::from(ErrorKind::Protocol {
+            broker: conn.broker().clone(),
+            source,
+        })
+    };
+    let body = fetch::request(&req.params, &req.topics, version).map_err(protocol)?;
+    let frame = conn.round_trip::<Fetch>(&body, version).await?;
+    let size = frame.len();
+    if size < req.reserve {
+        // Keep exactly the response's size of the reservation.
+        drop(permit.split(req.reserve - size));
+    }
+    let (_, view) = fetch::decode(frame, version, &req.names).map_err(protocol)?;
+    Ok(Answer { view, size, permit })
+}

@@ -1,0 +1,498 @@
+//! The fetcher's state machine, without I/O: which requests to send next, and what a response
+//! means. Like the planner, it is driven from outside — by [`super::fetch_ranges_within`],
+//! which owns the sockets, the tasks, the memory-budget permits and the backoff — and unit
+//! tests drive it with hand-made metadata and responses.
+//!
+//! A round: [`FetchSession::next_requests`] groups the open ranges by leader and sizes each
+//! request (partition bytes from what earlier chunks taught, the budget's room shared in
+//! proportion); the driver sends them and hands each answer to
+//! [`FetchSession::on_response`] (or a failure to [`FetchSession::on_error`]); then
+//! [`FetchSession::end_round`] says whether to go again at once, or after a backoff and a
+//! metadata refresh (and why). A round that moved no position and changed nothing in how the
+//! next one is asked is never repeated at once: a broker that keeps answering without data
+//! (a partition left out of the answer, the same old batch, a batch cut short) is retried
+//! with backoff until `default.api.timeout.ms`, then reported.
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use kdirect_proto::api::fetch::{FetchParams, FetchView, PartitionFetch, TopicFetch};
+use kdirect_proto::message::Api;
+use kdirect_proto::{ErrorCode, IsolationLevel};
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::{aborted, Chunk, FetchConfig, MemoryBudget, RangeData, ScratchPool, Sizing};
+use crate::cluster::ClusterView;
+use crate::error::{BrokerName, Error, ErrorKind};
+use crate::plan::OffsetRange;
+use crate::record::{DecodeOptions, Isolation, RecordBatchReader};
+
+/// One Fetch request to one leader, as the session planned it.
+#[derive(Debug, Clone)]
+pub struct LeaderRequest {
+    /// The leader's node id.
+    pub leader: i32,
+    /// Bytes of the memory budget to reserve before sending; the response keeps what it uses.
+    pub reserve: usize,
+    /// Request parameters; `max_bytes` is fitted to `reserve`.
+    pub params: FetchParams,
+    /// The partitions asked, by topic.
+    pub topics: Vec<TopicFetch>,
+    /// Topic ids to names, for decoding the response (Fetch v13+ names topics by id).
+    pub names: HashMap<[u8; 16], String>,
+    /// The ranges asked: index into the session's ranges, and the bytes asked for each.
+    items: Vec<(usize, usize)>,
+}
+
+impl LeaderRequest {
+    /// Whether every topic has an id (Fetch v13+ may be used).
+    pub fn has_topic_ids(&self) -> bool {
+        self.topics.iter().all(|t| t.id != [0; 16])
+    }
+}
+
+/// The state of reading a set of ranges whole; see the module docs.
+#[derive(Debug)]
+pub struct FetchSession {
+    ranges: Vec<OffsetRange>,
+    /// The next offset to fetch per range.
+    pos: Vec<i64>,
+    /// Ranges that came back empty while asked for less than `max.partition.fetch.bytes` (a
+    /// batch larger than any seen so far): asked for the full size from then on.
+    uncapped: Vec<bool>,
+    out: Vec<RangeData>,
+    cfg: FetchConfig,
+    isolation: Isolation,
+    sizing: Arc<Sizing>,
+    scratch: Arc<ScratchPool>,
+    budget_total: usize,
+    /// Bytes of fetched data the session holds.
+    held: usize,
+    /// Why the round must be retried after a backoff, if it must.
+    retry: Option<Error>,
+    /// Whether this round moved a position or changed how the next one asks.
+    changed: bool,
+    /// The broker each range was last asked of.
+    asked_of: Vec<Option<BrokerName>>,
+}
+
+/// What the driver does after a round.
+#[derive(Debug)]
+pub enum RoundEnd {
+    /// Every range is whole.
+    Done,
+    /// Send the next round now.
+    Continue,
+    /// Back off, refresh the metadata, then send the next round; the error is what to report
+    /// if the retry deadline passes.
+    Retry(Error),
+}
+
+impl FetchSession {
+    /// A session for `ranges` (disjoint per partition; empty ones are returned with no
+    /// chunks), sharing what `budget` learned about the data.
+    pub fn new(ranges: &[OffsetRange], cfg: &FetchConfig, budget: &MemoryBudget) -> Self {
+        let isolation = match cfg.params.isolation {
+            IsolationLevel::ReadCommitted => Isolation::ReadCommitted,
+            IsolationLevel::ReadUncommitted => Isolation::ReadUncommitted,
+        };
+        FetchSession {
+            ranges: ranges.to_vec(),
+            pos: ranges.iter().map(|r| r.from).collect(),
+            uncapped: vec![false; ranges.len()],
+            out: ranges
+                .iter()
+                .map(|r| RangeData {
+                    range: r.clone(),
+                    chunks: Vec::new(),
+                    max_decompressed: cfg.max_decompressed,
+                    scratch: budget.scratch.clone(),
+                })
+                .collect(),
+            cfg: cfg.clone(),
+            isolation,
+            sizing: budget.sizing.clone(),
+            scratch: budget.scratch.clone(),
+            budget_total: budget.total(),
+            held: 0,
+            retry: None,
+            changed: false,
+            asked_of: vec![None; ranges.len()],
+        }
+    }
+
+    /// The topics of the ranges, sorted, once each.
+    pub fn topics(&self) -> Vec<String> {
+        let mut t: Vec<String> = self.ranges.iter().map(|r| r.topic.clone()).collect();
+        t.sort_unstable();
+        t.dedup();
+        t
+    }
+
+    /// Whether every range is whole.
+    pub fn is_done(&self) -> bool {
+        self.open().next().is_none()
+    }
+
+    /// Bytes of fetched data the session holds (counted once a response's data is kept).
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
+    /// The next offset to fetch per range.
+    pub fn positions(&self) -> &[i64] {
+        &self.pos
+    }
+
+    fn open(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.ranges.len()).filter(|&i| self.pos.get(i) < self.ranges.get(i).map(|r| &r.until))
+    }
+
+    /// The bytes to ask range `i` for.
+    fn part_bytes(&self, i: usize) -> i32 {
+        let max = self.cfg.partition_max_bytes;
+        if self.uncapped.get(i).copied().unwrap_or(true) {
+            return max;
+        }
+        let (Some(r), Some(&p)) = (self.ranges.get(i), self.pos.get(i)) else {
+            return max;
+        };
+        self.sizing
+            .partition_bytes(r.until - p)
+            .map_or(max, |b| max.min(i32::try_from(b).unwrap_or(i32::MAX)))
+    }
+
+    /// The requests of the next round, one per leader, against `view`. A range whose leader
+    /// is unknown makes the round a retry (the others are still asked).
+    /// [`ErrorKind::BudgetExceeded`] when the session alone fills the budget.
+    pub fn next_requests(&mut self, view: &ClusterView) -> Result<Vec<LeaderRequest>, Error> {
+        self.retry = None;
+        self.changed = false;
+        let fetch_max = usize::try_from(self.cfg.params.max_bytes.max(1)).unwrap_or(usize::MAX);
+        let part_max = usize::try_from(self.cfg.partition_max_bytes.max(1)).unwrap_or(usize::MAX);
+        let mut open: Vec<usize> = self.open().collect();
+        // The first fetch on a budget knows nothing of the data: asking every partition for
+        // max.partition.fetch.bytes would fill the budget with bytes past the ranges' ends.
+        // One partition goes first, and the others are asked for what their ranges need.
+        if self.sizing.partition_bytes(1).is_none() {
+            open.truncate(1);
+        }
+        let mut by_leader: BTreeMap<i32, Vec<(usize, i32)>> = BTreeMap::new();
+        for i in open {
+            let Some(r) = self.ranges.get(i) else {
+                continue;
+            };
+            match view.leader(&r.topic, r.partition) {
+                Ok((leader, epoch)) => by_leader.entry(leader).or_default().push((i, epoch)),
+                Err(e) if e.is_retriable() => self.retry = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        // Each leader's request may bring back up to min(fetch.max.bytes, its partitions ×
+        // max.partition.fetch.bytes); when that does not fit the room left, the room is
+        // shared in proportion. (A broker still returns a first batch larger than the limit.)
+        let room = self.budget_total.saturating_sub(self.held);
+        if room == 0 && !by_leader.is_empty() {
+            return Err(ErrorKind::BudgetExceeded {
+                needed: self.held + 1,
+                budget: self.budget_total,
+            }
+            .into());
+        }
+        let asked =
+            |s: &Self, i: usize| usize::try_from(s.part_bytes(i).max(1)).unwrap_or(part_max);
+        let wants: BTreeMap<i32, usize> = by_leader
+            .iter()
+            .map(|(l, items)| {
+                let sum: usize = items.iter().map(|&(i, _)| asked(self, i)).sum();
+                (*l, fetch_max.min(sum))
+            })
+            .collect();
+        let want_sum: usize = wants.values().sum();
+        let mut requests = Vec::with_capacity(by_leader.len());
+        for (leader, items) in by_leader {
+            let want = wants.get(&leader).copied().unwrap_or(fetch_max);
+            let reserve = if want_sum <= room {
+                want
+            } else {
+                ((room as u128 * want as u128 / want_sum.max(1) as u128) as usize).max(1)
+            };
+            let mut topics: BTreeMap<&str, TopicFetch> = BTreeMap::new();
+            let mut names: HashMap<[u8; 16], String> = HashMap::new();
+            let mut asked_items = Vec::with_capacity(items.len());
+            for &(i, epoch) in &items {
+                let (Some(r), Some(&p)) = (self.ranges.get(i), self.pos.get(i)) else {
+                    continue;
+                };
+                let id = view.topic(&r.topic).map(|t| t.id).unwrap_or([0; 16]);
+                names.insert(id, r.topic.clone());
+                let bytes = self.part_bytes(i);
+                asked_items.push((i, usize::try_from(bytes).unwrap_or(0)));
+                topics
+                    .entry(r.topic.as_str())
+                    .or_insert_with(|| TopicFetch {
+                        name: r.topic.clone(),
+                        id,
+                        partitions: Vec::new(),
+                    })
+                    .partitions
+                    .push(PartitionFetch {
+                        partition: r.partition,
+                        fetch_offset: p,
+                        partition_max_bytes: bytes,
+                        current_leader_epoch: epoch,
+                    });
+            }
+            // fetch.max.bytes limits the records; the response also carries per-partition
+            // fields (about 60 bytes each at v16) and headers. Leave room for them, or a
+            // response that fills its records limit overflows its reservation.
+            let framing = 1024 + 128 * items.len();
+            let mut params = self.cfg.params;
+            params.max_bytes =
+                i32::try_from(reserve.saturating_sub(framing).max(1)).unwrap_or(i32::MAX);
+            requests.push(LeaderRequest {
+                leader,
+                reserve,
+                params,
+                topics: topics.into_values().collect(),
+                names,
+                items: asked_items,
+            });
+        }
+        Ok(requests)
+    }
+
+    /// A request that failed before or instead of its response (no connection, a dropped
+    /// connection, a timeout): retriable errors make the round a retry, others end the fetch.
+    pub fn on_error(&mut self, e: Error) -> Result<(), Error> {
+        if e.is_retriable() {
+            self.retry = Some(e);
+            Ok(())
+        } else {
+            Err(e)
+        }
+    }
+
+    /// `req`'s response from `broker`: `size` bytes in all, holding `hold` (its share of the
+    /// memory budget) for as long as a chunk keeps its data. Validates every batch once (CRC,
+    /// control batches, aborted transactions), keeps the data batches as chunks, and moves the
+    /// positions.
+    pub fn on_response(
+        &mut self,
+        req: &LeaderRequest,
+        broker: &BrokerName,
+        resp: FetchView,
+        size: usize,
+        hold: Option<Arc<OwnedSemaphorePermit>>,
+    ) -> Result<(), Error> {
+        if let Some(code) = resp.error.err() {
+            return self.on_error(
+                ErrorKind::Broker {
+                    broker: broker.clone(),
+                    api: kdirect_proto::api::fetch::Fetch::KEY,
+                    code,
+                }
+                .into(),
+            );
+        }
+        for &(i, _) in &req.items {
+            if let Some(a) = self.asked_of.get_mut(i) {
+                *a = Some(broker.clone());
+            }
+        }
+        let mut kept = false;
+        for p in resp.partitions {
+            // Partitions the request did not ask for (or asked twice) are ignored.
+            let Some(&(i, asked)) = req.items.iter().find(|(i, _)| {
+                self.ranges
+                    .get(*i)
+                    .is_some_and(|r| r.topic == p.topic && r.partition == p.partition)
+            }) else {
+                continue;
+            };
+            let (Some(r), Some(&at)) = (self.ranges.get(i), self.pos.get(i)) else {
+                continue;
+            };
+            let r = r.clone();
+            if let Some(code) = p.error.err() {
+                let e = range_error(broker, &r, at, code);
+                if is_leader_change(code) || code.is_retriable() {
+                    self.retry = Some(e);
+                    continue;
+                }
+                return Err(e);
+            }
+            let opts = DecodeOptions::new()
+                .check_crc(self.cfg.check_crcs)
+                .max_decompressed(self.cfg.max_decompressed)
+                .fetch_offset(at)
+                .until(r.until)
+                .isolation(self.isolation);
+            let mut reader = RecordBatchReader::new(p.records.clone(), opts)
+                .with_aborted_transactions(p.aborted_transactions.iter().map(aborted))
+                .with_scratch(self.scratch.take());
+            // The one walk over the response: CRCs, control batches, aborted transactions.
+            // The batches it keeps are what consumption iterates.
+            let (mut max_batch, mut used) = (0, 0);
+            let mut batches = Vec::new();
+            let walked = loop {
+                match reader.next_batch() {
+                    Ok(Some(b)) => {
+                        max_batch = max_batch.max(b.bytes().len());
+                        used += b.bytes().len();
+                        batches.push(b);
+                    }
+                    Ok(None) => break Ok(()),
+                    Err(source) => {
+                        break Err(Error::from(ErrorKind::Decode {
+                            broker: broker.clone(),
+                            topic: r.topic.clone(),
+                            partition: r.partition,
+                            source,
+                        }))
+                    }
+                }
+            };
+            let next = reader.next_offset();
+            self.scratch.give(reader.into_scratch());
+            walked?;
+            if next > at {
+                self.sizing.learn(used, next - at, max_batch);
+                if let Some(out) = self.out.get_mut(i) {
+                    out.chunks.push(Chunk {
+                        fetch_offset: at,
+                        next_offset: next,
+                        broker: broker.clone(),
+                        batches,
+                        bytes: p.records.len(),
+                        _budget: hold.clone(),
+                    });
+                }
+                if let Some(pos) = self.pos.get_mut(i) {
+                    *pos = next;
+                }
+                self.changed = true;
+                kept = true;
+                continue;
+            }
+            // No whole batch past the position. Up to the high watermark (or the last stable
+            // offset) there is nothing more: the range reaches past the data the partition has.
+            let end = if self.isolation == Isolation::ReadCommitted && p.last_stable_offset >= 0 {
+                p.last_stable_offset
+            } else {
+                p.high_watermark
+            };
+            if end <= at {
+                return Err(ErrorKind::PastEnd {
+                    broker: broker.clone(),
+                    topic: r.topic.clone(),
+                    partition: r.partition,
+                    from: r.from,
+                    until: r.until,
+                    end,
+                }
+                .into());
+            }
+            if p.records.is_empty() && size.saturating_add(asked) > req.reserve {
+                // No bytes for it, and no room left for them: the response reached
+                // fetch.max.bytes before this partition's turn (other partitions' data filled
+                // it). It goes again in the next round.
+                continue;
+            }
+            let part_max =
+                usize::try_from(self.cfg.partition_max_bytes.max(1)).unwrap_or(usize::MAX);
+            if asked < part_max {
+                // Asked for less than a batch that is larger than any seen so far.
+                if let Some(u) = self.uncapped.get_mut(i) {
+                    *u = true;
+                }
+                self.changed = true;
+                continue;
+            }
+            self.retry = Some(
+                ErrorKind::NoProgress {
+                    broker: broker.clone(),
+                    topic: r.topic.clone(),
+                    partition: r.partition,
+                    offset: at,
+                    reason: format!(
+                        "no whole record batch in {} bytes (max.partition.fetch.bytes {})",
+                        p.records.len(),
+                        self.cfg.partition_max_bytes
+                    ),
+                }
+                .into(),
+            );
+        }
+        if kept {
+            self.held += size;
+        }
+        Ok(())
+    }
+
+    /// Ends a round: done, go on at once, or retry after a backoff. A round that moved no
+    /// position and changed nothing about how the next is asked is a retry even when no
+    /// response said why (a partition left out of every answer, an answer with no data).
+    pub fn end_round(&mut self) -> RoundEnd {
+        if let Some(e) = self.retry.take() {
+            return RoundEnd::Retry(e);
+        }
+        if self.is_done() {
+            return RoundEnd::Done;
+        }
+        if self.changed {
+            return RoundEnd::Continue;
+        }
+        let i = self.open().next().unwrap_or(0);
+        let (topic, partition) = self
+            .ranges
+            .get(i)
+            .map_or((String::new(), -1), |r| (r.topic.clone(), r.partition));
+        let broker = self
+            .asked_of
+            .get(i)
+            .cloned()
+            .flatten()
+            .unwrap_or(BrokerName {
+                node_id: None,
+                addr: "no broker".to_owned(),
+            });
+        RoundEnd::Retry(
+            ErrorKind::NoProgress {
+                broker,
+                topic,
+                partition,
+                offset: self.pos.get(i).copied().unwrap_or(-1),
+                reason: "the answers held no data for it".to_owned(),
+            }
+            .into(),
+        )
+    }
+
+    /// The ranges' data, once [`is_done`](Self::is_done).
+    pub fn finish(self) -> Vec<RangeData> {
+        self.out
+    }
+}
+
+fn is_leader_change(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::NOT_LEADER_OR_FOLLOWER
+            | ErrorCode::FENCED_LEADER_EPOCH
+            | ErrorCode::UNKNOWN_LEADER_EPOCH
+            | ErrorCode::LEADER_NOT_AVAILABLE
+    )
+}
+
+fn range_error(broker: &BrokerName, r: &OffsetRange, at: i64, code: ErrorCode) -> Error {
+    ErrorKind::Range {
+        broker: broker.clone(),
+        topic: r.topic.clone(),
+        partition: r.partition,
+        from: r.from,
+        until: r.until,
+        at,
+        code,
+    }
+    .into()
+}

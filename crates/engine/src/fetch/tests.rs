@@ -1,0 +1,407 @@
+//! The fetch session driven by hand, as `plan/tests.rs` drives the planner: metadata and
+//! Fetch answers are made up, so every branch (leader moves, sizing, partial answers, budget
+//! shares, answers that never make progress) is reached without a socket.
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use kdirect_proto::api::fetch::{FetchView, FetchedPartition};
+use kdirect_proto::api::metadata::{BrokerInfo, PartitionInfo, TopicInfo};
+use kdirect_proto::ErrorCode;
+
+use super::{FetchConfig, FetchSession, MemoryBudget, RoundEnd};
+use crate::cluster::ClusterView;
+use crate::error::{BrokerName, ErrorKind};
+use crate::plan::OffsetRange;
+
+const TOPIC_ID: [u8; 16] = [7; 16];
+
+/// A cluster of brokers 1 and 2; topic `t` with `leaders[p]` leading partition `p`.
+fn view(leaders: &[i32]) -> ClusterView {
+    let mut brokers = BTreeMap::new();
+    for id in [1, 2] {
+        brokers.insert(
+            id,
+            BrokerInfo {
+                node_id: id,
+                host: "127.0.0.1".into(),
+                port: 9000 + id,
+                rack: None,
+            },
+        );
+    }
+    let partitions = leaders
+        .iter()
+        .enumerate()
+        .map(|(p, &leader)| PartitionInfo {
+            partition: p as i32,
+            error: ErrorCode::NONE,
+            leader,
+            leader_epoch: 5,
+            replicas: vec![leader],
+            isr: vec![leader],
+        })
+        .collect();
+    let mut topics = BTreeMap::new();
+    topics.insert(
+        "t".to_owned(),
+        TopicInfo {
+            name: "t".into(),
+            id: TOPIC_ID,
+            error: ErrorCode::NONE,
+            internal: false,
+            partitions,
+        },
+    );
+    ClusterView {
+        brokers,
+        topics,
+        ..ClusterView::default()
+    }
+}
+
+fn broker(id: i32) -> BrokerName {
+    BrokerName {
+        node_id: Some(id),
+        addr: format!("127.0.0.1:{}", 9000 + id),
+    }
+}
+
+/// One stored batch of `n` uncompressed records starting at `base`, with a right CRC.
+fn batch(base: i64, n: i32) -> Vec<u8> {
+    let mut records = Vec::new();
+    for i in 0..n {
+        // length, attributes, timestampDelta 0, offsetDelta i, key null, value "v", no headers.
+        let body = [0u8, 0, (i as u8) << 1, 1, 2, b'v', 0];
+        records.push((body.len() as u8) << 1);
+        records.extend_from_slice(&body);
+    }
+    let mut b = Vec::new();
+    b.extend_from_slice(&base.to_be_bytes());
+    let len = (49 + records.len()) as i32;
+    b.extend_from_slice(&len.to_be_bytes());
+    b.extend_from_slice(&0i32.to_be_bytes()); // partition leader epoch
+    b.push(2); // magic
+    b.extend_from_slice(&0u32.to_be_bytes()); // crc, below
+    b.extend_from_slice(&0i16.to_be_bytes()); // attributes
+    b.extend_from_slice(&(n - 1).to_be_bytes()); // last offset delta
+    b.extend_from_slice(&0i64.to_be_bytes()); // base timestamp
+    b.extend_from_slice(&0i64.to_be_bytes()); // max timestamp
+    b.extend_from_slice(&(-1i64).to_be_bytes()); // producer id
+    b.extend_from_slice(&(-1i16).to_be_bytes()); // producer epoch
+    b.extend_from_slice(&(-1i32).to_be_bytes()); // base sequence
+    b.extend_from_slice(&n.to_be_bytes());
+    b.extend_from_slice(&records);
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    b
+}
+
+fn part(p: i32, hw: i64, records: Vec<u8>) -> FetchedPartition {
+    FetchedPartition {
+        topic: "t".into(),
+        partition: p,
+        error: ErrorCode::NONE,
+        high_watermark: hw,
+        last_stable_offset: hw,
+        log_start_offset: 0,
+        aborted_transactions: Vec::new(),
+        preferred_read_replica: -1,
+        current_leader: (-1, -1),
+        records: Bytes::from(records),
+    }
+}
+
+fn answer(parts: Vec<FetchedPartition>) -> FetchView {
+    FetchView {
+        error: ErrorCode::NONE,
+        throttle_time_ms: 0,
+        partitions: parts,
+    }
+}
+
+fn ranges(spec: &[(i32, i64, i64)]) -> Vec<OffsetRange> {
+    spec.iter()
+        .map(|&(p, from, until)| OffsetRange::new("t", p, from, until))
+        .collect()
+}
+
+#[test]
+fn first_round_asks_one_partition_then_everyone_by_leader() {
+    let budget = MemoryBudget::new(64 << 20);
+    let mut s = FetchSession::new(
+        &ranges(&[(0, 0, 10), (1, 0, 10), (2, 0, 10)]),
+        &FetchConfig::default(),
+        &budget,
+    );
+    let v = view(&[1, 2, 1]);
+    // Nothing learned yet: one partition goes first, asked for max.partition.fetch.bytes.
+    let reqs = s.next_requests(&v).unwrap();
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].leader, 1);
+    assert_eq!(reqs[0].topics[0].partitions.len(), 1);
+    assert_eq!(reqs[0].topics[0].partitions[0].partition_max_bytes, 1 << 20);
+    assert_eq!(reqs[0].topics[0].partitions[0].current_leader_epoch, 5);
+    assert!(reqs[0].has_topic_ids());
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![part(0, 10, batch(0, 10))]),
+        500,
+        None,
+    )
+    .unwrap();
+    assert!(matches!(s.end_round(), RoundEnd::Continue));
+    assert_eq!(s.positions(), &[10, 0, 0]);
+    assert_eq!(s.held(), 500);
+    // Now sized from what was learned, grouped by leader: p2 on broker 1, p1 on broker 2.
+    let reqs = s.next_requests(&v).unwrap();
+    let mut leaders: Vec<(i32, Vec<i32>)> = reqs
+        .iter()
+        .map(|r| {
+            (
+                r.leader,
+                r.topics[0].partitions.iter().map(|p| p.partition).collect(),
+            )
+        })
+        .collect();
+    leaders.sort();
+    assert_eq!(leaders, vec![(1, vec![2]), (2, vec![1])]);
+    for r in &reqs {
+        let asked = r.topics[0].partitions[0].partition_max_bytes;
+        assert!(
+            asked < 1 << 20,
+            "sized from the learned bytes per offset: {asked}"
+        );
+    }
+    let (r1, r2) = if reqs[0].leader == 1 {
+        (&reqs[0], &reqs[1])
+    } else {
+        (&reqs[1], &reqs[0])
+    };
+    s.on_response(
+        r1,
+        &broker(1),
+        answer(vec![part(2, 10, batch(0, 10))]),
+        400,
+        None,
+    )
+    .unwrap();
+    s.on_response(
+        r2,
+        &broker(2),
+        answer(vec![part(1, 10, batch(0, 10))]),
+        400,
+        None,
+    )
+    .unwrap();
+    assert!(matches!(s.end_round(), RoundEnd::Done));
+    let data = s.finish();
+    for d in &data {
+        assert_eq!(d.for_each_record(|_| {}).unwrap(), 10, "{:?}", d.range);
+        assert_eq!(
+            d.chunks[0].broker().node_id,
+            Some(if d.range.partition == 1 { 2 } else { 1 })
+        );
+    }
+}
+
+#[test]
+fn a_partition_left_out_of_every_answer_is_a_retry_not_a_resend_loop() {
+    let budget = MemoryBudget::new(64 << 20);
+    let mut s = FetchSession::new(&ranges(&[(0, 0, 10)]), &FetchConfig::default(), &budget);
+    let v = view(&[1]);
+    for shape in [
+        answer(vec![]),
+        answer(vec![part(5, 10, batch(0, 10))]),
+        // The same old batch again: nothing past the position once it moved.
+    ] {
+        let reqs = s.next_requests(&v).unwrap();
+        s.on_response(&reqs[0], &broker(1), shape, 100, None)
+            .unwrap();
+        match s.end_round() {
+            RoundEnd::Retry(e) => {
+                assert!(
+                    matches!(
+                        e.kind(),
+                        ErrorKind::NoProgress {
+                            partition: 0,
+                            offset: 0,
+                            ..
+                        }
+                    ),
+                    "{e}"
+                );
+                assert!(e.is_retriable());
+                assert!(e.to_string().contains("broker 1"), "{e}");
+            }
+            other => panic!("expected a retry, got {other:?}"),
+        }
+    }
+    // The same old batch after the position moved past it.
+    let reqs = s.next_requests(&v).unwrap();
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![part(0, 20, batch(0, 5))]),
+        100,
+        None,
+    )
+    .unwrap();
+    assert!(matches!(s.end_round(), RoundEnd::Continue));
+    assert_eq!(s.positions(), &[5]);
+    // The old batch again: first taken for a batch larger than asked (asked again at the
+    // full size, once), then a retry with backoff.
+    let old = || answer(vec![part(0, 20, batch(0, 5))]);
+    let reqs = s.next_requests(&v).unwrap();
+    s.on_response(&reqs[0], &broker(1), old(), 100, None)
+        .unwrap();
+    assert!(matches!(s.end_round(), RoundEnd::Continue));
+    let reqs = s.next_requests(&v).unwrap();
+    assert_eq!(reqs[0].topics[0].partitions[0].partition_max_bytes, 1 << 20);
+    s.on_response(&reqs[0], &broker(1), old(), 100, None)
+        .unwrap();
+    assert!(
+        matches!(s.end_round(), RoundEnd::Retry(_)),
+        "an old batch moves nothing"
+    );
+}
+
+#[test]
+fn a_batch_cut_short_is_asked_again_for_the_full_size_then_retried() {
+    let budget = MemoryBudget::new(64 << 20);
+    let mut s = FetchSession::new(
+        &ranges(&[(0, 0, 10), (1, 0, 100)]),
+        &FetchConfig::default(),
+        &budget,
+    );
+    let v = view(&[1, 1]);
+    let reqs = s.next_requests(&v).unwrap();
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![part(0, 10, batch(0, 10))]),
+        300,
+        None,
+    )
+    .unwrap();
+    assert!(matches!(s.end_round(), RoundEnd::Continue));
+    // p1 asked for little (sized from p0's small batch); its batch is cut short.
+    let reqs = s.next_requests(&v).unwrap();
+    let asked = reqs[0].topics[0].partitions[0].partition_max_bytes;
+    assert!(asked < 1 << 20);
+    let mut cut = batch(0, 100);
+    cut.truncate(100);
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![part(1, 100, cut.clone())]),
+        200,
+        None,
+    )
+    .unwrap();
+    assert!(
+        matches!(s.end_round(), RoundEnd::Continue),
+        "asked again, uncapped, at once"
+    );
+    let reqs = s.next_requests(&v).unwrap();
+    assert_eq!(reqs[0].topics[0].partitions[0].partition_max_bytes, 1 << 20);
+    // Still cut short at the full size: that is the broker's doing, retried with backoff.
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![part(1, 100, cut)]),
+        200,
+        None,
+    )
+    .unwrap();
+    match s.end_round() {
+        RoundEnd::Retry(e) => assert!(
+            matches!(e.kind(), ErrorKind::NoProgress { partition: 1, .. }),
+            "{e}"
+        ),
+        other => panic!("expected a retry, got {other:?}"),
+    }
+}
+
+#[test]
+fn leader_changes_and_retriable_errors_retry_fatal_ones_end() {
+    let budget = MemoryBudget::new(64 << 20);
+    let mut s = FetchSession::new(&ranges(&[(0, 0, 10)]), &FetchConfig::default(), &budget);
+    let reqs = s.next_requests(&view(&[1])).unwrap();
+    let mut p = part(0, 10, Vec::new());
+    p.error = ErrorCode::NOT_LEADER_OR_FOLLOWER;
+    s.on_response(&reqs[0], &broker(1), answer(vec![p]), 100, None)
+        .unwrap();
+    assert!(
+        matches!(s.end_round(), RoundEnd::Retry(e) if matches!(e.kind(), ErrorKind::Range { .. }))
+    );
+    // No leader in the metadata: a retry, and the other ranges are still asked.
+    let reqs = s.next_requests(&view(&[-1])).unwrap();
+    assert!(reqs.is_empty());
+    assert!(
+        matches!(s.end_round(), RoundEnd::Retry(e) if matches!(e.kind(), ErrorKind::NoLeader { .. }))
+    );
+    // A leader the broker list does not name is retriable too.
+    assert!(crate::Error::from(ErrorKind::UnknownBroker { node_id: 9 }).is_retriable());
+    let reqs = s.next_requests(&view(&[1])).unwrap();
+    let mut p = part(0, 10, Vec::new());
+    p.error = ErrorCode::OFFSET_OUT_OF_RANGE;
+    let e = s
+        .on_response(&reqs[0], &broker(1), answer(vec![p]), 100, None)
+        .unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::Range { at: 0, .. }), "{e}");
+}
+
+#[test]
+fn a_range_past_the_log_end_is_past_end_not_configuration() {
+    let budget = MemoryBudget::new(64 << 20);
+    let mut s = FetchSession::new(&ranges(&[(0, 10, 20)]), &FetchConfig::default(), &budget);
+    let reqs = s.next_requests(&view(&[1])).unwrap();
+    let e = s
+        .on_response(
+            &reqs[0],
+            &broker(1),
+            answer(vec![part(0, 10, Vec::new())]),
+            100,
+            None,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::PastEnd {
+                from: 10,
+                until: 20,
+                end: 10,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("broker 1"), "{e}");
+}
+
+#[test]
+fn the_budget_is_shared_in_proportion_and_its_end_is_an_error() {
+    let budget = MemoryBudget::new(4 << 20);
+    let cfg = FetchConfig::default();
+    let mut s = FetchSession::new(&ranges(&[(0, 0, 10), (1, 0, 10)]), &cfg, &budget);
+    let v = view(&[1, 2]);
+    let reqs = s.next_requests(&v).unwrap();
+    // One partition first, for max.partition.fetch.bytes: within the room.
+    assert_eq!(reqs[0].reserve, 1 << 20);
+    assert!(reqs[0].params.max_bytes < 1 << 20, "framing room left");
+    // Holding the whole budget, the session cannot ask for more.
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![part(0, 10, batch(0, 5))]),
+        4 << 20,
+        None,
+    )
+    .unwrap();
+    let e = s.next_requests(&v).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::BudgetExceeded { .. }), "{e}");
+}
