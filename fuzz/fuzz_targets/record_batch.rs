@@ -7,7 +7,7 @@
 #![no_main]
 
 use bytes::Bytes;
-use kdirect_engine::record::{AbortedTransaction, DecodeOptions, Isolation, RecordBatchReader};
+use kdirect_engine::record::{AbortedTransaction, DecodeOptions, IsolationLevel, RecordBatchReader};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -18,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
         .check_crc(flags & 1 != 0)
         .max_decompressed(1 << 20);
     if flags & 2 != 0 {
-        opts = opts.isolation(Isolation::ReadCommitted);
+        opts = opts.isolation(IsolationLevel::ReadCommitted);
     }
     if flags & 4 != 0 {
         opts = opts.fetch_offset(1);

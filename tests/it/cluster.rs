@@ -288,10 +288,8 @@ fn timeout_and_broker_down_name_the_broker() {
     mock.create_topic("slow", 1);
     let addr = bootstrap(&mock)[0].clone();
     rt().block_on(async {
-        let cfg = ConnConfig {
-            request_timeout: Duration::from_millis(300),
-            ..ConnConfig::default()
-        };
+        let mut cfg = ConnConfig::default();
+        cfg.request_timeout = Duration::from_millis(300);
         let conn = BrokerConnection::connect(&addr, Some(1), &cfg)
             .await
             .unwrap();

@@ -225,6 +225,7 @@ impl StoreSpec {
 
 /// What [`open_store`] needs besides the spec.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct OpenOptions {
     /// The cluster, for the `kafka` store (which commits through the engine's connections).
     pub cluster: Option<Arc<Cluster>>,

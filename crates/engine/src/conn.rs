@@ -30,6 +30,7 @@ use crate::error::{BrokerName, Error, ErrorKind};
 
 /// Connection settings (Java client names).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ConnConfig {
     /// `client.id`, sent in every request header.
     pub client_id: String,

@@ -30,7 +30,7 @@ impl StoredBatch {
 
 /// An aborted transaction's span in one partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct AbortedTxn {
+pub(crate) struct AbortedTransaction {
     pub producer_id: i64,
     pub first_offset: i64,
     /// Offset of the ABORT marker.
@@ -46,7 +46,7 @@ pub(crate) struct PartitionLog {
     pub end: i64,
     /// producer id → first offset of its open transaction.
     pub open_txns: Vec<(i64, i64)>,
-    pub aborted: Vec<AbortedTxn>,
+    pub aborted: Vec<AbortedTransaction>,
 }
 
 impl PartitionLog {
@@ -89,7 +89,7 @@ impl PartitionLog {
                 if let Some(i) = open {
                     let (pid, first) = self.open_txns.swap_remove(i);
                     if marker == Some(ControlType::Abort) {
-                        self.aborted.push(AbortedTxn {
+                        self.aborted.push(AbortedTransaction {
                             producer_id: pid,
                             first_offset: first,
                             last_offset: base,
@@ -133,7 +133,7 @@ impl PartitionLog {
     }
 
     /// Aborted transactions overlapping `[from, to]`, sorted by first offset.
-    pub fn aborted_in(&self, from: i64, to: i64) -> Vec<AbortedTxn> {
+    pub fn aborted_in(&self, from: i64, to: i64) -> Vec<AbortedTransaction> {
         let mut v: Vec<_> = self
             .aborted
             .iter()
@@ -224,7 +224,7 @@ mod tests {
         assert_eq!(log.last_stable_offset(), 9);
         assert_eq!(
             log.aborted_in(0, 100),
-            vec![AbortedTxn {
+            vec![AbortedTransaction {
                 producer_id: 9,
                 first_offset: 6,
                 last_offset: 8

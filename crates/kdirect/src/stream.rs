@@ -83,6 +83,7 @@ fn partition_cap(budget: usize, largest_batch: Option<usize>) -> usize {
 
 /// Everything a [`DirectStream`] is configured with. Build it with [`DirectStreamBuilder`].
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct StreamConfig {
     /// `bootstrap.servers`.
     pub bootstrap: Vec<String>,
@@ -516,10 +517,8 @@ impl DirectStreamBuilder {
             None => None,
             Some(StoreChoice::Given(s)) => Some(s),
             Some(StoreChoice::Spec(spec)) => {
-                let options = OpenOptions {
-                    cluster: Some(cluster.clone()),
-                    ..OpenOptions::default()
-                };
+                let mut options = OpenOptions::default();
+                options.cluster = Some(cluster.clone());
                 Some(Arc::new(open_store(&spec, &self.group, &options).await?))
             }
         };

@@ -128,7 +128,8 @@ pub(crate) fn decode_response_with_header<A: Api>(
     Ok((header.correlation_id, body))
 }
 
-/// Encodes a response frame (size prefix included): for fake brokers and tests.
+/// Encodes a response frame (size prefix included): for tests (feature `test-support`).
+#[cfg(feature = "test-support")]
 pub fn encode_response<A: Api>(
     response: &A::Response,
     version: i16,

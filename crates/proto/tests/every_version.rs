@@ -139,7 +139,8 @@ proptest! {
         iso in isolation(),
         parts in proptest::collection::vec((0i32..64, 0i64..i64::MAX / 2, 1i32..10_000_000, -1i32..50), 1..6),
     ) {
-        let params = FetchParams { isolation: iso, ..FetchParams::default() };
+        let mut params = FetchParams::default();
+        params.isolation = iso;
         let topics = vec![TopicFetch {
             name: "events".into(),
             id: [7; 16],

@@ -62,7 +62,9 @@ proptest! {
         max_wait in 0i32..10_000,
         committed in any::<bool>(),
     ) {
-        let params = FetchParams { max_wait_ms: max_wait, isolation: if committed { IsolationLevel::ReadCommitted } else { IsolationLevel::ReadUncommitted }, ..FetchParams::default() };
+        let mut params = FetchParams::default();
+        params.max_wait_ms = max_wait;
+        params.isolation = if committed { IsolationLevel::ReadCommitted } else { IsolationLevel::ReadUncommitted };
         let topics = vec![TopicFetch {
             name: "events".into(),
             id: [7; 16],

@@ -25,10 +25,8 @@ fn mock(topic: &str) -> MockCluster<'static, DefaultProducerContext> {
 }
 
 async fn store(bootstrap: &str, group: &str) -> KafkaGroupStore {
-    let config = ConnConfig {
-        request_timeout: Duration::from_secs(10),
-        ..ConnConfig::default()
-    };
+    let mut config = ConnConfig::default();
+    config.request_timeout = Duration::from_secs(10);
     let cluster = Cluster::connect(&[bootstrap.to_owned()], config)
         .await
         .unwrap();

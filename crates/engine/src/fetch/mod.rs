@@ -18,15 +18,13 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use kdirect_proto::api::fetch::{self, AbortedTxn, Fetch, FetchParams, FetchView};
+use kdirect_proto::api::fetch::{self, Fetch, FetchParams, FetchView};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::cluster::Cluster;
 use crate::conn::BrokerConnection;
 use crate::error::{BrokerName, Error, ErrorKind};
-use crate::record::{
-    AbortedTransaction, Batch, DecodeError, DecodeOptions, OwnedRecord, Record, Scratch,
-};
+use crate::record::{DecodeError, DecodeOptions, OwnedRecord, Record, RecordBatch, Scratch};
 
 mod session;
 #[cfg(test)]
@@ -38,6 +36,7 @@ pub use crate::plan::OffsetRange;
 
 /// Fetcher settings (the Java client's names and defaults).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct FetchConfig {
     /// `fetch.max.wait.ms`, `fetch.min.bytes`, `fetch.max.bytes`, `isolation.level`.
     pub params: FetchParams,
@@ -185,7 +184,7 @@ pub struct Chunk {
     /// The broker that sent it.
     broker: BrokerName,
     /// The data batches to deliver, in offset order.
-    batches: Vec<Batch>,
+    batches: Vec<RecordBatch>,
     /// Bytes of the response's `records` this chunk keeps alive.
     bytes: usize,
     /// This response's share of the memory budget, released when the last chunk of the
@@ -200,7 +199,7 @@ impl Chunk {
     }
 
     /// The data batches to deliver (control batches and aborted transactions removed).
-    pub fn batches(&self) -> &[Batch] {
+    pub fn batches(&self) -> &[RecordBatch] {
         &self.batches
     }
 }
@@ -367,13 +366,6 @@ impl Drop for RangeRecords<'_> {
         if let Some(s) = self.scratch.take() {
             self.data.scratch.give(s);
         }
-    }
-}
-
-fn aborted(a: &AbortedTxn) -> AbortedTransaction {
-    AbortedTransaction {
-        producer_id: a.producer_id,
-        first_offset: a.first_offset,
     }
 }
 

@@ -20,11 +20,11 @@ use kdirect_proto::message::Api;
 use kdirect_proto::{ErrorCode, IsolationLevel};
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::{aborted, Chunk, FetchConfig, MemoryBudget, RangeData, ScratchPool, Sizing};
+use super::{Chunk, FetchConfig, MemoryBudget, RangeData, ScratchPool, Sizing};
 use crate::cluster::ClusterView;
 use crate::error::{BrokerName, Error, ErrorKind};
 use crate::plan::OffsetRange;
-use crate::record::{DecodeOptions, Isolation, RecordBatchReader};
+use crate::record::{DecodeOptions, RecordBatchReader};
 
 /// One Fetch request to one leader, as the session planned it.
 #[derive(Debug, Clone)]
@@ -61,7 +61,7 @@ pub struct FetchSession {
     uncapped: Vec<bool>,
     out: Vec<RangeData>,
     cfg: FetchConfig,
-    isolation: Isolation,
+    isolation: IsolationLevel,
     sizing: Arc<Sizing>,
     scratch: Arc<ScratchPool>,
     budget_total: usize,
@@ -91,10 +91,7 @@ impl FetchSession {
     /// A session for `ranges` (disjoint per partition; empty ones are returned with no
     /// chunks), sharing what `budget` learned about the data.
     pub fn new(ranges: &[OffsetRange], cfg: &FetchConfig, budget: &MemoryBudget) -> Self {
-        let isolation = match cfg.params.isolation {
-            IsolationLevel::ReadCommitted => Isolation::ReadCommitted,
-            IsolationLevel::ReadUncommitted => Isolation::ReadUncommitted,
-        };
+        let isolation = cfg.params.isolation;
         FetchSession {
             ranges: ranges.to_vec(),
             pos: ranges.iter().map(|r| r.from).collect(),
@@ -328,7 +325,7 @@ impl FetchSession {
                 .until(r.until)
                 .isolation(self.isolation);
             let mut reader = RecordBatchReader::new(p.records.clone(), opts)
-                .with_aborted_transactions(p.aborted_transactions.iter().map(aborted))
+                .with_aborted_transactions(p.aborted_transactions.iter().copied())
                 .with_scratch(self.scratch.take());
             // The one walk over the response: CRCs, control batches, aborted transactions.
             // The batches it keeps are what consumption iterates.
@@ -376,11 +373,12 @@ impl FetchSession {
             }
             // No whole batch past the position. Up to the high watermark (or the last stable
             // offset) there is nothing more: the range reaches past the data the partition has.
-            let end = if self.isolation == Isolation::ReadCommitted && p.last_stable_offset >= 0 {
-                p.last_stable_offset
-            } else {
-                p.high_watermark
-            };
+            let end =
+                if self.isolation == IsolationLevel::ReadCommitted && p.last_stable_offset >= 0 {
+                    p.last_stable_offset
+                } else {
+                    p.high_watermark
+                };
             if end <= at {
                 return Err(ErrorKind::PastEnd {
                     broker: broker.clone(),

@@ -1,4 +1,4 @@
-//! Batch framing: the 61-byte magic v2 header, CRC32C, and the walk over a `records` buffer.
+//! Record batch framing: the 61-byte magic v2 header, CRC32C, and the walk over a `records` buffer.
 //!
 //! ```text
 //! baseOffset i64 | batchLength i32 | partitionLeaderEpoch i32 | magic i8 | crc u32 |
@@ -157,7 +157,7 @@ impl BatchHeader {
 
 /// One record batch: its header and its bytes, a `Bytes` slice of the input (no copy).
 #[derive(Debug, Clone)]
-pub struct Batch {
+pub struct RecordBatch {
     header: BatchHeader,
     /// The whole batch, header included.
     bytes: Bytes,
@@ -169,7 +169,7 @@ pub struct Batch {
     pub(crate) until: i64,
 }
 
-impl Batch {
+impl RecordBatch {
     /// The batch header.
     pub fn header(&self) -> &BatchHeader {
         &self.header
@@ -246,7 +246,7 @@ pub enum Tail {
 }
 
 /// Walks the batches of a `records` buffer: frames each one, checks its magic and (optionally)
-/// its CRC32C, and yields [`Batch`] views. Stops at a truncated final batch
+/// its CRC32C, and yields [`RecordBatch`] views. Stops at a truncated final batch
 /// ([`tail`](Batches::tail)); stops for good after an error.
 #[derive(Debug, Clone)]
 pub struct Batches {
@@ -278,7 +278,7 @@ impl Batches {
     }
 
     /// The next batch, `Ok(None)` at the end (whole or truncated).
-    pub fn next_batch(&mut self) -> Result<Option<Batch>, DecodeError> {
+    pub fn next_batch(&mut self) -> Result<Option<RecordBatch>, DecodeError> {
         let start = self.pos;
         let rest = self.buf.get(start..).unwrap_or(&[]);
         if rest.is_empty() {
@@ -358,7 +358,7 @@ impl Batches {
                 return Err(err(kind));
             }
         };
-        let batch = Batch {
+        let batch = RecordBatch {
             header,
             bytes: self.buf.slice(start..start + total),
             position: start,
@@ -383,7 +383,7 @@ impl Batches {
 }
 
 impl Iterator for Batches {
-    type Item = Result<Batch, DecodeError>;
+    type Item = Result<RecordBatch, DecodeError>;
     fn next(&mut self) -> Option<Self::Item> {
         self.next_batch().transpose()
     }

@@ -119,7 +119,7 @@ impl Scratch {
     }
 
     /// Decompresses `deflated` (a batch's records section) with `codec`, replacing the previous
-    /// contents; at most `cap` bytes of output. [`Batch::records`](super::Batch::records) calls
+    /// contents; at most `cap` bytes of output. [`RecordBatch::records`](super::RecordBatch::records) calls
     /// this; it is public for tools that want the inflated bytes themselves.
     pub fn inflate(
         &mut self,

@@ -12,9 +12,9 @@
 //! # Layers
 //! - [`varint`](self) (private): zigzag varint / varlong readers over `&[u8]`.
 //! - [`Batches`]: walks the batch frames of a buffer, checks CRC32C (once per batch, optional),
-//!   yields [`Batch`] views (the header plus the batch's bytes as a `Bytes` slice, no copy). A
+//!   yields [`RecordBatch`] views (the header plus the batch's bytes as a `Bytes` slice, no copy). A
 //!   truncated final batch ends the walk; it is not an error ([`Tail::Truncated`]).
-//! - [`Batch::records`] / [`Records`]: the records of one batch, as [`Record`] views borrowing
+//! - [`RecordBatch::records`] / [`Records`]: the records of one batch, as [`Record`] views borrowing
 //!   from the fetch buffer (uncompressed) or from a reused [`Scratch`] buffer (compressed). No
 //!   heap allocation per record. Headers are an ordered list, duplicate keys kept ([`Headers`]).
 //! - [`RecordBatchReader`]: fetch semantics on top: skip records below the fetch offset, stop
@@ -75,11 +75,14 @@ mod varint;
 #[cfg(test)]
 mod tests;
 
-pub use batch::{Attributes, Batch, BatchHeader, Batches, Tail, TimestampType, BATCH_HEADER_LEN};
+pub use batch::{
+    Attributes, BatchHeader, Batches, RecordBatch, Tail, TimestampType, BATCH_HEADER_LEN,
+};
 pub use compression::{Compression, Scratch};
 pub use crc::crc32c;
 pub use error::{DecodeError, DecodeErrorKind, Field};
+pub use kdirect_proto::IsolationLevel;
 pub use owned::{OwnedHeader, OwnedRecord};
-pub use reader::{DecodeOptions, Isolation, RecordBatchReader};
+pub use reader::{DecodeOptions, RecordBatchReader};
 pub use records::{Header, Headers, Record, Records};
 pub use txn::{AbortedTransaction, ControlRecordType};

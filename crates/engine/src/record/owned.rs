@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use super::batch::{Batch, BATCH_HEADER_LEN};
+use super::batch::{RecordBatch, BATCH_HEADER_LEN};
 use super::compression::{Compression, Scratch};
 use super::error::DecodeError;
 use super::records::{Record, Records};
@@ -92,7 +92,7 @@ fn sub(buf: &Bytes, part: &[u8]) -> Bytes {
     }
 }
 
-impl Batch {
+impl RecordBatch {
     /// Appends the batch's visible records to `out` as [`OwnedRecord`]s. Uncompressed: views
     /// of the input buffer. Compressed: decompressed through `scratch`, then copied once into a
     /// buffer the batch's records share.

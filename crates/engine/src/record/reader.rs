@@ -1,23 +1,13 @@
 //! Fetch semantics over the batch walk: fetch offset, `until`, control batches, read_committed,
 //! and the offset where the next fetch starts.
 use bytes::Bytes;
+use kdirect_proto::IsolationLevel;
 
-use super::batch::{Batch, Batches, Tail};
+use super::batch::{Batches, RecordBatch, Tail};
 use super::compression::Scratch;
 use super::error::DecodeError;
 use super::records::Records;
 use super::txn::{AbortedTransaction, ControlRecordType, TxnFilter};
-
-/// Which records a consumer may see (Kafka's `isolation.level`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Isolation {
-    /// Every data record, aborted transactions included (the Java client's default). Aborted
-    /// transaction lists are ignored: some brokers send them anyway.
-    #[default]
-    ReadUncommitted,
-    /// Skip the batches of aborted transactions (KIP-98).
-    ReadCommitted,
-}
 
 /// Options for [`RecordBatchReader`]. Build with [`DecodeOptions::new`] and the setters.
 #[derive(Debug, Clone)]
@@ -26,7 +16,7 @@ pub struct DecodeOptions {
     max_decompressed: usize,
     fetch_offset: i64,
     until: i64,
-    isolation: Isolation,
+    isolation: IsolationLevel,
 }
 
 impl Default for DecodeOptions {
@@ -46,7 +36,7 @@ impl DecodeOptions {
             max_decompressed: Self::DEFAULT_MAX_DECOMPRESSED,
             fetch_offset: 0,
             until: i64::MAX,
-            isolation: Isolation::ReadUncommitted,
+            isolation: IsolationLevel::ReadUncommitted,
         }
     }
     /// Verify each batch's CRC32C (default true, like the Java client's `check.crcs`).
@@ -72,7 +62,7 @@ impl DecodeOptions {
         self
     }
     /// The isolation level.
-    pub fn isolation(mut self, isolation: Isolation) -> Self {
+    pub fn isolation(mut self, isolation: IsolationLevel) -> Self {
         self.isolation = isolation;
         self
     }
@@ -90,7 +80,7 @@ impl DecodeOptions {
 ///
 /// - records below the fetch offset and at or past `until` are skipped;
 /// - control batches are never returned but advance the position;
-/// - with [`Isolation::ReadCommitted`], batches of aborted transactions are skipped whole;
+/// - with [`IsolationLevel::ReadCommitted`], batches of aborted transactions are skipped whole;
 /// - a truncated final batch ends the read without error ([`tail`](Self::tail));
 /// - [`next_offset`](Self::next_offset) says where the next fetch starts, assuming every
 ///   returned batch is consumed.
@@ -124,12 +114,12 @@ impl RecordBatchReader {
     }
 
     /// The partition's aborted transactions from the Fetch response; used only with
-    /// [`Isolation::ReadCommitted`]. Their order does not matter.
+    /// [`IsolationLevel::ReadCommitted`]. Their order does not matter.
     pub fn with_aborted_transactions(
         mut self,
         aborted: impl IntoIterator<Item = AbortedTransaction>,
     ) -> Self {
-        if self.opts.isolation == Isolation::ReadCommitted {
+        if self.opts.isolation == IsolationLevel::ReadCommitted {
             self.txn = TxnFilter::new(aborted);
         }
         self
@@ -177,7 +167,7 @@ impl RecordBatchReader {
 
     /// The next data batch, or `Ok(None)` when the buffer (or the range) is done. After an
     /// error, returns `Ok(None)`.
-    pub fn next_batch(&mut self) -> Result<Option<Batch>, DecodeError> {
+    pub fn next_batch(&mut self) -> Result<Option<RecordBatch>, DecodeError> {
         if self.failed {
             return Ok(None);
         }
@@ -186,7 +176,7 @@ impl RecordBatchReader {
         res
     }
 
-    fn next_batch_inner(&mut self) -> Result<Option<Batch>, DecodeError> {
+    fn next_batch_inner(&mut self) -> Result<Option<RecordBatch>, DecodeError> {
         loop {
             if self.reached_until {
                 return Ok(None);
@@ -199,7 +189,7 @@ impl RecordBatchReader {
                 self.reached_until = true;
                 return Ok(None);
             }
-            if self.opts.isolation == Isolation::ReadCommitted && h.has_producer_id() {
+            if self.opts.isolation == IsolationLevel::ReadCommitted && h.has_producer_id() {
                 self.txn.consume_up_to(h.last_offset());
                 if h.is_control() {
                     if self.control_type(&batch)? == Some(ControlRecordType::Abort) {
@@ -222,7 +212,10 @@ impl RecordBatchReader {
     }
 
     /// The type of a control batch's first record, `None` for an empty batch.
-    fn control_type(&mut self, batch: &Batch) -> Result<Option<ControlRecordType>, DecodeError> {
+    fn control_type(
+        &mut self,
+        batch: &RecordBatch,
+    ) -> Result<Option<ControlRecordType>, DecodeError> {
         let mut records = batch.records(&mut self.scratch, self.opts.max_decompressed)?;
         match records.next() {
             None => Ok(None),
@@ -235,7 +228,7 @@ impl RecordBatchReader {
 
     /// The records of a batch from [`next_batch`](Self::next_batch), decompressed into the
     /// reader's scratch buffer when compressed.
-    pub fn records<'a>(&'a mut self, batch: &'a Batch) -> Result<Records<'a>, DecodeError> {
+    pub fn records<'a>(&'a mut self, batch: &'a RecordBatch) -> Result<Records<'a>, DecodeError> {
         batch.records(&mut self.scratch, self.opts.max_decompressed)
     }
 }

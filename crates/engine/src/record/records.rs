@@ -7,7 +7,7 @@
 //! ```
 //! A key or value length of -1 is null; a header key is never null. The fields must fill the
 //! record's length exactly, and the records the section exactly (as the Java client checks).
-use super::batch::{Batch, TimestampType};
+use super::batch::{RecordBatch, TimestampType};
 use super::error::{DecodeError, DecodeErrorKind, Field};
 use super::varint::{read_varint, read_varlong, unzigzag32, unzigzag64};
 
@@ -293,7 +293,7 @@ pub struct Records<'a> {
 
 impl<'a> Records<'a> {
     pub(crate) fn new(
-        batch: &Batch,
+        batch: &RecordBatch,
         data: &'a [u8],
         section_pos: usize,
         inflated: bool,

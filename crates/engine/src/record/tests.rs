@@ -558,7 +558,7 @@ fn committed(items: &[Item], aborted: &[(i64, i64)]) -> (Vec<i64>, i64) {
     for c in CODECS {
         let (got, r) = read_all_with(
             log(items, c),
-            DecodeOptions::new().isolation(Isolation::ReadCommitted),
+            DecodeOptions::new().isolation(IsolationLevel::ReadCommitted),
             &aborted,
         )
         .unwrap();

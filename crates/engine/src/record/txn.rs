@@ -13,14 +13,9 @@ use std::collections::{BinaryHeap, HashSet};
 use super::batch::BatchHeader;
 use super::error::{DecodeErrorKind, Field};
 
-/// One aborted transaction from a Fetch response (read_committed only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct AbortedTransaction {
-    /// The producer whose transaction aborted.
-    pub producer_id: i64,
-    /// The first offset of the aborted transaction.
-    pub first_offset: i64,
-}
+/// One aborted transaction from a Fetch response (read_committed only): the protocol layer's
+/// type, the one kdirect has.
+pub use kdirect_proto::api::fetch::AbortedTransaction;
 
 /// The type of a control record (its key: version i16, type i16).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

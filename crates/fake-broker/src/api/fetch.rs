@@ -23,7 +23,7 @@ use uuid::Uuid;
 use super::list_offsets::check_leader;
 use super::Ctx;
 use crate::codes;
-use crate::log::AbortedTxn;
+use crate::log::AbortedTransaction;
 use crate::state::State;
 use crate::wire::{Chunks, PutKafka, WireError};
 
@@ -35,7 +35,7 @@ struct PartPlan {
     last_stable_offset: i64,
     log_start: i64,
     /// `None` for read_uncommitted (null on the wire).
-    aborted: Option<Vec<AbortedTxn>>,
+    aborted: Option<Vec<AbortedTransaction>>,
     /// (base offset, body) of each batch.
     batches: Vec<(i64, Bytes)>,
     /// Fault: cut the records field to this many bytes (inside the last batch).

@@ -27,11 +27,9 @@ impl ConnectArgs {
 /// Connects to `bootstrap` (`HOST:PORT[,HOST:PORT…]`) with `request.timeout.ms` (the connect
 /// timeout is the same, at most 10 s).
 pub async fn connect(bootstrap: &str, request_timeout_ms: u64) -> Result<Cluster, CliError> {
-    let config = ConnConfig {
-        request_timeout: Duration::from_millis(request_timeout_ms),
-        connect_timeout: Duration::from_millis(request_timeout_ms.min(10_000)),
-        ..ConnConfig::default()
-    };
+    let mut config = ConnConfig::default();
+    config.request_timeout = Duration::from_millis(request_timeout_ms);
+    config.connect_timeout = Duration::from_millis(request_timeout_ms.min(10_000));
     // Cluster::connect splits comma-separated entries itself.
     Ok(Cluster::connect(&[bootstrap.to_owned()], config).await?)
 }

@@ -15,7 +15,7 @@ use std::process::ExitCode;
 
 use bytes::Bytes;
 use kdirect_engine::record::{
-    Batch, Batches, DecodeOptions, RecordBatchReader, Tail, TimestampType,
+    Batches, DecodeOptions, RecordBatch, RecordBatchReader, Tail, TimestampType,
 };
 
 use super::CliError;
@@ -99,7 +99,7 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn batch_line(batch: &Batch, line: &mut String) {
+fn batch_line(batch: &RecordBatch, line: &mut String) {
     let h = batch.header();
     let ts_type = match h.timestamp_type() {
         TimestampType::CreateTime => "create_time",

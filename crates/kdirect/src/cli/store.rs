@@ -55,10 +55,8 @@ impl StoreArgs {
             (None, StoreSpec::Kafka) => Some(self.require_cluster("the kafka store").await?),
             (None, _) => None,
         };
-        let options = OpenOptions {
-            cluster,
-            ..OpenOptions::default()
-        };
+        let mut options = OpenOptions::default();
+        options.cluster = cluster;
         Ok(open_store(spec, &self.group, &options).await?)
     }
 }

@@ -41,6 +41,7 @@ pub const FIRST_FLEXIBLE_VERSION: i16 = 12;
 
 /// Request-wide fetch settings (the Java client's names and defaults).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FetchParams {
     /// `fetch.max.wait.ms` (default 500).
     pub max_wait_ms: i32,
@@ -146,8 +147,8 @@ pub fn request(
 }
 
 /// An aborted transaction reported under read_committed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct AbortedTxn {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AbortedTransaction {
     /// The producer id.
     pub producer_id: i64,
     /// The first offset of the aborted transaction in this partition.
@@ -171,7 +172,7 @@ pub struct FetchedPartition {
     pub log_start_offset: i64,
     /// Aborted transactions overlapping the returned data (read_committed only; never trust
     /// the order, and ignore them under read_uncommitted).
-    pub aborted_transactions: Vec<AbortedTxn>,
+    pub aborted_transactions: Vec<AbortedTransaction>,
     /// Preferred read replica, -1 if none.
     pub preferred_read_replica: i32,
     /// The new leader id and epoch when the broker says it is not the leader (v12+), -1 if
@@ -192,8 +193,11 @@ pub struct FetchView {
     pub partitions: Vec<FetchedPartition>,
 }
 
-/// Flattens a response. From v13 on, topics are named by id: `names` maps ids to names, and an
-/// id the request did not name is an [`ProtoError::Inconsistent`] error.
+/// Flattens kafka-protocol's own decoding of a response (the reference the zero-copy
+/// [`decode`] is tested against; feature `test-support`). From v13 on, topics are named by
+/// id: `names` maps ids to names, and an id the request did not name is an
+/// [`ProtoError::Inconsistent`] error.
+#[cfg(feature = "test-support")]
 pub fn view(
     resp: FetchResponse,
     version: i16,
@@ -228,7 +232,7 @@ pub fn view(
                     .aborted_transactions
                     .unwrap_or_default()
                     .iter()
-                    .map(|a| AbortedTxn {
+                    .map(|a| AbortedTransaction {
                         producer_id: a.producer_id.0,
                         first_offset: a.first_offset,
                     })
@@ -356,7 +360,7 @@ pub(crate) fn walk(
                 let first_offset = r.i64("aborted first_offset")?;
                 r.skip_tags("aborted transaction tagged fields")?;
                 if out.is_some() {
-                    aborted_transactions.push(AbortedTxn {
+                    aborted_transactions.push(AbortedTransaction {
                         producer_id,
                         first_offset,
                     });
