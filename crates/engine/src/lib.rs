@@ -7,11 +7,18 @@
 //! - [`cluster`]: the cluster view built from Metadata (brokers, topics, partitions, leaders and
 //!   leader epochs), refreshed on demand, and `list_offsets` for many partitions at once, one
 //!   request per leader.
+//! - [`plan`]: the Direct planner, a pure state machine (rate limits, backpressure, start and
+//!   data-loss policies, partition rotation): positions and end offsets in, exact ranges out.
+//! - [`fetch`]: reads planned ranges exactly, within a memory budget — a sans-IO
+//!   [`fetch::FetchSession`] (positions, request sizing, retry classification) and its driver
+//!   [`fetch::fetch_ranges_within`] (sockets, tasks, permits, backoff).
 //! - [`record`]: the zero-copy record-batch decoder, the hot path (sans-IO: no tokio in it).
 //!
 //! What it does not do: it never knows where offsets are stored (that is `kdirect-commit`, which
-//! depends on this crate, never the other way round), and it never parses protocol bytes itself
-//! outside the record decoder (that is `kdirect-proto`).
+//! depends on this crate, never the other way round), it never parses protocol bytes itself
+//! outside the record decoder (that is `kdirect-proto`), and it does not drive batches: the
+//! `DirectStream` of the `kdirect` crate ties cluster, planner, fetcher and store together.
+//! No TLS or SASL yet; connections are plaintext.
 // One audited exception: the decoder's 8-byte window read (`record/records.rs`, `window`), a
 // bounds-checked unaligned load that the safe spellings compile to twice the instructions on
 // the hot path (ARCHITECTURE.md, "Unsafe code"). Everything else here is safe code.

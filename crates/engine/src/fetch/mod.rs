@@ -1,18 +1,20 @@
 //! The fetcher: reads planned offset ranges `[from, until)` exactly, from the partitions'
 //! leaders, across as many Fetch requests as it takes.
 //!
-//! Partitions are grouped by leader and all leaders are fetched concurrently. Each response's
-//! `records` is kept as the `Bytes` slice of the response frame it arrived in (no copy), after
-//! one walk over its batches that checks every CRC32C and finds where the next fetch starts
-//! (`baseOffset + lastOffsetDelta + 1` of the last whole batch; a truncated final batch is the
-//! broker cutting at the byte limit, not an error). NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH,
-//! UNKNOWN_LEADER_EPOCH, LEADER_NOT_AVAILABLE and connection drops refresh the metadata and
+//! Partitions are grouped by leader and all leaders are fetched concurrently. Each response is
+//! walked once ([`FetchSession::on_response`]): every CRC32C checked, control batches and
+//! aborted transactions dropped, and the data batches kept as [`RecordBatch`] views of the
+//! response frame (no copy), with where the next fetch starts (`baseOffset + lastOffsetDelta
+//! + 1` of the last whole batch; a truncated final batch is the broker cutting at the byte
+//! limit, not an error). NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
+//! LEADER_NOT_AVAILABLE, connection drops and rounds that move nothing refresh the metadata and
 //! retry with backoff; OFFSET_OUT_OF_RANGE and other errors end the fetch with an error that
 //! names the range. A range is never returned partly: the result holds every range whole, or
 //! it is an error.
 //!
-//! Not yet here (the engine issue's next steps): prefetching the next batch within a memory
-//! budget, and the `DirectStream` that drives planner, fetcher and offset store together.
+//! [`FetchSession`] (`session.rs`) is the state machine, without I/O; this file's
+//! [`fetch_ranges_within`] drives it. The prefetching of the next batch is the
+//! `DirectStream`'s (crate `kdirect`).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
