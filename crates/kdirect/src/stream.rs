@@ -1138,7 +1138,7 @@ impl Batch {
         })
     }
 
-    /// Every record as an [`OwnedRecord`](kdirect_engine::record::OwnedRecord) with its
+    /// Every record as an [`OwnedRecord`] with its
     /// range, range by range, in offset order within each partition. Keys, values and headers
     /// are `Bytes` views (no copy for uncompressed batches; one buffer per compressed stored
     /// batch), so records can go to other tasks and outlive the batch (they keep their
