@@ -28,7 +28,7 @@
 //! are errors naming the file; nothing is rewritten. After each commit the files of batches
 //! older than the last `retention` are deleted, oldest first.
 //!
-//! The format is this module's own explicit type ([`BatchFile`]), written and read by hand —
+//! The format is this module's own explicit type ([`CheckpointFile`]), written and read by hand —
 //! never a derived serialization of internal types — so it survives any code change.
 
 use std::collections::BTreeMap;
@@ -57,7 +57,7 @@ pub type TopicOffsets = BTreeMap<String, BTreeMap<i32, i64>>;
 
 /// One batch file (`offsets/N` or `commits/N`), format `v1`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BatchFile {
+pub struct CheckpointFile {
     /// The batch id (must match the file name).
     pub batch_id: u64,
     /// When it was written, ms since the Unix epoch.
@@ -68,7 +68,7 @@ pub struct BatchFile {
     pub offsets: TopicOffsets,
 }
 
-impl BatchFile {
+impl CheckpointFile {
     /// The file's text.
     pub fn encode(&self) -> String {
         let mut meta = Map::new();
@@ -85,7 +85,7 @@ impl BatchFile {
     }
 
     /// Parses a file's text; `path` is only for errors.
-    pub fn decode(text: &str, path: &Path) -> Result<BatchFile, StoreError> {
+    pub fn decode(text: &str, path: &Path) -> Result<CheckpointFile, StoreError> {
         let corrupt = |reason: String| -> StoreError {
             StoreErrorKind::Corrupt {
                 path: path.to_owned(),
@@ -144,7 +144,7 @@ impl BatchFile {
                 }
             }
         }
-        Ok(BatchFile {
+        Ok(CheckpointFile {
             batch_id,
             timestamp_ms,
             from,
@@ -421,7 +421,7 @@ impl Inner {
         self.dir.join("commits").join(id.to_string())
     }
 
-    fn read_file(&self, path: &Path, id: u64) -> Result<BatchFile, StoreError> {
+    fn read_file(&self, path: &Path, id: u64) -> Result<CheckpointFile, StoreError> {
         let bytes = fs::read(path).map_err(io(path, "read"))?;
         let text = String::from_utf8(bytes).map_err(|e| {
             StoreError::from(StoreErrorKind::Corrupt {
@@ -432,7 +432,7 @@ impl Inner {
                 ),
             })
         })?;
-        let file = BatchFile::decode(&text, path)?;
+        let file = CheckpointFile::decode(&text, path)?;
         if file.batch_id != id {
             return Err(StoreErrorKind::Corrupt {
                 path: path.to_owned(),
@@ -635,7 +635,7 @@ impl Inner {
         let stored = s.committed.as_ref().map_or(&empty, |(_, p)| p);
         check_from(&self.describe(), stored, batch)?;
         let path = self.offsets_path(batch.id);
-        let file = BatchFile {
+        let file = CheckpointFile {
             batch_id: batch.id,
             timestamp_ms: now_ms(),
             from: Some(froms(&batch.ranges)),
@@ -705,7 +705,7 @@ impl Inner {
         for r in &batch.ranges {
             state.insert(r.topic_partition(), r.until);
         }
-        let file = BatchFile {
+        let file = CheckpointFile {
             batch_id: batch.id,
             timestamp_ms: now_ms(),
             from: None,
@@ -803,7 +803,7 @@ impl Inner {
             })
             .collect();
         let batch = PlannedBatch::new(batch_id, ranges);
-        let file = BatchFile {
+        let file = CheckpointFile {
             batch_id,
             timestamp_ms: now_ms(),
             from: Some(froms(&batch.ranges)),
@@ -817,7 +817,7 @@ impl Inner {
         for (tp, o) in positions {
             state.insert(tp.clone(), *o);
         }
-        let commit = BatchFile {
+        let commit = CheckpointFile {
             batch_id,
             timestamp_ms: now_ms(),
             from: None,
@@ -949,7 +949,7 @@ mod tests {
 
     #[test]
     fn file_round_trip_and_layout() {
-        let f = BatchFile {
+        let f = CheckpointFile {
             batch_id: 7,
             timestamp_ms: 1,
             from: Some([("events".to_owned(), [(0, 1100)].into())].into()),
@@ -960,10 +960,10 @@ mod tests {
             text,
             "v1\n{\"batchId\":7,\"from\":{\"events\":{\"0\":1100}},\"timestampMs\":1}\n{\"events\":{\"0\":1200}}\n"
         );
-        assert_eq!(BatchFile::decode(&text, Path::new("x")).unwrap(), f);
+        assert_eq!(CheckpointFile::decode(&text, Path::new("x")).unwrap(), f);
         // Without the final newline (an editor) it still reads.
         assert_eq!(
-            BatchFile::decode(text.trim_end(), Path::new("x")).unwrap(),
+            CheckpointFile::decode(text.trim_end(), Path::new("x")).unwrap(),
             f
         );
     }

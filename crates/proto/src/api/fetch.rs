@@ -10,8 +10,8 @@
 //!
 //! [`decode`] reads a response frame straight into a [`FetchView`] with kdirect's bounded
 //! reader (every count and length checked against the bytes that remain; see the crate
-//! docs). [`view`] flattens kafka-protocol's [`FetchResponse`] the same way, for callers that
-//! want that struct from [`crate::message::decode_response`].
+//! docs). `view` (feature `test-support`) flattens kafka-protocol's [`FetchResponse`] the
+//! same way: the reference `decode` is tested against.
 
 use std::collections::HashMap;
 
