@@ -4,9 +4,9 @@
 //! Partitions are grouped by leader and all leaders are fetched concurrently. Each response is
 //! walked once ([`FetchSession::on_response`]): every CRC32C checked, control batches and
 //! aborted transactions dropped, and the data batches kept as [`RecordBatch`] views of the
-//! response frame (no copy), with where the next fetch starts (`baseOffset + lastOffsetDelta
-//! + 1` of the last whole batch; a truncated final batch is the broker cutting at the byte
-//! limit, not an error). NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
+//! response frame (no copy), with where the next fetch starts (one past the last whole
+//! batch's last offset; a truncated final batch is the broker cutting at the byte limit, not
+//! an error). NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
 //! LEADER_NOT_AVAILABLE, connection drops and rounds that move nothing refresh the metadata and
 //! retry with backoff; OFFSET_OUT_OF_RANGE and other errors end the fetch with an error that
 //! names the range. A range is never returned partly: the result holds every range whole, or
