@@ -787,3 +787,189 @@ fn a_bad_record_names_broker_partition_and_offset() {
         assert_eq!(owned[10].as_ref().unwrap_err().to_string(), msg);
     });
 }
+
+/// A fake broker in this process with topic `topic`: `partitions` × `records` of 100 B.
+fn fake_topic(
+    rt: &tokio::runtime::Runtime,
+    topic: &str,
+    partitions: i32,
+    records: u64,
+) -> FakeCluster {
+    rt.block_on(async {
+        let fake = FakeCluster::builder()
+            .topic(topic, partitions)
+            .build()
+            .await
+            .unwrap();
+        for p in 0..partitions {
+            let mut at = 0;
+            while at < records {
+                let n = (records - at).min(500);
+                let recs: Vec<FakeRecord> = (at..at + n)
+                    .map(|o| FakeRecord::value(Bytes::from(format!("{p}-{o:096}"))))
+                    .collect();
+                fake.append_batch(
+                    topic,
+                    p,
+                    kdirect_fake_broker::encode_batch(
+                        &recs,
+                        &kdirect_fake_broker::BatchOptions::codec(Codec::None),
+                    )
+                    .unwrap(),
+                )
+                .unwrap();
+                at += n;
+            }
+        }
+        fake
+    })
+}
+
+/// `kdirect: batch N: R records, …` lines of `--progress`: the records of each batch.
+fn progress_records(stderr: &str) -> Vec<u64> {
+    stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("kdirect: batch "))
+        .filter_map(|l| l.split(": ").nth(1)?.split(' ').next()?.parse().ok())
+        .collect()
+}
+
+/// A rate-limited consume takes as long as its limit says: 2 partitions × 2,500 records at
+/// 1,000 records/s per partition need 2.5 s of allowance (batches of 1,000 at 0, 1 and 2 s, the
+/// last one half full). The bound is a lower one, set by the limit, not a speed measurement:
+/// a slow machine only makes the run longer.
+#[test]
+fn max_rate_per_partition_holds_in_wall_clock_time() {
+    let rt = rt();
+    let fake = fake_topic(&rt, "rated", 2, 2500);
+    let started = std::time::Instant::now();
+    let o = kdirect(&[
+        "consume",
+        "-b",
+        &fake.bootstrap(),
+        "-t",
+        "rated",
+        "--trigger",
+        "available-now",
+        "--max-rate-per-partition",
+        "1000",
+        "--output",
+        "null",
+        "--progress",
+        "--stats",
+    ]);
+    let elapsed = started.elapsed();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stderr.contains("records=5000 "), "{stderr}");
+    assert_eq!(progress_records(&stderr), [2000, 2000, 1000], "{stderr}");
+    assert!(
+        elapsed >= Duration::from_secs(2),
+        "5,000 records at 2 × 1,000/s delivered in {elapsed:?}: the rate did not hold"
+    );
+}
+
+/// A processing-time trigger spaces batches by its interval even without a rate.
+#[test]
+fn processing_time_trigger_spaces_batches() {
+    let rt = rt();
+    let fake = fake_topic(&rt, "spaced", 1, 3000);
+    let started = std::time::Instant::now();
+    let o = kdirect(&[
+        "consume",
+        "-b",
+        &fake.bootstrap(),
+        "-t",
+        "spaced",
+        "--until-latest",
+        "--trigger",
+        "processing-time=400",
+        "--max-offsets-per-batch",
+        "1000",
+        "--output",
+        "null",
+        "--progress",
+    ]);
+    let elapsed = started.elapsed();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert_eq!(progress_records(&stderr), [1000, 1000, 1000], "{stderr}");
+    assert!(
+        elapsed >= Duration::from_millis(800),
+        "3 batches 400 ms apart in {elapsed:?}"
+    );
+}
+
+/// Backpressure follows the output: while the reader of `--output` (a FIFO) is slow, the
+/// batches shrink; once it reads fast, they grow back.
+#[test]
+fn backpressure_falls_with_a_slow_sink_and_rises_with_a_fast_one() {
+    use std::io::Read;
+    let rt = rt();
+    let fake = fake_topic(&rt, "bp", 1, 40_000);
+    let dir = crate::support::tempdir("bp");
+    let fifo = dir.join("out");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+        .args([
+            "consume",
+            "-b",
+            &fake.bootstrap(),
+            "-t",
+            "bp",
+            "--until-latest",
+            "--backpressure",
+            "--batch-interval-ms",
+            "500",
+            "--max-rate-per-partition",
+            "8000",
+            "--store",
+            &format!("checkpoint:{}", dir.join("ckpt").display()),
+            "--output",
+            fifo.to_str().unwrap(),
+            "--progress",
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let lines = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::BufReader::new(stderr)
+            .read_to_string(&mut s)
+            .unwrap();
+        s
+    });
+    let mut out = std::fs::File::open(&fifo).unwrap();
+    let mut buf = vec![0u8; 16 << 10];
+    // Slow: 16 KiB per 50 ms (about 1,300 records/s) for 8 s — the sleep is the slow sink
+    // under test, not a wait for something to happen.
+    let slow_until = std::time::Instant::now() + Duration::from_secs(8);
+    while std::time::Instant::now() < slow_until {
+        if out.read(&mut buf).unwrap() == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Fast: drain everything.
+    std::io::copy(&mut out, &mut std::io::sink()).unwrap();
+    assert!(child.wait().unwrap().success());
+    let stderr = lines.join().unwrap();
+    let sizes = progress_records(&stderr);
+    assert!(sizes.len() >= 6, "{stderr}");
+    // The smallest batch after the estimator started (the first batches follow its initial
+    // rate), the largest before it and the largest after it.
+    let low = *sizes[2..].iter().min().unwrap();
+    let low_at = 2 + sizes[2..].iter().position(|&s| s == low).unwrap();
+    let high_before = sizes[..low_at].iter().copied().max().unwrap();
+    let high_after = sizes[low_at..].iter().copied().max().unwrap();
+    assert!(
+        low * 2 <= high_before,
+        "the rate fell under the slow sink: {high_before} then {low}: {sizes:?}"
+    );
+    assert!(
+        high_after >= low * 3,
+        "the rate rose back with the fast sink: {low} then at most {high_after}: {sizes:?}"
+    );
+}

@@ -41,6 +41,7 @@ use kdirect_engine::fetch::{
 use kdirect_engine::plan::{
     BatchCompletion, DataLossPolicy, LostRange, OffsetRange, PartitionSnapshot, PidConfig,
     PlanOutcome, Planner, PlannerConfig, RatePolicy, StartPolicy, TimestampLookup, TopicPartition,
+    Trigger, WaitReason,
 };
 use kdirect_engine::record::{OwnedRecord, Record};
 use kdirect_engine::{Error as EngineError, ErrorKind};
@@ -105,8 +106,10 @@ pub struct StreamConfig {
     pub batch_interval: Duration,
     /// Fetched-but-not-released bytes, at most.
     pub memory_budget: usize,
-    /// Stop once the end offsets seen at start are reached.
+    /// Stop once the end offsets seen at start are reached ([`Trigger::AvailableNow`]).
     pub until_latest: bool,
+    /// When batches start.
+    pub trigger: Trigger,
     /// Positions to resume from (next offset per partition), e.g. from an offset store.
     pub resume_positions: BTreeMap<TopicPartition, i64>,
     /// The batch id to resume at.
@@ -202,6 +205,7 @@ impl Default for DirectStreamBuilder {
                 batch_interval: Duration::from_secs(1),
                 memory_budget: MemoryBudget::DEFAULT,
                 until_latest: false,
+                trigger: Trigger::AsFastAsPossible,
                 resume_positions: BTreeMap::new(),
                 resume_batch_id: 0,
                 replay: None,
@@ -209,6 +213,24 @@ impl Default for DirectStreamBuilder {
             rate_set: false,
             store: None,
             group: "kdirect".to_owned(),
+        }
+    }
+}
+
+/// `as-fast-as-possible`, `available-now`, or `processing-time=<ms>` (Spark's names in
+/// camel case are accepted too).
+pub fn parse_trigger(value: &str) -> Option<Trigger> {
+    let v = value.to_ascii_lowercase().replace(['-', '_'], "");
+    match v.as_str() {
+        "asfastaspossible" | "default" => Some(Trigger::AsFastAsPossible),
+        "availablenow" | "once" => Some(Trigger::AvailableNow),
+        _ => {
+            let ms: u64 = v
+                .strip_prefix("processingtime=")?
+                .trim_end_matches("ms")
+                .parse()
+                .ok()?;
+            (ms > 0).then(|| Trigger::ProcessingTime(Duration::from_millis(ms)))
         }
     }
 }
@@ -269,13 +291,16 @@ impl DirectStreamBuilder {
                 self.min_offsets_per_trigger(parse(key, value)?, delay)
             }
             "maxTriggerDelay" => self.max_trigger_delay(ms(value)?),
-            "failOnDataLoss" => self.data_loss(if parse::<bool>(key, value)? {
-                DataLossPolicy::Fail
-            } else {
-                DataLossPolicy::Earliest
-            }),
+            "failOnDataLoss" => self.fail_on_data_loss(parse(key, value)?),
             "backpressure.enabled" => self.backpressure(parse(key, value)?),
             "batch.interval.ms" => self.batch_interval(ms(value)?),
+            "minRatePerPartition" => self.min_rate_per_partition(parse(key, value)?),
+            "trigger" => self.trigger(parse_trigger(value).ok_or_else(|| {
+                ErrorKind::Config(format!(
+                    "{key}: '{value}' is not as-fast-as-possible, available-now or \
+                     processing-time=<ms>"
+                ))
+            })?),
             "memory.budget.bytes" => self.memory_budget(parse(key, value)?),
             _ => return Err(ErrorKind::Config(format!("unknown setting '{key}'")).into()),
         })
@@ -435,6 +460,16 @@ impl DirectStreamBuilder {
         self
     }
 
+    /// `failOnDataLoss`: `true` (the default) fails on records gone before they were read;
+    /// `false` reports the lost range with the batch and goes on from the log start.
+    pub fn fail_on_data_loss(self, fail: bool) -> Self {
+        self.data_loss(if fail {
+            DataLossPolicy::Fail
+        } else {
+            DataLossPolicy::Earliest
+        })
+    }
+
     /// What a detected data loss does.
     pub fn data_loss(mut self, policy: DataLossPolicy) -> Self {
         self.config.data_loss = policy;
@@ -447,9 +482,35 @@ impl DirectStreamBuilder {
         self
     }
 
-    /// Stop at the end offsets seen at start.
+    /// Stop at the end offsets seen at start (what [`Trigger::AvailableNow`] does).
     pub fn until_latest(mut self, on: bool) -> Self {
         self.config.until_latest = on;
+        self
+    }
+
+    /// When batches start: [`Trigger::AsFastAsPossible`] (the default),
+    /// [`Trigger::ProcessingTime`] (a batch at most every interval, which also becomes the
+    /// batch interval of the rates), or [`Trigger::AvailableNow`] (everything up to the ends
+    /// seen at start, then `next_batch` returns `None`; rate limits still hold). Whatever the
+    /// trigger, `maxRatePerPartition` and backpressure hold in wall-clock time.
+    pub fn trigger(mut self, trigger: Trigger) -> Self {
+        match trigger {
+            Trigger::ProcessingTime(interval) => self.config.batch_interval = interval,
+            Trigger::AvailableNow => self.config.until_latest = true,
+            _ => {}
+        }
+        self.config.trigger = trigger;
+        self
+    }
+
+    /// `minRatePerPartition`: the least a partition takes per batch under
+    /// `maxRatePerPartition` or backpressure (default 1, so no partition stalls).
+    pub fn min_rate_per_partition(mut self, records: u64) -> Self {
+        self.config.rate = self
+            .config
+            .rate
+            .clone()
+            .with_min_rate_per_partition(records);
         self
     }
 
@@ -560,6 +621,7 @@ impl DirectStreamBuilder {
         }
         let budget = MemoryBudget::new(c.memory_budget);
         let planner_cfg = PlannerConfig::new(c.batch_interval)
+            .with_trigger(c.trigger)
             .with_rate(c.rate.clone())
             .with_start(c.start.clone())
             .with_data_loss(c.data_loss)
@@ -802,7 +864,7 @@ impl Driver {
                 data,
                 lost: Vec::new(),
                 planned_at: now,
-                ready_at: now,
+                handed_at: now,
                 replay: true,
             }));
         }
@@ -813,6 +875,15 @@ impl Driver {
         loop {
             if self.config.until_latest && self.reached_until() {
                 return Ok(None);
+            }
+            // Paced by the trigger or the rate limits: sleep until the next batch may start,
+            // without asking the brokers for a snapshot the planner would only refuse.
+            let not_before = self.planner().not_before();
+            if let Some(at) = not_before {
+                let wait = at.saturating_sub(self.now());
+                if !wait.is_zero() {
+                    tokio::time::sleep(wait).await;
+                }
             }
             let snap = match self.snapshot().await {
                 Ok(snap) => snap,
@@ -863,13 +934,16 @@ impl Driver {
                         data,
                         lost,
                         planned_at: plan.planned_at,
-                        ready_at: self.now(),
+                        handed_at: self.now(),
                         replay: false,
                     }));
                 }
                 PlanOutcome::Wait(w) => {
                     if self.config.until_latest && self.reached_until() {
                         return Ok(None);
+                    }
+                    if w.reason == WaitReason::Paced {
+                        continue;
                     }
                     let poll = self.config.batch_interval.min(Duration::from_millis(200));
                     let sleep = w
@@ -921,7 +995,7 @@ impl DirectStream {
             .get_or_insert_with(|| tokio::spawn(driver.next()));
         let joined = task.await;
         self.pending = None;
-        let batch = joined.map_err(|e| {
+        let mut batch = joined.map_err(|e| {
             EngineError::from(ErrorKind::Task {
                 what: "stream batch",
                 reason: e.to_string(),
@@ -931,7 +1005,8 @@ impl DirectStream {
             store.log_plan(&b.planned()).await?;
             self.outstanding = Some(b.id);
         }
-        if batch.is_some() {
+        if let Some(b) = batch.as_mut() {
+            b.handed_at = self.driver.now();
             self.pending = Some(tokio::spawn(self.driver.clone().next()));
         }
         Ok(batch)
@@ -1025,12 +1100,15 @@ impl DirectStream {
     /// Marks a batch done: the user's output for it succeeded. Feeds the backpressure
     /// estimator and releases the batch's memory.
     pub fn done(&mut self, batch: Batch) {
+        // Spark's estimator inputs: the processing delay is the caller's time with the batch
+        // (from next_batch handing it out to commit/done); the scheduling delay the time
+        // from its plan to that hand-out (fetching, then waiting for the previous batch).
         let now = self.driver.now();
         let completion = BatchCompletion::new(
             now,
             batch.offset_count(),
-            now.saturating_sub(batch.ready_at),
-            batch.ready_at.saturating_sub(batch.planned_at),
+            now.saturating_sub(batch.handed_at),
+            batch.handed_at.saturating_sub(batch.planned_at),
         );
         self.driver.planner().on_batch_completed(&completion);
     }
@@ -1081,7 +1159,8 @@ pub struct Batch {
     data: Vec<RangeData>,
     lost: Vec<LostRange>,
     planned_at: Duration,
-    ready_at: Duration,
+    /// When `next_batch` handed it to the caller.
+    handed_at: Duration,
     replay: bool,
 }
 

@@ -299,6 +299,26 @@ pub enum WaitReason {
     },
     /// Nothing to read and [`PlannerConfig::emit_empty_batches`] is off.
     NoNewData,
+    /// Too early: the trigger's interval has not passed since the last batch started, or the
+    /// last batch used the rate limits' allowance up to `retry_at` (records per second held
+    /// in wall-clock time).
+    Paced,
+}
+
+/// When batches start, as Structured Streaming names its triggers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Trigger {
+    /// Each batch as soon as there is data (Spark's default).
+    #[default]
+    AsFastAsPossible,
+    /// A batch starts at most every interval; a batch that overruns it starts the next at
+    /// once (`Trigger.ProcessingTime`).
+    ProcessingTime(Duration),
+    /// Everything up to the end offsets seen at start, then stop (`Trigger.AvailableNow`):
+    /// for the planner the same as [`AsFastAsPossible`](Self::AsFastAsPossible), still under
+    /// the rate limits; the driver stops at the ends.
+    AvailableNow,
 }
 
 /// "No batch yet".
@@ -427,6 +447,11 @@ pub struct PlannerConfig {
     /// range at their position. The rate limits are then computed over the partitions taken
     /// only; `minOffsetsPerTrigger` still counts the offsets available in every partition.
     pub max_partitions_per_batch: Option<usize>,
+    /// When batches start. Whatever the trigger, `maxRatePerPartition` and backpressure hold
+    /// in wall-clock time: a partition that took `n` offsets under a per-batch cap `c` (its
+    /// rate × the batch interval) lets the next batch start `n / c` of an interval later, so no
+    /// partition delivers more than its rate averaged over a few batches.
+    pub trigger: Trigger,
 }
 
 impl PlannerConfig {
@@ -439,7 +464,14 @@ impl PlannerConfig {
             data_loss: DataLossPolicy::Fail,
             emit_empty_batches: false,
             max_partitions_per_batch: None,
+            trigger: Trigger::AsFastAsPossible,
         }
+    }
+
+    /// With this trigger.
+    pub fn with_trigger(mut self, trigger: Trigger) -> Self {
+        self.trigger = trigger;
+        self
     }
 
     /// With these rate limits.
@@ -477,6 +509,11 @@ impl PlannerConfig {
         if self.batch_interval.is_zero() {
             return Err(PlanError::InvalidConfig("batch interval must be positive"));
         }
+        if self.trigger == Trigger::ProcessingTime(Duration::ZERO) {
+            return Err(PlanError::InvalidConfig(
+                "a processing-time trigger needs a positive interval",
+            ));
+        }
         if self.max_partitions_per_batch == Some(0) {
             return Err(PlanError::InvalidConfig(
                 "max partitions per batch must be positive",
@@ -511,6 +548,9 @@ pub struct Planner {
     /// The last partition served by a batch that could not take every partition with data
     /// (see [`PlannerConfig::max_partitions_per_batch`]): the next such batch starts after it.
     rotation: Option<TopicPartition>,
+    /// The next batch does not start before this time (the trigger's interval, the rate
+    /// limits' pacing).
+    not_before: Option<Duration>,
 }
 
 impl Planner {
@@ -534,6 +574,7 @@ impl Planner {
             latest_rate: -1,
             pending_lost: Vec::new(),
             rotation: None,
+            not_before: None,
         })
     }
 
@@ -630,8 +671,48 @@ impl Planner {
         Some(self.latest_rate)
     }
 
+    /// The earliest time the next batch may start (the trigger's interval and the rate limits'
+    /// pacing), if the last batch set one. A driver sleeps until then instead of asking the
+    /// brokers for a snapshot [`plan`](Self::plan) would only answer with
+    /// [`WaitReason::Paced`].
+    pub fn not_before(&self) -> Option<Duration> {
+        self.not_before
+    }
+
     fn is_new_partition(&self, tp: &TopicPartition) -> bool {
         self.initialized || self.known_topics.contains(&tp.topic)
+    }
+
+    /// When the batch after one planned at `now` with `ranges` may start: the trigger's
+    /// interval after `now`, and under a rate (`maxRatePerPartition`, backpressure; `rates`
+    /// in records per second, index-aligned with `ranges`) the time the most loaded partition's
+    /// records take at its rate (`taken / rate`), so that rates hold in wall-clock time even
+    /// when `minRatePerPartition` raises a batch's cap above `rate × interval`.
+    fn next_start(
+        &self,
+        now: Duration,
+        ranges: &[OffsetRange],
+        rates: Option<&[f64]>,
+    ) -> Option<Duration> {
+        let mut at = now;
+        if let Trigger::ProcessingTime(interval) = self.config.trigger {
+            at = at.max(now.saturating_add(interval));
+        }
+        if let Some(rates) = rates {
+            let secs = ranges
+                .iter()
+                .zip(rates)
+                .filter(|(_, &rate)| rate > 0.0)
+                .map(|(r, &rate)| r.len() as f64 / rate)
+                .fold(0.0f64, f64::max);
+            if secs > 0.0 && secs.is_finite() {
+                // At most a day: a rate so small that one record takes longer is a
+                // configuration to take literally, not to sleep through.
+                let pace = Duration::from_secs_f64(secs.min(86_400.0));
+                at = at.max(now.saturating_add(pace));
+            }
+        }
+        (at > now).then_some(at)
     }
 
     /// Plans the next batch from a snapshot of the partitions, at `now`.
@@ -643,6 +724,12 @@ impl Planner {
         now: Duration,
         snapshot: &[PartitionSnapshot],
     ) -> Result<PlanOutcome, PlanError> {
+        if let Some(at) = self.not_before.filter(|at| now < *at) {
+            return Ok(PlanOutcome::Wait(Wait {
+                reason: WaitReason::Paced,
+                retry_at: Some(at),
+            }));
+        }
         let mut parts: BTreeMap<TopicPartition, &PartitionSnapshot> = BTreeMap::new();
         for snap in snapshot {
             if snap.log_start < 0 || snap.end < snap.log_start {
@@ -741,6 +828,11 @@ impl Planner {
             estimated_rate,
             self.config.batch_interval,
         );
+        let rates = rate::dstream_rates(
+            &lags,
+            self.config.rate.max_rate_per_partition,
+            estimated_rate,
+        );
 
         let ranges: Vec<OffsetRange> = froms
             .iter()
@@ -767,6 +859,7 @@ impl Planner {
         if rotation.is_some() {
             self.rotation = rotation;
         }
+        self.not_before = self.next_start(now, &ranges, rates.as_deref());
         let batch_id = self.next_batch_id;
         self.next_batch_id += 1;
         Ok(PlanOutcome::Batch(BatchPlan {

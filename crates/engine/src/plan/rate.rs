@@ -153,6 +153,24 @@ pub(super) fn dstream_caps(
     estimated_rate: Option<f64>,
     batch_interval: Duration,
 ) -> Option<Vec<u64>> {
+    let rates = dstream_rates(lags, max_rate_per_partition, estimated_rate)?;
+    let secs_per_batch = batch_interval.as_millis() as f64 / 1000.0;
+    Some(
+        rates
+            .iter()
+            // `as u64` truncates like Scala's `toLong` (and saturates).
+            .map(|limit| ((secs_per_batch * limit) as u64).max(min_rate_per_partition))
+            .collect(),
+    )
+}
+
+/// The records per second each partition may deliver under `maxRatePerPartition` and the
+/// backpressure rate (split by lag), or `None` when neither limits anything.
+pub(super) fn dstream_rates(
+    lags: &[u64],
+    max_rate_per_partition: Option<u64>,
+    estimated_rate: Option<f64>,
+) -> Option<Vec<f64>> {
     let max_rate = max_rate_per_partition.map(|r| r as f64);
     let rates: Vec<f64> = match estimated_rate.filter(|r| *r > 0.0) {
         Some(rate) => {
@@ -174,14 +192,7 @@ pub(super) fn dstream_caps(
     if rates.iter().sum::<f64>() <= 0.0 {
         return None;
     }
-    let secs_per_batch = batch_interval.as_millis() as f64 / 1000.0;
-    Some(
-        rates
-            .iter()
-            // `as u64` truncates like Scala's `toLong` (and saturates).
-            .map(|limit| ((secs_per_batch * limit) as u64).max(min_rate_per_partition))
-            .collect(),
-    )
+    Some(rates)
 }
 
 /// Structured Streaming's `rateLimit`: `limit` offsets split across the partitions with lag in

@@ -1315,3 +1315,168 @@ proptest! {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Triggers and wall-clock pacing
+// ---------------------------------------------------------------------------------------
+
+/// Plans every `step` from 0 to `until` (a driver polling as fast as possible) and returns
+/// `(planned_at, offsets per partition)` of each batch.
+fn run_paced(
+    p: &mut Planner,
+    logs: &[PartitionSnapshot],
+    step: Duration,
+    until: Duration,
+) -> Vec<(Duration, Vec<u64>)> {
+    let mut out = Vec::new();
+    let mut now = Duration::ZERO;
+    while now <= until {
+        match p.plan(now, logs).unwrap() {
+            PlanOutcome::Batch(b) => out.push((now, takes(&b))),
+            PlanOutcome::Wait(w) => {
+                if w.reason == WaitReason::Paced {
+                    assert_eq!(w.retry_at, p.not_before(), "a paced wait says until when");
+                    assert!(w.retry_at.unwrap() > now);
+                }
+            }
+        }
+        now += step;
+    }
+    out
+}
+
+#[test]
+fn max_rate_holds_in_wall_clock_time_as_fast_as_possible() {
+    // 100 records/s per partition, interval 1 s, a backlog of 10,000: a driver that asks every
+    // 10 ms gets one batch of 100 per partition per second, never more.
+    let mut p = earliest(
+        secs(1),
+        RatePolicy::default().with_max_rate_per_partition(100),
+    );
+    let batches = run_paced(&mut p, &logs(&[10_000, 10_000]), ms(10), ms(9_999));
+    assert_eq!(batches.len(), 10, "{batches:?}");
+    for (i, (at, take)) in batches.iter().enumerate() {
+        assert_eq!(
+            *at,
+            secs(i as u64),
+            "batch {i} starts one interval after the previous"
+        );
+        assert_eq!(take, &[100, 100]);
+    }
+    // Any window of w seconds holds at most 100 × (w + 1) records per partition.
+    let total: u64 = batches.iter().map(|(_, t)| t[0]).sum();
+    assert_eq!(total, 1000);
+}
+
+#[test]
+fn a_partial_batch_uses_only_its_share_of_the_interval() {
+    // Rate 100/s, interval 1 s: partition 0 has 30 records, so the batch used 30/100 of an
+    // interval and the next may start 300 ms later; a caught-up stream is not held back a
+    // whole interval.
+    let mut p = earliest(
+        secs(1),
+        RatePolicy::default().with_max_rate_per_partition(100),
+    );
+    let b = batch(p.plan(secs(0), &logs(&[30])));
+    assert_eq!(takes(&b), [30]);
+    assert_eq!(p.not_before(), Some(ms(300)));
+    let w = wait(p.plan(ms(200), &logs(&[200])));
+    assert_eq!(w.reason, WaitReason::Paced);
+    assert_eq!(w.retry_at, Some(ms(300)));
+    let b = batch(p.plan(ms(300), &logs(&[200])));
+    assert_eq!(spans(&b), [(0, 30, 130)]);
+    assert_eq!(p.not_before(), Some(ms(1300)));
+}
+
+#[test]
+fn backpressure_rate_holds_in_wall_clock_time() {
+    // Published rate 1000/s over lags 1000/3000 (interval 2 s): caps 500/1500 per batch, so
+    // 2000 records per 2 s, and the next batch 2 s later.
+    let mut p = earliest(
+        secs(2),
+        RatePolicy::default().with_backpressure(PidConfig::default()),
+    );
+    publish_1000_per_s(&mut p);
+    let b = batch(p.plan(secs(4), &logs(&[1000, 3000])));
+    assert_eq!(takes(&b), [500, 1500]);
+    assert_eq!(p.not_before(), Some(secs(6)));
+    assert_eq!(
+        wait(p.plan(secs(5), &logs(&[1000, 3000]))).reason,
+        WaitReason::Paced
+    );
+    batch(p.plan(secs(6), &logs(&[1000, 3000])));
+}
+
+#[test]
+fn processing_time_trigger_starts_at_most_every_interval_and_overruns_start_at_once() {
+    let mut p = planner(
+        PlannerConfig::new(secs(5))
+            .with_start(StartPolicy::Earliest)
+            .with_trigger(Trigger::ProcessingTime(secs(5))),
+    );
+    batch(p.plan(secs(0), &logs(&[10])));
+    let w = wait(p.plan(secs(1), &logs(&[20])));
+    assert_eq!((w.reason, w.retry_at), (WaitReason::Paced, Some(secs(5))));
+    // Due at 5 s; the driver comes back at 7 s (the previous batch overran): at once.
+    let b = batch(p.plan(secs(7), &logs(&[20])));
+    assert_eq!(spans(&b), [(0, 10, 20)]);
+    // The next is due one interval after that start.
+    assert_eq!(p.not_before(), Some(secs(12)));
+    // No data when due: no batch, and the next one starts as soon as data comes.
+    assert_eq!(
+        wait(p.plan(secs(12), &logs(&[20]))).reason,
+        WaitReason::NoNewData
+    );
+    batch(p.plan(secs(13), &logs(&[21])));
+}
+
+#[test]
+fn without_a_rate_or_interval_batches_are_not_paced() {
+    let mut p = earliest(
+        secs(1),
+        RatePolicy::default().with_max_offsets_per_trigger(10),
+    );
+    batch(p.plan(secs(0), &logs(&[100])));
+    assert_eq!(p.not_before(), None);
+    batch(p.plan(secs(0), &logs(&[100])));
+}
+
+#[test]
+fn a_processing_time_trigger_needs_an_interval() {
+    let e = Planner::new(
+        PlannerConfig::new(secs(1)).with_trigger(Trigger::ProcessingTime(Duration::ZERO)),
+    )
+    .unwrap_err();
+    assert!(matches!(e, PlanError::InvalidConfig(_)), "{e}");
+}
+
+proptest! {
+    /// Whatever the poll times, a partition never gets more than `rate × (window + interval)`
+    /// records in any window, with maxRatePerPartition `rate`.
+    #[test]
+    fn max_rate_bounds_every_window(
+        rate in 1u64..500,
+        interval_ms in 100u64..3000,
+        steps in proptest::collection::vec(1u64..700, 1..200),
+    ) {
+        let mut p = earliest(ms(interval_ms), RatePolicy::default().with_max_rate_per_partition(rate));
+        let logs = logs(&[1_000_000]);
+        let mut now = Duration::ZERO;
+        let mut got: Vec<(Duration, u64)> = Vec::new();
+        for s in steps {
+            if let PlanOutcome::Batch(b) = p.plan(now, &logs).unwrap() {
+                got.push((now, takes(&b)[0]));
+            }
+            now += ms(s);
+        }
+        for (i, (start, _)) in got.iter().enumerate() {
+            for (end, _) in &got[i..] {
+                let window = (*end - *start).as_secs_f64();
+                let n: u64 = got.iter().filter(|(t, _)| t >= start && t <= end).map(|(_, n)| n).sum();
+                let cap_per_batch = ((interval_ms as f64 / 1000.0) * rate as f64) as u64;
+                let bound = rate as f64 * window + cap_per_batch.max(1) as f64;
+                prop_assert!(n as f64 <= bound + 1e-6, "{n} records in {window} s > {bound}");
+            }
+        }
+    }
+}

@@ -3,12 +3,13 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use kdirect::commit::file_sink::FileSink;
 use kdirect::engine::plan::StartPolicy;
 use kdirect::proto::IsolationLevel;
 use kdirect::stream::DirectStream;
+use kdirect::{parse_trigger, Trigger};
 
 use super::common::ConnectArgs;
 use super::decode::{push_record_json, BytesFormat};
@@ -30,9 +31,19 @@ pub struct Args {
     /// `none` (an error naming partitions that have no position).
     #[arg(long, default_value = "earliest", value_parser = parse_start)]
     starting: StartPolicy,
-    /// Stop once the end offsets seen at start are reached, and exit 0.
+    /// Stop once the end offsets seen at start are reached, and exit 0 (the same as
+    /// `--trigger available-now`).
     #[arg(long)]
     until_latest: bool,
+    /// When batches start: `as-fast-as-possible` (default), `processing-time=<ms>` (at most one
+    /// batch per interval; also the batch interval of the rates) or `available-now`
+    /// (everything up to the ends seen at start, then exit 0). Rate limits hold in
+    /// wall-clock time with any trigger.
+    #[arg(long, value_name = "TRIGGER", value_parser = parse_trigger_arg)]
+    trigger: Option<Trigger>,
+    /// The batch interval the per-second rates are multiplied by (Spark's batch duration).
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    batch_interval_ms: u64,
     /// At most this many offsets per batch, split across partitions by lag
     /// (Structured Streaming's maxOffsetsPerTrigger).
     #[arg(long, value_name = "N")]
@@ -41,6 +52,30 @@ pub struct Args {
     /// (Spark's maxRatePerPartition).
     #[arg(long, value_name = "R")]
     max_rate_per_partition: Option<u64>,
+    /// The least a partition takes per batch under a rate (Spark's minRatePerPartition).
+    #[arg(long, value_name = "N")]
+    min_rate_per_partition: Option<u64>,
+    /// PID backpressure: the rate follows how fast the output takes the records
+    /// (spark.streaming.backpressure.enabled).
+    #[arg(long)]
+    backpressure: bool,
+    /// Hold a batch back until this many offsets are available (minOffsetsPerTrigger)…
+    #[arg(long, value_name = "N")]
+    min_offsets_per_batch: Option<u64>,
+    /// …but no longer than this (maxTriggerDelay).
+    #[arg(long, value_name = "MS", requires = "min_offsets_per_batch")]
+    max_trigger_delay_ms: Option<u64>,
+    /// `false`: when records are gone before they were read (retention, a re-created topic),
+    /// report the lost range and go on from the log start (failOnDataLoss).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    fail_on_data_loss: bool,
+    /// Any library setting by its Kafka or Spark name (repeatable), e.g.
+    /// `-X fetch.max.wait.ms=100 -X maxOffsetsPerTrigger=5000`.
+    #[arg(short = 'X', long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// One line per batch to stderr: id, records, offsets, the batch's records/s.
+    #[arg(long)]
+    progress: bool,
     /// read_uncommitted or read_committed.
     #[arg(long, default_value = "read_uncommitted", value_parser = parse_isolation)]
     isolation: IsolationLevel,
@@ -80,6 +115,12 @@ pub struct Args {
     /// transaction as the offsets — exactly-once. Replaces `--output`.
     #[arg(long, value_name = "NAME", requires = "store", conflicts_with_all = ["output", "output_dir"])]
     sink_table: Option<String>,
+}
+
+fn parse_trigger_arg(s: &str) -> Result<Trigger, String> {
+    parse_trigger(s).ok_or_else(|| {
+        format!("'{s}' is not as-fast-as-possible, available-now or processing-time=<ms>")
+    })
 }
 
 fn parse_start(s: &str) -> Result<StartPolicy, String> {
@@ -158,7 +199,31 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
         builder = builder.set("maxOffsetsPerTrigger", &n.to_string())?;
     }
     if let Some(r) = args.max_rate_per_partition {
-        builder = builder.set("maxRatePerPartition", &r.to_string())?;
+        builder = builder.max_rate_per_partition(r);
+    }
+    if let Some(r) = args.min_rate_per_partition {
+        builder = builder.min_rate_per_partition(r);
+    }
+    builder = builder
+        .batch_interval(Duration::from_millis(args.batch_interval_ms))
+        .fail_on_data_loss(args.fail_on_data_loss);
+    if args.backpressure {
+        builder = builder.backpressure(true);
+    }
+    if let Some(n) = args.min_offsets_per_batch {
+        let delay = args
+            .max_trigger_delay_ms
+            .map_or(Duration::from_secs(15 * 60), Duration::from_millis);
+        builder = builder.min_offsets_per_trigger(n, delay);
+    }
+    if let Some(t) = args.trigger {
+        builder = builder.trigger(t);
+    }
+    for kv in &args.set {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| CliError(format!("-X {kv}: expected KEY=VALUE")))?;
+        builder = builder.set(k.trim(), v.trim())?;
     }
     // With a store, the stream owns the commit protocol: it resumes from the committed
     // positions, re-runs a logged-but-uncommitted batch with exactly its ranges, and logs each
@@ -196,7 +261,20 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
     let mut stats = Stats::default();
     let mut line = String::with_capacity(512);
     let mut io_err: Option<std::io::Error> = None;
+    let mut last_report = Instant::now();
     while let Some(batch) = stream.next_batch().await? {
+        let (id, offsets, before) = (batch.id(), batch.offset_count(), stats.records);
+        let mut progress = |stats: &Stats| {
+            if args.progress {
+                let secs = last_report.elapsed().as_secs_f64().max(1e-9);
+                let n = stats.records - before;
+                eprintln!(
+                    "kdirect: batch {id}: {n} records, {offsets} offsets, {:.0} records/s",
+                    n as f64 / secs
+                );
+                last_report = Instant::now();
+            }
+        };
         for lost in batch.lost() {
             eprintln!(
                 "kdirect: data loss: {}-{} offsets [{}, {}) are gone ({:?}); continuing from the log start",
@@ -215,6 +293,7 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
             tx.insert_batch(sink, &batch).await?;
             stats.batches += 1;
             stream.commit_transaction(batch, tx).await?;
+            progress(&stats);
             continue;
         } else if let Some(sink) = &file_sink {
             // Exactly-once output with a store that logs plans: a re-run batch rewrites the
@@ -276,6 +355,7 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
         }
         stats.batches += 1;
         stream.commit(batch).await?;
+        progress(&stats);
     }
     if let Some(w) = out.as_mut() {
         w.flush()

@@ -31,7 +31,7 @@ enum Command {
     /// Per partition: the committed position in an offset store, the log end, and the lag.
     Lag(lag::Args),
     /// Read topics batch by batch (exact offset ranges) and print the records as JSON lines.
-    Consume(consume::Args),
+    Consume(Box<consume::Args>),
     /// Decode a file of record batches (a Fetch response partition's `records` bytes).
     Decode(decode::Args),
     /// Serve generated data from kdirect's in-memory fake broker (a test double) until stopped.
@@ -64,7 +64,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Offsets(c) => block_on(offsets::run(c)),
         Command::Lag(a) => block_on(lag::run(a)),
         Command::Decode(a) => decode::run(a),
-        Command::Consume(a) => block_on(consume::run(a)),
+        Command::Consume(a) => block_on(consume::run(*a)),
         Command::FakeBroker(a) => block_on(fake_broker::run(a)),
         Command::Demo(a) => block_on(demo::run(a)),
     }
