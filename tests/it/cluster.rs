@@ -1,5 +1,6 @@
 //! kdirect's connection, cluster view and ListOffsets against librdkafka's mock cluster,
-//! checked against what librdkafka itself reports for the same cluster.
+//! checked against what librdkafka itself reports for the same cluster (and kdirect's fake
+//! broker where a test must know that a request reached the broker).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -14,12 +15,13 @@ use kdirect::proto::api::{api_versions::ApiVersions, offset_fetch::OffsetFetch};
 use kdirect::proto::api::{find_coordinator::FindCoordinator, offset_commit::OffsetCommit};
 use kdirect::proto::message::Api;
 use kdirect::proto::IsolationLevel;
+use kdirect_fake_broker::FakeCluster;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::Producer;
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::support::{dead_addr, rt, Mock};
+use crate::support::{dead_addr, rt, wait_until_async, Mock};
 
 const T: Duration = Duration::from_secs(10);
 
@@ -313,18 +315,22 @@ fn timeout_and_broker_down_name_the_broker() {
             matches!(again.kind(), ErrorKind::Disconnected { .. }),
             "{again}"
         );
-        mock.cluster
-            .broker_round_trip_time(1, Duration::ZERO)
-            .unwrap();
 
-        // A request in flight when the broker goes down fails with the broker's name.
-        let cfg = ConnConfig::default();
-        let conn = BrokerConnection::connect(&addr, Some(1), &cfg)
+        // A request in flight when the broker goes down fails with the broker's name. On
+        // kdirect's fake broker, which counts the requests it receives: the broker is stopped
+        // only once the request reached it (its answer held back for a minute).
+        let fake = FakeCluster::builder()
+            .brokers(1)
+            .topic("slow", 1)
+            .build()
             .await
             .unwrap();
-        mock.cluster
-            .broker_round_trip_time(1, Duration::from_millis(500))
+        let addr = fake.broker_addr(1).unwrap().to_string();
+        let conn = BrokerConnection::connect(&addr, Some(1), &ConnConfig::default())
+            .await
             .unwrap();
+        fake.set_response_delay(1, Duration::from_secs(60)).unwrap();
+        let before = fake.stats(1).unwrap().requests;
         let inflight = {
             let conn = conn.clone();
             tokio::spawn(async move {
@@ -333,8 +339,11 @@ fn timeout_and_broker_down_name_the_broker() {
                     .await
             })
         };
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        mock.cluster.broker_down(1).unwrap();
+        wait_until_async(T, "the Metadata request reached the broker", || {
+            fake.stats(1).unwrap().requests > before
+        })
+        .await;
+        fake.stop_broker(1).unwrap();
         let err = inflight.await.unwrap().unwrap_err();
         assert!(
             matches!(err.kind(), ErrorKind::Disconnected { .. }),
@@ -344,7 +353,6 @@ fn timeout_and_broker_down_name_the_broker() {
             err.to_string().contains("broker 1") && err.to_string().contains(&addr),
             "{err}"
         );
-        mock.cluster.broker_up(1).unwrap();
     });
 }
 

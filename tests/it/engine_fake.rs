@@ -79,6 +79,7 @@ fn list_offsets_by_timestamp_and_read_committed_end() {
             )
             .await
             .unwrap();
+        assert_eq!(at.len(), 2);
         for o in &at {
             assert_eq!(o.offset, 21, "first record at or after ts0+20.5s");
             assert_eq!(o.timestamp, ts0 + 21_000);

@@ -22,7 +22,11 @@ fn cfg() -> FetchConfig {
     c
 }
 
-fn check(data: &[kdirect::engine::fetch::RangeData]) {
+/// Every range asked came back, and each holds exactly its offsets' records.
+fn check(ranges: &[OffsetRange], data: &[kdirect::engine::fetch::RangeData]) {
+    let mut got: Vec<&OffsetRange> = data.iter().map(|d| &d.range).collect();
+    got.sort_by_key(|r| (r.topic.clone(), r.partition));
+    assert_eq!(got, ranges.iter().collect::<Vec<_>>(), "the ranges fetched");
     for d in data {
         let r = &d.range;
         let mut expect = r.from;
@@ -68,7 +72,7 @@ fn reads_exact_ranges_in_every_codec() {
                 })
                 .collect();
             let data = fetch_ranges(&cluster, &ranges, &cfg()).await.unwrap();
-            check(&data);
+            check(&ranges, &data);
         });
     }
 }
@@ -114,7 +118,7 @@ fn retries_injected_errors_and_follows_a_leader_move() {
             },
         ];
         let data = fetch_ranges(&cluster, &ranges, &cfg()).await.unwrap();
-        check(&data);
+        check(&ranges, &data);
         let view = cluster.view();
         assert_eq!(
             view.leader("moving", 0).unwrap().0,

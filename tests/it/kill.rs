@@ -60,6 +60,7 @@ impl Source {
                         let base = fake.high_watermark("k", p).unwrap();
                         append(fake, p, base, base + 100);
                     }
+                    // The writer's pace (100 records per partition every 10 ms), not a wait.
                     std::thread::sleep(Duration::from_millis(10));
                 }
             }
@@ -78,6 +79,7 @@ impl Source {
                         "--keep-going",
                     ],
                 );
+                // Polls the stop flag; the producer writes meanwhile.
                 while !stop.load(Ordering::Relaxed) {
                     std::thread::sleep(Duration::from_millis(20));
                 }
@@ -178,6 +180,7 @@ fn run_with_kills(name: &str, source: &Source, extra: &[&str]) -> Vec<i64> {
                 "{name}: only {kills} kills before the deadline"
             );
             let mut child = spawn(&boot, topic, extra);
+            // The random moment of the kill: the thing under test, not a wait.
             std::thread::sleep(Duration::from_millis(rng.next(1, hi + 1)));
             if child.try_wait().unwrap().is_some() {
                 let out = child.wait_with_output().unwrap();

@@ -14,7 +14,7 @@ use kdirect::engine::plan::{DataLossPolicy, StartPolicy};
 use kdirect::proto::IsolationLevel;
 use kdirect::DirectStream;
 
-use crate::support::{rt, service};
+use crate::support::{rt, service, wait_until_async};
 
 /// One of the clusters `tests/kafka/kafka.sh` runs, and the Java tools to drive it.
 pub struct Kafka {
@@ -458,6 +458,7 @@ fn records_removed_by_retention_are_reported_as_lost() {
             std::time::Instant::now() < deadline,
             "retention never removed the records: {v}"
         );
+        // The poll interval of this deadline loop (each poll runs `kdirect offsets list`).
         std::thread::sleep(Duration::from_millis(500));
     }
     kafka.produce(&t, 1, 50, &["--from", "300"]);
@@ -661,10 +662,17 @@ fn partitions_added_while_consuming_are_read_from_their_start() {
             .await
             .unwrap();
         // Started at latest: the first snapshot (taken by the first next_batch, as the Java
-        // consumer resolves positions at its first poll) finds nothing to read yet.
-        let first = tokio::time::timeout(Duration::from_secs(3), stream.next_batch()).await;
-        assert!(first.is_err(), "nothing to read at latest");
+        // consumer resolves positions at its first poll) finds nothing to read yet. One poll
+        // starts it (next_batch is cancel-safe: the batch it waits for is kept); it resolves
+        // partition 0 to its end, 100, and waits there (what it reads later starts at 100).
+        let _ = tokio::time::timeout(Duration::ZERO, stream.next_batch()).await;
         let tp0 = kdirect::engine::plan::TopicPartition::new(t.clone(), 0);
+        wait_until_async(
+            Duration::from_secs(60),
+            "the first snapshot resolved partition 0 to its end",
+            || stream.positions().contains_key(&tp0),
+        )
+        .await;
         assert_eq!(stream.positions().get(&tp0), Some(&100));
         // Then the topic grows to 3 partitions, and records land in every partition.
         kafka.tool("add-partitions", &["--topic", &t, "--total", "3"]);

@@ -15,7 +15,7 @@ use kdirect::proto::{ErrorCode, IsolationLevel};
 use kdirect::DirectStream;
 use kdirect_fake_broker::{Codec, FakeCluster, FakeRecord};
 
-use crate::support::{rt, Mock};
+use crate::support::{rt, wait_until_async, Mock};
 
 /// Drains a stream; checks that ranges are contiguous per partition and that every record is
 /// inside its batch's range. Returns the (offset, value) pairs per partition.
@@ -331,36 +331,58 @@ fn memory_budget_holds_under_a_slow_consumer() {
             .build()
             .await
             .unwrap();
-        let mut held = Vec::new();
+        let mut held: Vec<kdirect::Batch> = Vec::new();
         let mut records = 0u64;
-        // Hold two batches (about 100 KB each) as a slow consumer would: the prefetch of the
-        // third cannot fit beside them and must wait, never exceeding the budget.
+        // Hold two batches (about 100 KB each) as a slow consumer would. Every byte they keep
+        // is accounted in the budget (the rest of what is in use is the prefetch's), so the
+        // prefetch of the third cannot fit beside them: it must wait for their release.
         for _ in 0..2 {
-            let b = stream.next_batch().await.unwrap().unwrap();
+            held.push(stream.next_batch().await.unwrap().unwrap());
+            let bytes: usize = held.iter().map(kdirect::Batch::byte_count).sum();
+            let in_use = stream.memory_in_use();
             assert!(
-                stream.memory_in_use() <= budget,
-                "{} > {budget}",
-                stream.memory_in_use()
-            );
-            held.push(b);
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            assert!(
-                stream.memory_in_use() <= budget,
-                "{} > {budget}",
-                stream.memory_in_use()
+                bytes <= in_use,
+                "the held batches keep {bytes} bytes, the budget accounts for {in_use}"
             );
         }
-        let before = stream.memory_in_use();
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(stream.memory_in_use() <= budget);
-        assert!(before >= 150 * 1024, "two batches held: {before} bytes");
-        // Release: consumption resumes and finishes.
+        let held_bytes: usize = held.iter().map(kdirect::Batch::byte_count).sum();
+        assert!(
+            held_bytes >= 150 * 1024,
+            "two batches held: {held_bytes} bytes"
+        );
+        wait_until_async(
+            Duration::from_secs(30),
+            "the prefetch waits for room in the budget",
+            || stream.memory_waits() > 0,
+        )
+        .await;
+        let in_use = stream.memory_in_use();
+        assert!(
+            held_bytes <= in_use,
+            "the held batches keep {held_bytes} bytes, the budget accounts for {in_use}"
+        );
+        // Release: the prefetch gets its room, consumption resumes and finishes.
         for b in held.drain(..) {
             records += b.for_each_record(|_, _| {}).unwrap();
             stream.done(b);
         }
+        let mut third = true;
         while let Some(b) = stream.next_batch().await.unwrap() {
-            assert!(stream.memory_in_use() <= budget);
+            let in_use = stream.memory_in_use();
+            assert!(
+                b.byte_count() <= in_use,
+                "batch {} keeps {} bytes, the budget accounts for {in_use}",
+                b.id(),
+                b.byte_count()
+            );
+            if std::mem::take(&mut third) {
+                assert!(
+                    held_bytes + b.byte_count() > budget,
+                    "the third batch ({} bytes) would have fit beside the two held \
+                     ({held_bytes} bytes): the test does not make the prefetch wait",
+                    b.byte_count()
+                );
+            }
             records += b.for_each_record(|_, _| {}).unwrap();
             stream.done(b);
         }
@@ -600,11 +622,25 @@ fn default_batches_fit_the_budget_with_large_values() {
             .unwrap();
         let mut records = 0;
         while let Some(b) = stream.next_batch().await.unwrap() {
-            assert!(stream.memory_in_use() <= 64 << 20);
+            // A quarter of the budget at 1 KiB per offset at most: these offsets take 2 KB.
+            assert!(
+                b.offset_count() <= (64 << 20) / 4 / 1024,
+                "batch {}: {} offsets",
+                b.id(),
+                b.offset_count()
+            );
+            let in_use = stream.memory_in_use();
+            assert!(
+                b.byte_count() <= in_use,
+                "batch {} keeps {} bytes, the budget accounts for {in_use}",
+                b.id(),
+                b.byte_count()
+            );
             records += b.for_each_record(|_, _| {}).unwrap();
             stream.done(b);
         }
         assert_eq!(records, 16 * 2000);
+        assert_eq!(stream.memory_in_use(), 0, "everything released");
     });
 }
 
@@ -633,24 +669,32 @@ fn fill_wide(
 }
 
 /// Reads a stream to its end; checks every partition's offsets are exactly `0..per_partition`
-/// (no gap, no duplicate), keys match, the budget is never exceeded and batches cover at most
-/// `max_partitions` partitions once the stream has seen a stored batch. Returns the largest
-/// budget use seen and the number of batches.
+/// (no gap, no duplicate), keys match, every batch's bytes are accounted in the budget, and
+/// batches cover at most `max_partitions` partitions. Returns the most bytes a batch held and
+/// the number of batches.
 async fn drain_within(
     stream: &mut DirectStream,
-    budget: usize,
     partitions: i32,
     per_partition: i64,
+    max_partitions: usize,
 ) -> (usize, u64) {
     let mut peak = 0;
     let mut offsets: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
     let mut batches = 0;
     while let Some(b) = stream.next_batch().await.unwrap() {
-        peak = peak.max(stream.memory_in_use());
+        let in_use = stream.memory_in_use();
         assert!(
-            stream.memory_in_use() <= budget,
-            "{} > {budget}",
-            stream.memory_in_use()
+            b.byte_count() <= in_use,
+            "batch {} keeps {} bytes, the budget accounts for {in_use}",
+            b.id(),
+            b.byte_count()
+        );
+        peak = peak.max(b.byte_count());
+        let read = b.ranges().iter().filter(|r| !r.is_empty()).count();
+        assert!(
+            read <= max_partitions,
+            "batch {} reads {read} partitions",
+            b.id()
         );
         b.for_each_record(|r, rec| {
             assert_eq!(
@@ -662,7 +706,6 @@ async fn drain_within(
         .unwrap();
         batches += 1;
         stream.done(b);
-        peak = peak.max(stream.memory_in_use());
     }
     assert_eq!(offsets.len(), partitions as usize);
     for (p, got) in &offsets {
@@ -699,10 +742,10 @@ fn wide_topic_with_big_batches_rotates_partitions_within_the_budget() {
             .build()
             .await
             .unwrap();
-        let (peak, batches) = drain_within(&mut stream, budget, 32, 768).await;
+        let (peak, batches) = drain_within(&mut stream, 32, 768, 4).await;
         // 32 × 768 = 24576 offsets in batches of ≤ 4 partitions: at least 8 batches.
         assert!(batches >= 8, "{batches} batches");
-        assert!(peak > 0 && peak <= budget, "peak {peak}");
+        assert!(peak > 0, "no batch held any bytes");
         assert_eq!(stream.memory_in_use(), 0, "everything released");
     });
 }
@@ -733,8 +776,8 @@ fn partition_rotation_applies_with_a_rate_limit_too() {
             .build()
             .await
             .unwrap();
-        let (peak, _) = drain_within(&mut stream, budget, 32, 100).await;
-        assert!(peak > 0 && peak <= budget, "peak {peak}");
+        let (peak, _) = drain_within(&mut stream, 32, 100, 4).await;
+        assert!(peak > 0, "no batch held any bytes");
         assert_eq!(stream.memory_in_use(), 0, "everything released");
     });
 }

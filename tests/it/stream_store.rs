@@ -71,6 +71,7 @@ fn the_stream_replays_an_uncommitted_batch_exactly_and_resumes_after_a_commit() 
         assert_eq!(s.commit(again).await.unwrap(), CommitOutcome::Committed);
         let b2 = s.next_batch().await.unwrap().unwrap();
         assert_eq!(b2.id(), 2);
+        assert_eq!(b2.ranges().len(), 2);
         for r in b2.ranges() {
             let prev = b1_ranges
                 .iter()
@@ -82,6 +83,7 @@ fn the_stream_replays_an_uncommitted_batch_exactly_and_resumes_after_a_commit() 
         drop(s);
 
         // PlannedBatch 0's ranges and batch 1's are contiguous and start at 0.
+        assert_eq!(b0_ranges.len(), 2);
         for r in &b0_ranges {
             assert_eq!(r.from, 0);
         }

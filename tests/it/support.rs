@@ -1,7 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::mocking::MockCluster;
@@ -125,7 +125,8 @@ pub fn tempdir(tag: &str) -> std::path::PathBuf {
     d
 }
 
-/// A fresh current-thread runtime for one test.
+/// A fresh runtime for one test (two worker threads, so a test that blocks one still runs
+/// its spawned tasks).
 pub fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -140,4 +141,35 @@ pub fn dead_addr() -> String {
     let addr = l.local_addr().unwrap().to_string();
     drop(l);
     addr
+}
+
+/// Polls `cond` until it holds, and panics naming `what` once `timeout` passed without it:
+/// waiting for something to happen (a request to arrive, a task to get somewhere), never for
+/// a length of time. The timeout only bounds a failing run; a passing one waits as long as
+/// the condition takes.
+pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(1);
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "gave up after {timeout:?} waiting until {what}"
+        );
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+/// [`wait_until`] for async tests: the runtime's other tasks run between polls.
+pub async fn wait_until_async(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(1);
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "gave up after {timeout:?} waiting until {what}"
+        );
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
 }

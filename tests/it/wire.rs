@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
@@ -31,7 +32,7 @@ use rdkafka::message::Message;
 use rdkafka::types::RDKafkaApiKey;
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::support::Mock;
+use crate::support::{wait_until, Mock};
 
 /// One request/response pair as seen on the wire (frames without the size prefix).
 #[derive(Debug, Clone)]
@@ -59,6 +60,9 @@ fn read_frame(s: &mut TcpStream) -> Option<Bytes> {
 struct Proxy {
     addr: String,
     log: Log,
+    /// Client connections not yet closed in both directions: 0 once a client that connected
+    /// is gone, and then the log is complete.
+    open: Arc<AtomicUsize>,
 }
 
 impl Proxy {
@@ -66,24 +70,49 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let log: Log = Arc::default();
-        let (l2, a2) = (log.clone(), addr.clone());
+        let open = Arc::new(AtomicUsize::new(0));
+        let (l2, a2, o2) = (log.clone(), addr.clone(), open.clone());
         thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { return };
                 let up = TcpStream::connect(&upstream).unwrap();
                 let (log, me) = (l2.clone(), a2.clone());
-                thread::spawn(move || pump(client, up, log, me));
+                o2.fetch_add(1, Ordering::SeqCst);
+                let open = Open(o2.clone());
+                thread::spawn(move || {
+                    pump(client, up, log, me);
+                    drop(open);
+                });
             }
         });
-        Proxy { addr, log }
+        Proxy { addr, log, open }
+    }
+
+    /// Waits until every client connection closed and its exchanges are in the log.
+    fn wait_closed(&self) {
+        wait_until(
+            Duration::from_secs(10),
+            "every client connection through the proxy closed",
+            || self.open.load(Ordering::SeqCst) == 0,
+        );
     }
 }
 
+/// Counts a proxied connection as open until dropped.
+struct Open(Arc<AtomicUsize>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Forwards one client connection until both directions are closed.
 fn pump(mut client: TcpStream, mut up: TcpStream, log: Log, me: String) {
     let inflight: Arc<Mutex<HashMap<i32, usize>>> = Arc::default();
     let (mut c2, mut u2) = (client.try_clone().unwrap(), up.try_clone().unwrap());
     let (log2, inflight2) = (log.clone(), inflight.clone());
-    thread::spawn(move || {
+    let responses = thread::spawn(move || {
         while let Some(resp) = read_frame(&mut u2) {
             let cid = i32::from_be_bytes(resp[..4].try_into().unwrap());
             let idx = inflight2.lock().unwrap().remove(&cid);
@@ -120,10 +149,11 @@ fn pump(mut client: TcpStream, mut up: TcpStream, log: Log, me: String) {
         let mut framed = (req.len() as i32).to_be_bytes().to_vec();
         framed.extend_from_slice(&req);
         if up.write_all(&framed).is_err() {
-            return;
+            break;
         }
     }
     let _ = up.shutdown(std::net::Shutdown::Both);
+    responses.join().unwrap();
 }
 
 /// Points broker addresses in Metadata / FindCoordinator answers at the proxy.
@@ -253,7 +283,9 @@ fn librdkafka_requests_reencode_byte_for_byte_and_responses_decode() {
         let proxy = Proxy::start(mock.bootstrap());
         let (lo, hi, values) = run_librdkafka_session(&mock, &proxy, &topic);
         assert_eq!(values.len(), 5);
-        thread::sleep(Duration::from_millis(200));
+        // The session's consumer is gone: once the proxy saw its connections close, the log
+        // holds every exchange.
+        proxy.wait_closed();
         let log = proxy.log.lock().unwrap().clone();
         for ex in &log {
             seen.entry(ex.key).or_default().insert(ex.version);

@@ -180,11 +180,17 @@ fn fetch_waits_for_min_bytes_up_to_max_wait() {
         t0.elapsed()
     );
     assert_eq!(offsets_in(&r.responses[0].partitions[0].records).len(), 0);
-    // Data appended during the wait ends it early.
+    // Data appended during the wait ends it early. The data is appended once the broker has
+    // received the request (it counts them).
     let req = req.with_max_wait_ms(5000);
+    let before = cluster.stats(1).unwrap().requests;
     let appender = std::thread::scope(|s| {
         let h = s.spawn(|| {
-            std::thread::sleep(Duration::from_millis(200));
+            wait_until(
+                Duration::from_secs(10),
+                "the Fetch reached the broker",
+                || cluster.stats(1).unwrap().requests > before,
+            );
             cluster
                 .append_records("t", 0, &values(3, 10), Codec::None)
                 .unwrap();

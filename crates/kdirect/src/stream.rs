@@ -1137,6 +1137,12 @@ impl DirectStream {
         self.driver.budget.in_use()
     }
 
+    /// How many Fetch requests found the memory budget full and waited for room before being
+    /// sent (the prefetch waiting for held batches to be released, mostly).
+    pub fn memory_waits(&self) -> u64 {
+        self.driver.budget.waits()
+    }
+
     /// The cluster this stream reads from (for ListOffsets, lag, offset stores).
     pub fn cluster(&self) -> &Arc<Cluster> {
         &self.driver.cluster

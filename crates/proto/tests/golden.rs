@@ -137,6 +137,7 @@ fn fetch_v11_and_v16() {
             .collect();
         assert_eq!(req.topics.len(), 1);
         let view = fetch::view(resp, v, &names).unwrap();
+        assert!(!view.partitions.is_empty());
         for p in &view.partitions {
             assert_eq!(p.error, ErrorCode::NONE);
             assert_eq!(p.high_watermark, 5);

@@ -76,6 +76,8 @@ pub struct MemoryBudget {
     total: usize,
     sizing: Arc<Sizing>,
     scratch: Arc<ScratchPool>,
+    /// Reservations that found the budget full and waited for room.
+    waits: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// What the fetches sharing a budget learned about the data, to size the next requests: a
@@ -132,6 +134,7 @@ impl MemoryBudget {
             total,
             sizing: Arc::default(),
             scratch: Arc::default(),
+            waits: Arc::default(),
         }
     }
 
@@ -161,8 +164,19 @@ impl MemoryBudget {
         (max > 0).then(|| usize::try_from(max).unwrap_or(usize::MAX))
     }
 
+    /// How many reservations found the budget full and waited for room (the prefetch waiting
+    /// for the caller to release batches, mostly): backpressure, as a count.
+    pub fn waits(&self) -> u64 {
+        self.waits.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     async fn reserve(&self, n: usize) -> Result<OwnedSemaphorePermit, Error> {
         let n = u32::try_from(n).unwrap_or(u32::MAX);
+        if let Ok(permit) = self.sem.clone().try_acquire_many_owned(n) {
+            return Ok(permit);
+        }
+        self.waits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // The semaphore is never closed; the error path exists only to avoid a panic.
         self.sem.clone().acquire_many_owned(n).await.map_err(|_| {
             ErrorKind::Task {

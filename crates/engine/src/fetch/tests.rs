@@ -198,6 +198,7 @@ fn first_round_asks_one_partition_then_everyone_by_leader() {
     .unwrap();
     assert!(matches!(s.end_round(), RoundEnd::Done));
     let data = s.finish();
+    assert_eq!(data.len(), 3);
     for d in &data {
         assert_eq!(d.for_each_record(|_| {}).unwrap(), 10, "{:?}", d.range);
         assert_eq!(
@@ -404,4 +405,32 @@ fn the_budget_is_shared_in_proportion_and_its_end_is_an_error() {
     .unwrap();
     let e = s.next_requests(&v).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::BudgetExceeded { .. }), "{e}");
+}
+
+#[test]
+fn a_reservation_that_does_not_fit_waits_and_is_counted() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let budget = MemoryBudget::new(100);
+        let first = budget.reserve(60).await.unwrap();
+        assert_eq!((budget.in_use(), budget.waits()), (60, 0), "60 fit at once");
+        let b = budget.clone();
+        let second = tokio::spawn(async move { b.reserve(60).await.unwrap() });
+        // On this one-thread runtime the spawned reservation runs when this task yields.
+        for _ in 0..100 {
+            if budget.waits() > 0 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(budget.waits(), 1, "60 more do not fit beside the first 60");
+        assert!(!second.is_finished());
+        drop(first);
+        let second = second.await.unwrap();
+        assert_eq!((budget.in_use(), budget.waits()), (60, 1));
+        drop(second);
+        assert_eq!(budget.in_use(), 0, "everything released");
+    });
 }

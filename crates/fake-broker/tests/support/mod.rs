@@ -244,3 +244,18 @@ pub fn fetch_request(
                     .collect(),
             )])
 }
+
+/// Polls `cond` until it holds, and panics naming `what` once `timeout` passed without it:
+/// waiting for something to happen, never for a length of time.
+pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(1);
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "gave up after {timeout:?} waiting until {what}"
+        );
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
