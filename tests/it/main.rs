@@ -7,6 +7,7 @@ mod demo;
 mod engine_fake;
 mod fake_broker;
 mod fetch;
+mod hostile;
 mod kill;
 mod migrate;
 mod real_kafka;

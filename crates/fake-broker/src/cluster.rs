@@ -157,6 +157,23 @@ pub struct BrokerStats {
     pub running: bool,
 }
 
+/// A malformed Fetch answer for one partition ([`FakeCluster::set_fetch_fault`]). Each keeps
+/// the client's position where it is; none carries an error code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FetchFault {
+    /// The partition is left out of the answer.
+    Omit,
+    /// The partition is answered with no records, while its high watermark says there are.
+    Empty,
+    /// The partition is answered under another partition number (one not asked for).
+    WrongPartition,
+    /// The answer holds the log's first batch again, whatever offset was asked.
+    StaleBatch,
+    /// The first batch is cut halfway: its header claims more bytes than the answer holds.
+    Overlong,
+}
+
 /// An open transaction: batches appended with it stay invisible to read_committed readers
 /// until [`FakeCluster::commit_transaction`]; [`FakeCluster::abort_transaction`] hides them.
 #[derive(Debug)]
@@ -461,6 +478,23 @@ impl FakeCluster {
         let p = st.partition_mut(topic, partition)?;
         p.errors.clear();
         p.truncate_fetches = 0;
+        p.fetch_fault = None;
+        Ok(())
+    }
+
+    /// Every Fetch answer for the partition is malformed in the way `fault` says, until
+    /// cleared with `None` (or [`clear_errors`](Self::clear_errors)). For testing that a
+    /// client neither spins nor hangs on answers that never move its position.
+    pub fn set_fetch_fault(
+        &self,
+        topic: &str,
+        partition: i32,
+        fault: Option<FetchFault>,
+    ) -> Result<(), FakeError> {
+        self.shared
+            .lock()
+            .partition_mut(topic, partition)?
+            .fetch_fault = fault;
         Ok(())
     }
 

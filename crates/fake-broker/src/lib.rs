@@ -41,7 +41,7 @@ mod wire;
 pub use batch::{
     encode_batch, encode_control_batch, BatchOptions, Codec, ControlType, FakeRecord, UnknownCodec,
 };
-pub use cluster::{BrokerStats, FakeCluster, FakeClusterBuilder, Transaction};
+pub use cluster::{BrokerStats, FakeCluster, FakeClusterBuilder, FetchFault, Transaction};
 pub use error::FakeError;
 /// Re-exported so tests can name the API an injected error applies to.
 pub use kafka_protocol::messages::ApiKey;

@@ -57,6 +57,8 @@ pub(crate) struct PartitionState {
     pub log: PartitionLog,
     pub errors: Vec<InjectedError>,
     pub truncate_fetches: u32,
+    /// A malformed Fetch answer for this partition, for every request while set.
+    pub fetch_fault: Option<crate::FetchFault>,
 }
 
 impl PartitionState {
@@ -150,6 +152,7 @@ impl State {
                 log: PartitionLog::default(),
                 errors: Vec::new(),
                 truncate_fetches: 0,
+                fetch_fault: None,
             })
             .collect();
         self.topics.insert(

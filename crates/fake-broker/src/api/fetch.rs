@@ -26,6 +26,7 @@ use crate::codes;
 use crate::log::AbortedTransaction;
 use crate::state::State;
 use crate::wire::{Chunks, PutKafka, WireError};
+use crate::FetchFault;
 
 /// One partition's part of the answer.
 struct PartPlan {
@@ -200,6 +201,25 @@ fn plan(st: &mut State, ctx: &Ctx<'_>, req: &FetchRequest) -> Plan {
                     Some(last) => log.aborted_in(p.fetch_offset, last),
                     None => Vec::new(),
                 });
+            }
+            match part.fetch_fault {
+                None => {}
+                Some(FetchFault::Omit) => continue,
+                Some(FetchFault::Empty) => pp.batches.clear(),
+                Some(FetchFault::WrongPartition) => pp.index = pp.index.saturating_add(1000),
+                Some(FetchFault::StaleBatch) => {
+                    pp.batches = log
+                        .batches
+                        .first()
+                        .map(|b| (b.base_offset, b.body.clone()))
+                        .into_iter()
+                        .collect();
+                }
+                Some(FetchFault::Overlong) => {
+                    if let Some((_, b)) = pp.batches.first() {
+                        pp.truncate_to = Some((8 + b.len()) / 2);
+                    }
+                }
             }
             if part.truncate_fetches > 0 && !pp.batches.is_empty() {
                 part.truncate_fetches -= 1;
