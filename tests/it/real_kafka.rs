@@ -550,6 +550,34 @@ fn ends_and_timestamps_match_the_java_client() {
         "--until-latest",
     ]);
     assert_eq!(lines.lines().count(), 2 * 57);
+
+    // endingTimestamp against Kafka's ListOffsets by time: from +10 s up to (not including)
+    // the first record at or after +42.5 s, offsets [10, 43) of each partition; and Spark's
+    // offsets JSON for both ends.
+    let lines = kd(&[
+        "consume",
+        "-b",
+        &kafka.bootstrap,
+        "-t",
+        &t,
+        "--starting",
+        "1700000010000",
+        "--ending-timestamp",
+        "1700000042500",
+    ]);
+    assert_eq!(lines.lines().count(), 2 * 33, "{lines}");
+    let lines = kd(&[
+        "consume",
+        "-b",
+        &kafka.bootstrap,
+        "-t",
+        &t,
+        "--starting",
+        &format!(r#"{{"{t}":{{"0":-2,"1":90}}}}"#),
+        "--ending-offsets",
+        &format!(r#"{{"{t}":{{"0":5,"1":-1}}}}"#),
+    ]);
+    assert_eq!(lines.lines().count(), 5 + 10, "{lines}");
 }
 
 #[test]

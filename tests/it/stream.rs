@@ -1016,3 +1016,115 @@ fn backpressure_falls_with_a_slow_sink_and_rises_with_a_fast_one() {
         "the rate rose back with the fast sink: {low} then at most {high_after}: {sizes:?}"
     );
 }
+
+/// Bounded streams: Spark's startingOffsets and endingOffsets JSON, endingTimestamp (records
+/// at or after it excluded; no record that recent: the end seen at start), and an
+/// endingOffsets that leaves a partition out is an error naming it.
+#[test]
+fn bounded_streams_end_at_offsets_and_timestamps() {
+    rt().block_on(async {
+        let base = 1_700_000_000_000i64;
+        let fake = FakeCluster::builder().topic("b", 2).build().await.unwrap();
+        for p in 0..2 {
+            for chunk in 0..3 {
+                let recs: Vec<FakeRecord> = (chunk * 100..chunk * 100 + 100)
+                    .map(|o| {
+                        FakeRecord::value(Bytes::from(format!("{p}-{o}")))
+                            .with_timestamp(base + o * 1000)
+                    })
+                    .collect();
+                fake.append_batch(
+                    "b",
+                    p,
+                    kdirect_fake_broker::encode_batch(
+                        &recs,
+                        &kdirect_fake_broker::BatchOptions::codec(Codec::Lz4),
+                    )
+                    .unwrap(),
+                )
+                .unwrap();
+            }
+        }
+        let offsets = |got: &BTreeMap<TopicPartition, Vec<(i64, String)>>, p: i32| -> Vec<i64> {
+            got.get(&TopicPartition::new("b", p))
+                .map(|v| v.iter().map(|(o, _)| *o).collect())
+                .unwrap_or_default()
+        };
+        let stream = |start: &str, end: (&str, &str)| {
+            DirectStream::builder()
+                .bootstrap(&fake.bootstrap())
+                .topics(&["b"])
+                .set("startingOffsets", start)
+                .unwrap()
+                .set(end.0, end.1)
+                .unwrap()
+                .max_offsets_per_trigger(70)
+                .build()
+        };
+        // Explicit start and end, -1 (latest) and -2 (earliest).
+        let mut s = stream(
+            r#"{"b":{"0":20,"1":-2}}"#,
+            ("endingOffsets", r#"{"b":{"0":120,"1":-1}}"#),
+        )
+        .await
+        .unwrap();
+        let (got, _) = drain(&mut s).await;
+        assert_eq!(offsets(&got, 0), (20..120).collect::<Vec<_>>());
+        assert_eq!(offsets(&got, 1), (0..300).collect::<Vec<_>>());
+        // endingTimestamp: offset 150 is the first record at base + 150 s: excluded.
+        let ts = (base + 150_000).to_string();
+        let mut s = stream("earliest", ("endingTimestamp", &ts)).await.unwrap();
+        let (got, _) = drain(&mut s).await;
+        for p in 0..2 {
+            assert_eq!(offsets(&got, p), (0..150).collect::<Vec<_>>(), "b-{p}");
+        }
+        // A time after every record: up to the end seen at start.
+        let ts = (base + 10_000_000).to_string();
+        let mut s = stream("earliest", ("endingTimestamp", &ts)).await.unwrap();
+        let (got, _) = drain(&mut s).await;
+        assert_eq!(offsets(&got, 1).len(), 300);
+        // A partition left out of endingOffsets.
+        let mut s = stream("earliest", ("endingOffsets", r#"{"b":{"0":10}}"#))
+            .await
+            .unwrap();
+        let e = s.next_batch().await.unwrap_err();
+        assert!(e.to_string().contains("b-1"), "{e}");
+    });
+}
+
+/// The CLI takes the same JSON: `--starting` and `--ending-offsets`.
+#[test]
+fn consume_cli_reads_between_json_offsets() {
+    let rt = rt();
+    let fake = fake_topic(&rt, "j", 2, 50);
+    let o = kdirect(&[
+        "consume",
+        "-b",
+        &fake.bootstrap(),
+        "-t",
+        "j",
+        "--starting",
+        r#"{"j":{"0":5,"1":5}}"#,
+        "--ending-offsets",
+        r#"{"j":{"0":10,"1":7}}"#,
+        "--bytes",
+        "utf8",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut seen: Vec<(i64, i64)> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["partition"].as_i64().unwrap(),
+                v["offset"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [(0, 5), (0, 6), (0, 7), (0, 8), (0, 9), (1, 5), (1, 6)]
+    );
+}

@@ -69,12 +69,15 @@ pub use kdirect_proto as proto;
 
 #[cfg(feature = "sql")]
 pub use stream::Transaction;
-pub use stream::{parse_trigger, Batch, BatchRecords, DirectStream, DirectStreamBuilder};
+pub use stream::{
+    parse_offsets_json, parse_trigger, starting_offsets_json, Batch, BatchRecords, DirectStream,
+    DirectStreamBuilder, Ending,
+};
 
 pub use kdirect_engine::fetch::{RangeData, RangeRecords};
 pub use kdirect_engine::plan::{
-    DataLossPolicy, DataLossReason, LostRange, OffsetRange, PidConfig, RatePolicy, StartPolicy,
-    TopicPartition, Trigger,
+    DataLossPolicy, DataLossReason, LostRange, OffsetRange, PidConfig, RatePolicy, StartOffset,
+    StartPolicy, TopicPartition, Trigger,
 };
 pub use kdirect_engine::record::{Header, Headers, OwnedHeader, OwnedRecord, Record};
 pub use kdirect_engine::ErrorKind;

@@ -40,8 +40,8 @@ use kdirect_engine::fetch::{
 };
 use kdirect_engine::plan::{
     BatchCompletion, DataLossPolicy, LostRange, OffsetRange, PartitionSnapshot, PidConfig,
-    PlanOutcome, Planner, PlannerConfig, RatePolicy, StartPolicy, TimestampLookup, TopicPartition,
-    Trigger, WaitReason,
+    PlanOutcome, Planner, PlannerConfig, RatePolicy, StartOffset, StartPolicy, TimestampLookup,
+    TopicPartition, Trigger, WaitReason,
 };
 use kdirect_engine::record::{OwnedRecord, Record};
 use kdirect_engine::{Error as EngineError, ErrorKind};
@@ -106,8 +106,9 @@ pub struct StreamConfig {
     pub batch_interval: Duration,
     /// Fetched-but-not-released bytes, at most.
     pub memory_budget: usize,
-    /// Stop once the end offsets seen at start are reached ([`Trigger::AvailableNow`]).
-    pub until_latest: bool,
+    /// Where the stream ends (`None`: it never does). [`Ending::Latest`] is
+    /// [`Trigger::AvailableNow`]'s and `until_latest`'s.
+    pub ending: Option<Ending>,
     /// When batches start.
     pub trigger: Trigger,
     /// Positions to resume from (next offset per partition), e.g. from an offset store.
@@ -204,7 +205,7 @@ impl Default for DirectStreamBuilder {
                 rate: RatePolicy::default(),
                 batch_interval: Duration::from_secs(1),
                 memory_budget: MemoryBudget::DEFAULT,
-                until_latest: false,
+                ending: None,
                 trigger: Trigger::AsFastAsPossible,
                 resume_positions: BTreeMap::new(),
                 resume_batch_id: 0,
@@ -215,6 +216,66 @@ impl Default for DirectStreamBuilder {
             group: "kdirect".to_owned(),
         }
     }
+}
+
+/// Where a bounded stream ends (Spark's `endingOffsets` and `endingTimestamp`), resolved
+/// once, at the first snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Ending {
+    /// The end offsets seen at start (the last stable offsets under read_committed).
+    Latest,
+    /// These offsets, exclusive; every partition read must be listed (-1: its latest).
+    Offsets(BTreeMap<TopicPartition, i64>),
+    /// Per partition, the first offset whose timestamp is at or after this many ms since
+    /// the Unix epoch (ListOffsets by time), exclusive; the end seen at start when no record
+    /// is that recent.
+    Timestamp(i64),
+}
+
+/// Spark's offsets JSON, `{"topic":{"0":23,"1":-1}}` (-1 latest, -2 earliest), as
+/// per-partition offsets. For `startingOffsets` and `endingOffsets`.
+pub fn parse_offsets_json(json: &str) -> Result<BTreeMap<TopicPartition, i64>, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| format!("not JSON ({e}): {json}"))?;
+    let topics = v
+        .as_object()
+        .ok_or_else(|| format!("expected {{\"topic\":{{\"0\":offset}}}}: {json}"))?;
+    let mut out = BTreeMap::new();
+    for (topic, parts) in topics {
+        let parts = parts
+            .as_object()
+            .ok_or_else(|| format!("'{topic}': expected {{\"partition\":offset}}"))?;
+        for (p, o) in parts {
+            let p: i32 = p
+                .parse()
+                .map_err(|_| format!("'{topic}': partition '{p}' is not a number"))?;
+            let o = o
+                .as_i64()
+                .filter(|o| *o >= -2)
+                .ok_or_else(|| format!("{topic}-{p}: offset {o} is not an offset, -1 or -2"))?;
+            out.insert(TopicPartition::new(topic.clone(), p), o);
+        }
+    }
+    Ok(out)
+}
+
+/// Spark's `startingOffsets` JSON as a start policy: each listed partition at its offset
+/// (-2 earliest, -1 latest); a partition read but not listed is an error at the first plan.
+pub fn starting_offsets_json(json: &str) -> Result<StartPolicy, String> {
+    Ok(StartPolicy::Explicit(
+        parse_offsets_json(json)?
+            .into_iter()
+            .map(|(tp, o)| {
+                let start = match o {
+                    -2 => StartOffset::Earliest,
+                    -1 => StartOffset::Latest,
+                    o => StartOffset::Offset(o),
+                };
+                (tp, start)
+            })
+            .collect(),
+    ))
 }
 
 /// `as-fast-as-possible`, `available-now`, or `processing-time=<ms>` (Spark's names in
@@ -272,6 +333,10 @@ impl DirectStreamBuilder {
             "fetch.max.wait.ms" => self.fetch_max_wait(ms(value)?),
             "max.partition.fetch.bytes" => self.max_partition_fetch_bytes(parse(key, value)?),
             "check.crcs" => self.check_crcs(parse(key, value)?),
+            "startingOffsets" if value.trim_start().starts_with('{') => self.start(
+                starting_offsets_json(value)
+                    .map_err(|e| ErrorKind::Config(format!("{key}: {e}")))?,
+            ),
             "auto.offset.reset" | "startingOffsets" => self.start(match value {
                 "earliest" => StartPolicy::Earliest,
                 "latest" => StartPolicy::Latest,
@@ -284,6 +349,11 @@ impl DirectStreamBuilder {
                 }
             }),
             "startingTimestamp" => self.start(StartPolicy::Timestamp(parse(key, value)?)),
+            "endingOffsets" if value == "latest" => self.ending(Ending::Latest),
+            "endingOffsets" => self.ending(Ending::Offsets(
+                parse_offsets_json(value).map_err(|e| ErrorKind::Config(format!("{key}: {e}")))?,
+            )),
+            "endingTimestamp" => self.ending(Ending::Timestamp(parse(key, value)?)),
             "maxOffsetsPerTrigger" => self.max_offsets_per_trigger(parse(key, value)?),
             "maxRatePerPartition" => self.max_rate_per_partition(parse(key, value)?),
             "minOffsetsPerTrigger" => {
@@ -484,7 +554,14 @@ impl DirectStreamBuilder {
 
     /// Stop at the end offsets seen at start (what [`Trigger::AvailableNow`] does).
     pub fn until_latest(mut self, on: bool) -> Self {
-        self.config.until_latest = on;
+        self.config.ending = on.then_some(Ending::Latest);
+        self
+    }
+
+    /// Where the stream ends: `next_batch` returns `None` once every partition reached its
+    /// end (Spark's `endingOffsets` / `endingTimestamp`). See [`Ending`].
+    pub fn ending(mut self, ending: Ending) -> Self {
+        self.config.ending = Some(ending);
         self
     }
 
@@ -496,7 +573,9 @@ impl DirectStreamBuilder {
     pub fn trigger(mut self, trigger: Trigger) -> Self {
         match trigger {
             Trigger::ProcessingTime(interval) => self.config.batch_interval = interval,
-            Trigger::AvailableNow => self.config.until_latest = true,
+            Trigger::AvailableNow => {
+                self.config.ending.get_or_insert(Ending::Latest);
+            }
             _ => {}
         }
         self.config.trigger = trigger;
@@ -673,7 +752,7 @@ struct Driver {
     budget: MemoryBudget,
     planner: Mutex<Planner>,
     started: Instant,
-    /// With `until_latest`: the end offsets seen at the first snapshot.
+    /// With an ending: each partition's end, resolved at the first snapshot.
     until: Mutex<Option<BTreeMap<TopicPartition, i64>>>,
     /// No rate limit was set: bound batches by the memory they take.
     adaptive: bool,
@@ -748,13 +827,62 @@ impl Driver {
                 found.insert(TopicPartition::new(o.topic, o.partition), l);
             }
         }
+        let unresolved = self
+            .until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_none();
+        let at_time = match (&self.config.ending, unresolved) {
+            (Some(Ending::Timestamp(ts)), true) => Some(
+                self.cluster
+                    .list_offsets(&parts, OffsetSpec::Timestamp(*ts), iso)
+                    .await?,
+            ),
+            _ => None,
+        };
         let mut until = self.until.lock().unwrap_or_else(PoisonError::into_inner);
-        if self.config.until_latest && until.is_none() {
-            *until = Some(
-                ends.iter()
-                    .map(|e| (TopicPartition::new(e.topic.clone(), e.partition), e.offset))
-                    .collect(),
-            );
+        if let (Some(ending), None) = (&self.config.ending, until.as_ref()) {
+            let latest: BTreeMap<TopicPartition, i64> = ends
+                .iter()
+                .map(|e| (TopicPartition::new(e.topic.clone(), e.partition), e.offset))
+                .collect();
+            *until = Some(match ending {
+                Ending::Latest => latest,
+                Ending::Offsets(wanted) => {
+                    let mut m = BTreeMap::new();
+                    for (tp, end) in latest {
+                        match wanted.get(&tp) {
+                            Some(&o) if o >= 0 => m.insert(tp, o),
+                            // -1: the latest offset, as in Spark's JSON.
+                            Some(_) => m.insert(tp, end),
+                            None => {
+                                return Err(ErrorKind::Config(format!(
+                                    "endingOffsets names no offset for {}-{} (give every \
+                                     partition read, -1 for latest)",
+                                    tp.topic, tp.partition
+                                ))
+                                .into())
+                            }
+                        };
+                    }
+                    m
+                }
+                Ending::Timestamp(_) => {
+                    let found: BTreeMap<TopicPartition, i64> = at_time
+                        .iter()
+                        .flatten()
+                        .map(|o| (TopicPartition::new(o.topic.clone(), o.partition), o.offset))
+                        .collect();
+                    latest
+                        .into_iter()
+                        .map(|(tp, end)| {
+                            // No record that recent: everything up to the end seen now.
+                            let at = found.get(&tp).copied().filter(|o| *o >= 0).unwrap_or(end);
+                            (tp, at.min(end))
+                        })
+                        .collect()
+                }
+            });
         }
         let mut snap = Vec::with_capacity(parts.len());
         for (s, e) in starts.iter().zip(&ends) {
@@ -873,7 +1001,7 @@ impl Driver {
         // consumer keeps polling a subscribed topic that is gone.
         let mut missing_since: Option<Instant> = None;
         loop {
-            if self.config.until_latest && self.reached_until() {
+            if self.config.ending.is_some() && self.reached_until() {
                 return Ok(None);
             }
             // Paced by the trigger or the rate limits: sleep until the next batch may start,
@@ -939,7 +1067,7 @@ impl Driver {
                     }));
                 }
                 PlanOutcome::Wait(w) => {
-                    if self.config.until_latest && self.reached_until() {
+                    if self.config.ending.is_some() && self.reached_until() {
                         return Ok(None);
                     }
                     if w.reason == WaitReason::Paced {

@@ -9,7 +9,7 @@ use kdirect::commit::file_sink::FileSink;
 use kdirect::engine::plan::StartPolicy;
 use kdirect::proto::IsolationLevel;
 use kdirect::stream::DirectStream;
-use kdirect::{parse_trigger, Trigger};
+use kdirect::{parse_trigger, starting_offsets_json, Ending, Trigger};
 
 use super::common::ConnectArgs;
 use super::decode::{push_record_json, BytesFormat};
@@ -27,8 +27,9 @@ pub struct Args {
     /// Only these partitions (of every topic), comma-separated.
     #[arg(short, long, value_delimiter = ',')]
     partitions: Option<Vec<i32>>,
-    /// Where partitions start: `earliest`, `latest`, a time in ms since the Unix epoch, or
-    /// `none` (an error naming partitions that have no position).
+    /// Where partitions start: `earliest`, `latest`, a time in ms since the Unix epoch, `none`
+    /// (an error naming partitions that have no position), or Spark's offsets JSON
+    /// `{"t":{"0":23,"1":-2}}` (-2 earliest, -1 latest; every partition read listed).
     #[arg(long, default_value = "earliest", value_parser = parse_start)]
     starting: StartPolicy,
     /// Stop once the end offsets seen at start are reached, and exit 0 (the same as
@@ -41,6 +42,14 @@ pub struct Args {
     /// wall-clock time with any trigger.
     #[arg(long, value_name = "TRIGGER", value_parser = parse_trigger_arg)]
     trigger: Option<Trigger>,
+    /// Stop at these offsets (exclusive), then exit 0: `latest` (the ends seen at start) or
+    /// Spark's offsets JSON `{"t":{"0":100,"1":-1}}` (every partition read; -1 latest).
+    #[arg(long, value_name = "OFFSETS", conflicts_with = "ending_timestamp")]
+    ending_offsets: Option<String>,
+    /// Stop, per partition, at the first record at or after this time (ms since the Unix
+    /// epoch), then exit 0 (Spark's endingTimestamp).
+    #[arg(long, value_name = "MS")]
+    ending_timestamp: Option<i64>,
     /// The batch interval the per-second rates are multiplied by (Spark's batch duration).
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     batch_interval_ms: u64,
@@ -124,6 +133,9 @@ fn parse_trigger_arg(s: &str) -> Result<Trigger, String> {
 }
 
 fn parse_start(s: &str) -> Result<StartPolicy, String> {
+    if s.trim_start().starts_with('{') {
+        return starting_offsets_json(s);
+    }
     match s {
         "earliest" => Ok(StartPolicy::Earliest),
         "latest" => Ok(StartPolicy::Latest),
@@ -218,6 +230,12 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
     }
     if let Some(t) = args.trigger {
         builder = builder.trigger(t);
+    }
+    if let Some(e) = &args.ending_offsets {
+        builder = builder.set("endingOffsets", e)?;
+    }
+    if let Some(ts) = args.ending_timestamp {
+        builder = builder.ending(Ending::Timestamp(ts));
     }
     for kv in &args.set {
         let (k, v) = kv
