@@ -1083,6 +1083,39 @@ fn bounded_streams_end_at_offsets_and_timestamps() {
         let mut s = stream("earliest", ("endingTimestamp", &ts)).await.unwrap();
         let (got, _) = drain(&mut s).await;
         assert_eq!(offsets(&got, 1).len(), 300);
+        // startingOffsetsByTimestamp, one time per partition: +50 s in b-0, +250 s in b-1.
+        let by_time = format!(
+            r#"{{"b":{{"0":{},"1":{}}}}}"#,
+            base + 50_000,
+            base + 250_000
+        );
+        let mut s = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["b"])
+            .set("startingOffsetsByTimestamp", &by_time)
+            .unwrap()
+            .until_latest(true)
+            .build()
+            .await
+            .unwrap();
+        let (got, _) = drain(&mut s).await;
+        assert_eq!(offsets(&got, 0), (50..300).collect::<Vec<_>>());
+        assert_eq!(offsets(&got, 1), (250..300).collect::<Vec<_>>());
+        // A time after every record with the error strategy: the partitions are named.
+        let late = format!(r#"{{"b":{{"0":{0},"1":{0}}}}}"#, base + 10_000_000);
+        let mut s = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["b"])
+            .set("startingOffsetsByTimestamp", &late)
+            .unwrap()
+            .set("startingOffsetsByTimestampStrategy", "error")
+            .unwrap()
+            .until_latest(true)
+            .build()
+            .await
+            .unwrap();
+        let e = s.next_batch().await.unwrap_err();
+        assert!(e.to_string().contains("b-0, b-1"), "{e}");
         // A partition left out of endingOffsets.
         let mut s = stream("earliest", ("endingOffsets", r#"{"b":{"0":10}}"#))
             .await

@@ -77,7 +77,7 @@ pub use stream::{
 pub use kdirect_engine::fetch::{RangeData, RangeRecords};
 pub use kdirect_engine::plan::{
     DataLossPolicy, DataLossReason, LostRange, OffsetRange, PidConfig, RatePolicy, StartOffset,
-    StartPolicy, TopicPartition, Trigger,
+    StartPolicy, TimestampStrategy, TopicPartition, Trigger,
 };
 pub use kdirect_engine::record::{Header, Headers, OwnedHeader, OwnedRecord, Record};
 pub use kdirect_engine::ErrorKind;

@@ -41,7 +41,7 @@ use kdirect_engine::fetch::{
 use kdirect_engine::plan::{
     BatchCompletion, DataLossPolicy, LostRange, OffsetRange, PartitionSnapshot, PidConfig,
     PlanOutcome, Planner, PlannerConfig, RatePolicy, StartOffset, StartPolicy, TimestampLookup,
-    TopicPartition, Trigger, WaitReason,
+    TimestampStrategy, TopicPartition, Trigger, WaitReason,
 };
 use kdirect_engine::record::{OwnedRecord, Record};
 use kdirect_engine::{Error as EngineError, ErrorKind};
@@ -111,6 +111,8 @@ pub struct StreamConfig {
     pub ending: Option<Ending>,
     /// When batches start.
     pub trigger: Trigger,
+    /// What a start by timestamp does when no record is that recent.
+    pub timestamp_strategy: TimestampStrategy,
     /// Positions to resume from (next offset per partition), e.g. from an offset store.
     pub resume_positions: BTreeMap<TopicPartition, i64>,
     /// The batch id to resume at.
@@ -207,6 +209,7 @@ impl Default for DirectStreamBuilder {
                 memory_budget: MemoryBudget::DEFAULT,
                 ending: None,
                 trigger: Trigger::AsFastAsPossible,
+                timestamp_strategy: TimestampStrategy::Latest,
                 resume_positions: BTreeMap::new(),
                 resume_batch_id: 0,
                 replay: None,
@@ -349,6 +352,23 @@ impl DirectStreamBuilder {
                 }
             }),
             "startingTimestamp" => self.start(StartPolicy::Timestamp(parse(key, value)?)),
+            "startingOffsetsByTimestamp" => self.start(StartPolicy::Explicit(
+                parse_offsets_json(value)
+                    .map_err(|e| ErrorKind::Config(format!("{key}: {e}")))?
+                    .into_iter()
+                    .map(|(tp, ts)| (tp, StartOffset::Timestamp(ts)))
+                    .collect(),
+            )),
+            "startingOffsetsByTimestampStrategy" => self.timestamp_strategy(match value {
+                "latest" => TimestampStrategy::Latest,
+                "error" => TimestampStrategy::Error,
+                _ => {
+                    return Err(ErrorKind::Config(format!(
+                        "{key}: '{value}' is not error or latest"
+                    ))
+                    .into())
+                }
+            }),
             "endingOffsets" if value == "latest" => self.ending(Ending::Latest),
             "endingOffsets" => self.ending(Ending::Offsets(
                 parse_offsets_json(value).map_err(|e| ErrorKind::Config(format!("{key}: {e}")))?,
@@ -582,6 +602,14 @@ impl DirectStreamBuilder {
         self
     }
 
+    /// What a start by timestamp (`startingTimestamp`, `startingOffsetsByTimestamp`) does
+    /// when a partition has no record that recent: start at its end (the default) or fail
+    /// naming it (Spark's `startingOffsetsByTimestampStrategy`).
+    pub fn timestamp_strategy(mut self, strategy: TimestampStrategy) -> Self {
+        self.config.timestamp_strategy = strategy;
+        self
+    }
+
     /// `minRatePerPartition`: the least a partition takes per batch under
     /// `maxRatePerPartition` or backpressure (default 1, so no partition stalls).
     pub fn min_rate_per_partition(mut self, records: u64) -> Self {
@@ -701,6 +729,7 @@ impl DirectStreamBuilder {
         let budget = MemoryBudget::new(c.memory_budget);
         let planner_cfg = PlannerConfig::new(c.batch_interval)
             .with_trigger(c.trigger)
+            .with_timestamp_strategy(c.timestamp_strategy)
             .with_rate(c.rate.clone())
             .with_start(c.start.clone())
             .with_data_loss(c.data_loss)
@@ -809,14 +838,18 @@ impl Driver {
             .collect();
         let lookups = self.planner().timestamp_lookups(tps.iter());
         let mut found: BTreeMap<TopicPartition, TimestampLookup> = BTreeMap::new();
-        if let Some((_, ts)) = lookups.first() {
-            let ask: Vec<(String, i32)> = lookups
-                .iter()
-                .map(|(tp, _)| (tp.topic.clone(), tp.partition))
-                .collect();
+        // One ListOffsets round per distinct timestamp (usually one).
+        let mut by_time: BTreeMap<i64, Vec<(String, i32)>> = BTreeMap::new();
+        for (tp, ts) in &lookups {
+            by_time
+                .entry(*ts)
+                .or_default()
+                .push((tp.topic.clone(), tp.partition));
+        }
+        for (ts, ask) in by_time {
             for o in self
                 .cluster
-                .list_offsets(&ask, OffsetSpec::Timestamp(*ts), iso)
+                .list_offsets(&ask, OffsetSpec::Timestamp(ts), iso)
                 .await?
             {
                 let l = if o.offset < 0 {

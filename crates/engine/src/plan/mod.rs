@@ -68,7 +68,7 @@ mod tests;
 pub use pid::{BatchCompletion, PidConfig, PidRateEstimator};
 pub use rate::RatePolicy;
 pub use split::{split_ranges, SplitPolicy};
-pub use start::{DataLossPolicy, StartOffset, StartPolicy, TimestampLookup};
+pub use start::{DataLossPolicy, StartOffset, StartPolicy, TimestampLookup, TimestampStrategy};
 
 /// A topic name and a partition number.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -363,6 +363,19 @@ pub enum PlanError {
         /// The partitions, sorted.
         partitions: Vec<TopicPartition>,
     },
+    /// A start by timestamp found no record that recent, and the strategy is
+    /// [`TimestampStrategy::Error`] (Spark's `startingOffsetsByTimestampStrategy=error`).
+    #[error(
+        "no record at or after {timestamp} ms in {}: nothing to start from (the strategy is \
+         error; `latest` starts at the end instead)",
+        List(.partitions)
+    )]
+    NoOffsetForTimestamp {
+        /// The (first such) timestamp, in ms since the Unix epoch.
+        timestamp: i64,
+        /// The partitions, sorted.
+        partitions: Vec<TopicPartition>,
+    },
     /// Data loss under [`DataLossPolicy::Fail`]: offsets `[lost_from, lost_until)` of the
     /// partition can never be read.
     #[error(
@@ -447,6 +460,9 @@ pub struct PlannerConfig {
     /// range at their position. The rate limits are then computed over the partitions taken
     /// only; `minOffsetsPerTrigger` still counts the offsets available in every partition.
     pub max_partitions_per_batch: Option<usize>,
+    /// What a start by timestamp does when no record is that recent. Default
+    /// [`TimestampStrategy::Latest`].
+    pub timestamp_strategy: TimestampStrategy,
     /// When batches start. Whatever the trigger, `maxRatePerPartition` and backpressure hold
     /// in wall-clock time: a partition that took `n` offsets under a per-batch cap `c` (its
     /// rate × the batch interval) lets the next batch start `n / c` of an interval later, so no
@@ -465,7 +481,14 @@ impl PlannerConfig {
             emit_empty_batches: false,
             max_partitions_per_batch: None,
             trigger: Trigger::AsFastAsPossible,
+            timestamp_strategy: TimestampStrategy::Latest,
         }
+    }
+
+    /// With this strategy for starts by timestamp that find no record.
+    pub fn with_timestamp_strategy(mut self, strategy: TimestampStrategy) -> Self {
+        self.timestamp_strategy = strategy;
+        self
     }
 
     /// With this trigger.
@@ -645,13 +668,10 @@ impl Planner {
         &self,
         partitions: impl IntoIterator<Item = &'a TopicPartition>,
     ) -> Vec<(TopicPartition, i64)> {
-        let StartPolicy::Timestamp(ts) = self.config.start else {
-            return Vec::new();
-        };
         partitions
             .into_iter()
             .filter(|tp| !self.positions.contains_key(*tp) && !self.is_new_partition(tp))
-            .map(|tp| (tp.clone(), ts))
+            .filter_map(|tp| Some((tp.clone(), start::start_timestamp(&self.config.start, tp)?)))
             .collect()
     }
 
@@ -750,6 +770,7 @@ impl Planner {
 
         let resolved = start::resolve(&start::ResolveInput {
             policy: &self.config.start,
+            timestamp_strategy: self.config.timestamp_strategy,
             data_loss: self.config.data_loss,
             parts: &parts,
             positions: &self.positions,

@@ -37,6 +37,7 @@ pub enum StartPolicy {
 
 /// One partition's explicit start (Spark's JSON uses -2 for earliest and -1 for latest).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StartOffset {
     /// The log start offset.
     Earliest,
@@ -44,6 +45,22 @@ pub enum StartOffset {
     Latest,
     /// This offset (checked for data loss like any position).
     Offset(i64),
+    /// The first offset whose timestamp is at or after this many ms since the Unix epoch
+    /// (Spark's `startingOffsetsByTimestamp`); when no record is that recent,
+    /// [`TimestampStrategy`] decides.
+    Timestamp(i64),
+}
+
+/// What a start by timestamp does when no record is that recent (Spark's
+/// `startingOffsetsByTimestampStrategy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TimestampStrategy {
+    /// Start at the end offset: only records produced from now on (kdirect's default).
+    #[default]
+    Latest,
+    /// Fail with [`PlanError::NoOffsetForTimestamp`] naming the partitions (Spark's default).
+    Error,
 }
 
 /// The ListOffsets answer for the start timestamp, per partition.
@@ -71,6 +88,7 @@ pub enum DataLossPolicy {
 
 pub(super) struct ResolveInput<'a> {
     pub policy: &'a StartPolicy,
+    pub timestamp_strategy: TimestampStrategy,
     pub data_loss: DataLossPolicy,
     pub parts: &'a BTreeMap<TopicPartition, &'a PartitionSnapshot>,
     pub positions: &'a BTreeMap<TopicPartition, i64>,
@@ -92,6 +110,7 @@ pub(super) fn resolve(input: &ResolveInput<'_>) -> Result<Resolved, PlanError> {
     let mut losses: Vec<LostRange> = Vec::new();
     let mut no_position = Vec::new();
     let mut no_lookup = Vec::new();
+    let mut no_match = Vec::new();
 
     for (tp, snap) in input.parts {
         let position = if let Some(&p) = input.positions.get(tp) {
@@ -107,14 +126,18 @@ pub(super) fn resolve(input: &ResolveInput<'_>) -> Result<Resolved, PlanError> {
             }
             snap.log_start
         } else {
-            match start_position(input.policy, tp, snap) {
+            match start_position(input.policy, input.timestamp_strategy, tp, snap) {
                 Start::At(p) => p,
                 Start::NoPosition => {
                     no_position.push(tp.clone());
                     continue;
                 }
-                Start::NoLookup => {
-                    no_lookup.push(tp.clone());
+                Start::NoLookup(ts) => {
+                    no_lookup.push((tp.clone(), ts));
+                    continue;
+                }
+                Start::NoMatch(ts) => {
+                    no_match.push((tp.clone(), ts));
                     continue;
                 }
             }
@@ -134,13 +157,16 @@ pub(super) fn resolve(input: &ResolveInput<'_>) -> Result<Resolved, PlanError> {
             partitions: no_position,
         });
     }
-    if !no_lookup.is_empty() {
-        let StartPolicy::Timestamp(timestamp) = input.policy else {
-            unreachable!("only the timestamp policy needs a look-up");
-        };
+    if let Some(&(_, timestamp)) = no_lookup.first() {
         return Err(PlanError::MissingTimestampLookup {
-            timestamp: *timestamp,
-            partitions: no_lookup,
+            timestamp,
+            partitions: no_lookup.into_iter().map(|(tp, _)| tp).collect(),
+        });
+    }
+    if let Some(&(_, timestamp)) = no_match.first() {
+        return Err(PlanError::NoOffsetForTimestamp {
+            timestamp,
+            partitions: no_match.into_iter().map(|(tp, _)| tp).collect(),
         });
     }
     match (input.data_loss, losses.first()) {
@@ -161,25 +187,48 @@ pub(super) fn resolve(input: &ResolveInput<'_>) -> Result<Resolved, PlanError> {
 enum Start {
     At(i64),
     NoPosition,
-    NoLookup,
+    /// The timestamp was not looked up.
+    NoLookup(i64),
+    /// No record at or after the timestamp, and the strategy is an error.
+    NoMatch(i64),
 }
 
-fn start_position(policy: &StartPolicy, tp: &TopicPartition, snap: &PartitionSnapshot) -> Start {
+/// The timestamp a partition without a position starts at, if its start is by time.
+pub(super) fn start_timestamp(policy: &StartPolicy, tp: &TopicPartition) -> Option<i64> {
+    match policy {
+        StartPolicy::Timestamp(ts) => Some(*ts),
+        StartPolicy::Explicit(offsets) => match offsets.get(tp) {
+            Some(StartOffset::Timestamp(ts)) => Some(*ts),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn start_position(
+    policy: &StartPolicy,
+    strategy: TimestampStrategy,
+    tp: &TopicPartition,
+    snap: &PartitionSnapshot,
+) -> Start {
+    if let Some(ts) = start_timestamp(policy, tp) {
+        return match (snap.timestamp_lookup, strategy) {
+            (TimestampLookup::Offset(o), _) => Start::At(o),
+            (TimestampLookup::NoMatch, TimestampStrategy::Latest) => Start::At(snap.end),
+            (TimestampLookup::NoMatch, TimestampStrategy::Error) => Start::NoMatch(ts),
+            (TimestampLookup::NotDone, _) => Start::NoLookup(ts),
+        };
+    }
     match policy {
         StartPolicy::Earliest => Start::At(snap.log_start),
         StartPolicy::Latest => Start::At(snap.end),
-        StartPolicy::Timestamp(_) => match snap.timestamp_lookup {
-            TimestampLookup::Offset(o) => Start::At(o),
-            TimestampLookup::NoMatch => Start::At(snap.end),
-            TimestampLookup::NotDone => Start::NoLookup,
-        },
         StartPolicy::Explicit(offsets) => match offsets.get(tp) {
             Some(StartOffset::Earliest) => Start::At(snap.log_start),
             Some(StartOffset::Latest) => Start::At(snap.end),
             Some(StartOffset::Offset(o)) => Start::At(*o),
-            None => Start::NoPosition,
+            _ => Start::NoPosition,
         },
-        StartPolicy::None => Start::NoPosition,
+        _ => Start::NoPosition,
     }
 }
 

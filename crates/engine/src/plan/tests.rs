@@ -1480,3 +1480,59 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn start_by_timestamp_per_partition_with_a_strategy() {
+    // Spark's startingOffsetsByTimestamp: one timestamp per partition, mixed with offsets.
+    let policy = StartPolicy::Explicit(BTreeMap::from([
+        (tp(T, 0), StartOffset::Timestamp(1_000)),
+        (tp(T, 1), StartOffset::Timestamp(2_000)),
+        (tp(T, 2), StartOffset::Offset(7)),
+    ]));
+    let mut p = start(policy.clone());
+    assert_eq!(
+        p.timestamp_lookups(&[tp(T, 0), tp(T, 1), tp(T, 2)]),
+        [(tp(T, 0), 1_000), (tp(T, 1), 2_000)]
+    );
+    let parts = [
+        snap(0, 0, 100).with_timestamp_lookup(TimestampLookup::Offset(40)),
+        snap(1, 0, 100).with_timestamp_lookup(TimestampLookup::NoMatch),
+        snap(2, 0, 100),
+    ];
+    // Strategy latest (the default): no record that recent → the end.
+    let b = batch(p.plan(secs(0), &parts));
+    assert_eq!(spans(&b), [(0, 40, 100), (1, 100, 100), (2, 7, 100)]);
+    // Strategy error: names the partition, and the planner is unchanged.
+    let mut p = planner(
+        PlannerConfig::new(secs(1))
+            .with_start(policy)
+            .with_timestamp_strategy(TimestampStrategy::Error),
+    );
+    let e = p.plan(secs(0), &parts).unwrap_err();
+    assert_eq!(
+        e,
+        PlanError::NoOffsetForTimestamp {
+            timestamp: 2_000,
+            partitions: vec![tp(T, 1)]
+        }
+    );
+    assert!(e.to_string().contains("t-1"), "{e}");
+    assert!(p.positions().is_empty());
+    // Not looked up at all: the driver's mistake, named.
+    let e = p
+        .plan(
+            secs(0),
+            &[snap(0, 0, 100), snap(1, 0, 100), snap(2, 0, 100)],
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            PlanError::MissingTimestampLookup {
+                timestamp: 1_000,
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
