@@ -983,3 +983,52 @@ fn negotiates_its_newest_versions_with_kafka_4_1_and_older_ones_with_3_9() {
     want.insert("ListOffsets", 9);
     assert_eq!(negotiated(&old.bootstrap), want);
 }
+
+/// subscribePattern against Kafka: `-t '^prefix.*'` reads every matching topic (Metadata for
+/// all topics, internal ones such as `__consumer_offsets` excluded) and no other.
+#[test]
+fn pattern_subscription_reads_matching_topics_only() {
+    let Some(kafka) = Kafka::single("pattern_subscription_reads_matching_topics_only") else {
+        return;
+    };
+    let prefix = topic("pat");
+    let (a, b) = (format!("{prefix}.a"), format!("{prefix}.b"));
+    let other = format!("{prefix}x");
+    kafka.create(&a, 2, &[]);
+    kafka.create(&b, 1, &[]);
+    kafka.create(&other, 1, &[]);
+    kafka.produce(&a, 2, 120, &[]);
+    kafka.produce(&b, 1, 30, &[]);
+    kafka.produce(&other, 1, 10, &[]);
+    let pattern = format!("^{}\\..*", regex_escape(&prefix));
+    let lines = kdirect_cli(&[
+        "consume",
+        "-b",
+        &kafka.bootstrap,
+        "-t",
+        &pattern,
+        "--starting",
+        "earliest",
+        "--until-latest",
+    ]);
+    let mut per_topic: BTreeMap<String, usize> = BTreeMap::new();
+    for l in lines.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        *per_topic
+            .entry(v["topic"].as_str().unwrap().to_owned())
+            .or_default() += 1;
+    }
+    assert_eq!(per_topic, BTreeMap::from([(a, 120), (b, 30)]));
+}
+
+fn regex_escape(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            let special = "\\.+*?()|[]{}^$#&-~".contains(c);
+            special
+                .then_some('\\')
+                .into_iter()
+                .chain(std::iter::once(c))
+        })
+        .collect()
+}

@@ -1161,3 +1161,113 @@ fn consume_cli_reads_between_json_offsets() {
         [(0, 5), (0, 6), (0, 7), (0, 8), (0, 9), (1, 5), (1, 6)]
     );
 }
+
+/// Reads batches (committing each) until `got` holds `want` records, for at most 30 s.
+async fn read_until(
+    stream: &mut DirectStream,
+    got: &mut BTreeMap<TopicPartition, Vec<i64>>,
+    want: usize,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while got.values().map(Vec::len).sum::<usize>() < want {
+        let batch = tokio::time::timeout_at(deadline, stream.next_batch())
+            .await
+            .unwrap_or_else(|_| panic!("only {got:?} after 30 s"))
+            .unwrap()
+            .unwrap();
+        batch
+            .for_each_record(|r, rec| {
+                got.entry(r.topic_partition())
+                    .or_default()
+                    .push(rec.offset())
+            })
+            .unwrap();
+        stream.commit(batch).await.unwrap();
+    }
+}
+
+/// subscribePattern: every matching topic (not the others), and a matching topic created
+/// while the stream runs is read from its start; `-t '^…'` on the CLI is the same.
+#[test]
+fn pattern_subscription_picks_up_new_topics_from_their_start() {
+    let rt = rt();
+    let fill = |fake: &FakeCluster, topic: &str, partitions: i32, n: i64| {
+        for p in 0..partitions {
+            let recs: Vec<FakeRecord> = (0..n)
+                .map(|o| FakeRecord::value(Bytes::from(format!("{topic}/{p}/{o}"))))
+                .collect();
+            fake.append_batch(
+                topic,
+                p,
+                kdirect_fake_broker::encode_batch(
+                    &recs,
+                    &kdirect_fake_broker::BatchOptions::codec(Codec::None),
+                )
+                .unwrap(),
+            )
+            .unwrap();
+        }
+    };
+    let fake = rt.block_on(async {
+        FakeCluster::builder()
+            .topic("pa.one", 2)
+            .topic("pa.two", 1)
+            .topic("other", 1)
+            .build()
+            .await
+            .unwrap()
+    });
+    fill(&fake, "pa.one", 2, 100);
+    fill(&fake, "pa.two", 1, 100);
+    fill(&fake, "other", 1, 100);
+    rt.block_on(async {
+        let mut stream = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .subscribe_pattern(r"pa\..*")
+            .unwrap()
+            .start(StartPolicy::Earliest)
+            .build()
+            .await
+            .unwrap();
+        let mut got: BTreeMap<TopicPartition, Vec<i64>> = BTreeMap::new();
+        read_until(&mut stream, &mut got, 300).await;
+        assert!(
+            !got.keys().any(|tp| tp.topic == "other"),
+            "only matching topics: {:?}",
+            got.keys()
+        );
+        // A topic created while the stream runs, matching the pattern: read from offset 0
+        // although the stream started at `earliest` long before (new partitions start at
+        // their log start).
+        fake.create_topic("pa.three", 1).unwrap();
+        fill(&fake, "pa.three", 1, 50);
+        read_until(&mut stream, &mut got, 350).await;
+        assert_eq!(
+            got[&TopicPartition::new("pa.three", 0)],
+            (0..50).collect::<Vec<_>>()
+        );
+    });
+    let o = kdirect(&[
+        "consume",
+        "-b",
+        &fake.bootstrap(),
+        "-t",
+        r"^pa\.t.*",
+        "--until-latest",
+        "--bytes",
+        "utf8",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let topics: std::collections::BTreeSet<String> = out
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["topic"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(topics, ["pa.three".to_owned(), "pa.two".to_owned()].into());
+    assert_eq!(out.lines().count(), 150);
+}

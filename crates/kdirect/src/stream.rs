@@ -90,6 +90,9 @@ pub struct StreamConfig {
     pub bootstrap: Vec<String>,
     /// Topics to read.
     pub topics: Vec<String>,
+    /// Or every topic whose name matches (Spark's `subscribePattern`), internal topics
+    /// excepted; topics created later are picked up from their start.
+    pub pattern: Option<regex::Regex>,
     /// Only these partitions (of every topic); all when `None`.
     pub partitions: Option<Vec<i32>>,
     /// Connection settings.
@@ -199,6 +202,7 @@ impl Default for DirectStreamBuilder {
             config: StreamConfig {
                 bootstrap: Vec::new(),
                 topics: Vec::new(),
+                pattern: None,
                 partitions: None,
                 conn: ConnConfig::default(),
                 fetch: FetchConfig::default(),
@@ -318,6 +322,8 @@ impl DirectStreamBuilder {
         Ok(match key {
             "bootstrap.servers" => self.bootstrap(value),
             "group.id" => self.group(value),
+            "subscribe" => self.topics(&value.split(',').map(str::trim).collect::<Vec<_>>()),
+            "subscribePattern" => self.subscribe_pattern(value)?,
             "client.id" => self.client_id(value),
             "request.timeout.ms" => self.request_timeout(ms(value)?),
             "default.api.timeout.ms" => self.default_api_timeout(ms(value)?),
@@ -521,8 +527,22 @@ impl DirectStreamBuilder {
 
     /// Topics to read.
     pub fn topics<S: AsRef<str>>(mut self, topics: &[S]) -> Self {
+        self.config.pattern = None;
         self.config.topics = topics.iter().map(|t| t.as_ref().to_owned()).collect();
         self
+    }
+
+    /// Every topic whose whole name matches `pattern` (Spark's `subscribePattern`; internal
+    /// topics excepted), re-evaluated at each batch: topics created later are read from their
+    /// start. Replaces [`topics`](Self::topics).
+    pub fn subscribe_pattern(mut self, pattern: &str) -> Result<Self, EngineError> {
+        let anchored = format!("^(?:{pattern})$");
+        let re = regex::Regex::new(&anchored).map_err(|e| {
+            ErrorKind::Config(format!("subscribePattern: '{pattern}' is not a regex: {e}"))
+        })?;
+        self.config.pattern = Some(re);
+        self.config.topics.clear();
+        Ok(self)
     }
 
     /// Only these partitions.
@@ -677,7 +697,7 @@ impl DirectStreamBuilder {
     /// Connects and returns the stream (after loading the store's positions, if it has one).
     pub async fn build(self) -> Result<DirectStream, Error> {
         let mut c = self.config;
-        if c.topics.is_empty() {
+        if c.topics.is_empty() && c.pattern.is_none() {
             return Err(EngineError::from(ErrorKind::Config("no topic to read".to_owned())).into());
         }
         let cluster = Arc::new(Cluster::connect(&c.bootstrap, c.conn.clone()).await?);
@@ -691,7 +711,10 @@ impl DirectStreamBuilder {
             }
         };
         if let Some(store) = &store {
-            let committed = store.load(&c.topics).await?;
+            let mut committed = store.load(&c.topics).await?;
+            if let Some(re) = &c.pattern {
+                committed.positions.retain(|tp, _| re.is_match(&tp.topic));
+            }
             c.resume_batch_id = committed.next_batch_id();
             c.resume_positions = committed.positions;
             c.replay = committed.pending.map(|p| (p.id, p.ranges));
@@ -710,9 +733,9 @@ impl DirectStreamBuilder {
                 .clone()
                 .with_max_offsets_per_trigger(adaptive_cap(c.memory_budget, 1024.0));
         }
-        let topics: Vec<&str> = c.topics.iter().map(String::as_str).collect();
-        let view = cluster.refresh(Some(&topics)).await?;
-        for t in &topics {
+        let (view, names) = subscribed(&cluster, &c).await?;
+        let topics: Vec<&str> = names.iter().map(String::as_str).collect();
+        for t in topics.iter().filter(|_| c.pattern.is_none()) {
             let info = view.topic(t)?;
             if let Some(ps) = &c.partitions {
                 for p in ps {
@@ -769,6 +792,26 @@ impl DirectStreamBuilder {
     }
 }
 
+/// The topics a stream reads now, with fresh metadata: the configured ones, or every
+/// non-internal topic matching the pattern (one Metadata request for all topics).
+async fn subscribed(
+    cluster: &Cluster,
+    c: &StreamConfig,
+) -> Result<(Arc<kdirect_engine::cluster::ClusterView>, Vec<String>), EngineError> {
+    let Some(re) = &c.pattern else {
+        let topics: Vec<&str> = c.topics.iter().map(String::as_str).collect();
+        return Ok((cluster.refresh(Some(&topics)).await?, c.topics.clone()));
+    };
+    let view = cluster.refresh(None).await?;
+    let names = view
+        .topics
+        .values()
+        .filter(|t| !t.internal && t.error.is_ok() && re.is_match(&t.name))
+        .map(|t| t.name.clone())
+        .collect();
+    Ok((view, names))
+}
+
 struct Driver {
     /// A logged batch to re-run before planning.
     replay: Mutex<Option<(u64, Vec<OffsetRange>)>>,
@@ -805,8 +848,8 @@ impl Driver {
     }
 
     async fn snapshot(&self) -> Result<Vec<PartitionSnapshot>, EngineError> {
-        let topics: Vec<&str> = self.config.topics.iter().map(String::as_str).collect();
-        let view = self.cluster.refresh(Some(&topics)).await?;
+        let (view, names) = subscribed(&self.cluster, &self.config).await?;
+        let topics: Vec<&str> = names.iter().map(String::as_str).collect();
         for t in &topics {
             self.check_topic_id(t, view.topic(t)?.id)?;
         }

@@ -21,9 +21,18 @@ use super::CliError;
 pub struct Args {
     #[command(flatten)]
     conn: ConnectArgs,
-    /// Topic(s), comma-separated.
-    #[arg(short, long, value_delimiter = ',', required = true)]
+    /// Topic(s), comma-separated; a single `^regex` subscribes by pattern, as kcat's `-t ^…`.
+    #[arg(
+        short,
+        long,
+        value_delimiter = ',',
+        required_unless_present = "pattern"
+    )]
     topic: Vec<String>,
+    /// Every topic whose name matches this regular expression (Spark's subscribePattern),
+    /// internal topics excepted; topics created while it runs are read from their start.
+    #[arg(long, value_name = "REGEX", conflicts_with = "topic")]
+    pattern: Option<String>,
     /// Only these partitions (of every topic), comma-separated.
     #[arg(short, long, value_delimiter = ',')]
     partitions: Option<Vec<i32>>,
@@ -193,6 +202,14 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
         .isolation(args.isolation)
         .until_latest(args.until_latest)
         .memory_budget(args.memory_mib << 20);
+    let pattern = match (&args.pattern, args.topic.as_slice()) {
+        (Some(p), _) => Some(p.clone()),
+        (None, [one]) if one.starts_with('^') => Some(one.clone()),
+        _ => None,
+    };
+    if let Some(p) = pattern {
+        builder = builder.subscribe_pattern(&p)?;
+    }
     if let Some(ps) = args.partitions.clone() {
         builder = builder.partitions(ps);
     }
