@@ -160,8 +160,8 @@ pub trait OffsetStore: Send + Sync {
 }
 
 /// A parsed store spec: `checkpoint:DIR | kafka | sqlite:PATH | postgres://… | mysql://… |
-/// redis://…`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// redis://…`. Its `Debug` redacts passwords ([`redact`]).
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StoreSpec {
     /// `checkpoint:DIR`.
@@ -178,12 +178,25 @@ pub enum StoreSpec {
     Redis(String),
 }
 
+impl std::fmt::Debug for StoreSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreSpec::Checkpoint(dir) => f.debug_tuple("Checkpoint").field(dir).finish(),
+            StoreSpec::Kafka => f.write_str("Kafka"),
+            StoreSpec::Sqlite(u) => f.debug_tuple("Sqlite").field(&redact(u)).finish(),
+            StoreSpec::Postgres(u) => f.debug_tuple("Postgres").field(&redact(u)).finish(),
+            StoreSpec::MySql(u) => f.debug_tuple("MySql").field(&redact(u)).finish(),
+            StoreSpec::Redis(u) => f.debug_tuple("Redis").field(&redact(u)).finish(),
+        }
+    }
+}
+
 impl StoreSpec {
     /// Parses a spec.
     pub fn parse(spec: &str) -> Result<StoreSpec, StoreError> {
         let bad = |reason: &str| -> StoreError {
             StoreErrorKind::Spec {
-                spec: spec.to_owned(),
+                spec: redact(spec),
                 reason: reason.to_owned(),
             }
             .into()
@@ -294,9 +307,7 @@ pub async fn open_store(
             let cluster = options
                 .cluster
                 .clone()
-                .ok_or_else(|| StoreErrorKind::NeedsCluster {
-                    spec: spec.to_owned(),
-                })?;
+                .ok_or_else(|| StoreErrorKind::NeedsCluster { spec: redact(spec) })?;
             Ok(AnyStore::Kafka(kafka::KafkaGroupStore::new(cluster, group)))
         }
         #[cfg(feature = "sql")]
@@ -306,7 +317,7 @@ pub async fn open_store(
         #[cfg(not(feature = "sql"))]
         StoreSpec::Sqlite(_) | StoreSpec::Postgres(_) | StoreSpec::MySql(_) => {
             Err(StoreErrorKind::FeatureDisabled {
-                spec: spec.to_owned(),
+                spec: redact(spec),
                 feature: "sql",
             }
             .into())
@@ -317,7 +328,7 @@ pub async fn open_store(
         )),
         #[cfg(not(feature = "redis"))]
         StoreSpec::Redis(_) => Err(StoreErrorKind::FeatureDisabled {
-            spec: spec.to_owned(),
+            spec: redact(spec),
             feature: "redis",
         }
         .into()),
@@ -357,6 +368,74 @@ impl OffsetStore for AnyStore {
     async fn set_positions(&self, batch_id: u64, positions: &Positions) -> Result<(), StoreError> {
         dispatch!(self, s => s.set_positions(batch_id, positions).await)
     }
+}
+
+/// Query parameters whose values are secrets (compared without case; also any name that
+/// contains `pass`, `secret` or `token`).
+const SECRET_PARAMS: &[&str] = &["pwd", "auth", "key", "sslkey", "apikey"];
+
+/// `spec` with its secrets replaced by `***`, for every message and `Debug` output: the
+/// password in the user-info (everything between the user name and the **last** `@`, so a
+/// password containing `@`, `/` or `?` does not leak its tail) and the values of query
+/// parameters that carry secrets (`?password=…`, `&sslpassword=…`, `token`, …). A spec whose
+/// shape is unclear (no `://` but an `@`) loses everything before the `@`: over-redacting is
+/// the safe mistake.
+pub fn redact(spec: &str) -> String {
+    let (scheme, rest) = match spec.split_once("://") {
+        Some((s, r)) => (Some(s), r),
+        None => (None, spec),
+    };
+    let (userinfo, tail) = match rest.rfind('@') {
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        None => (None, rest),
+    };
+    let mut out = String::with_capacity(spec.len());
+    match (scheme, userinfo) {
+        (Some(s), Some(u)) => {
+            out.push_str(s);
+            out.push_str("://");
+            match u.split_once(':') {
+                Some((user, _)) => {
+                    out.push_str(user);
+                    out.push_str(":***@");
+                }
+                None => {
+                    out.push_str(u);
+                    out.push('@');
+                }
+            }
+        }
+        (Some(s), None) => {
+            out.push_str(s);
+            out.push_str("://");
+        }
+        (None, Some(_)) => out.push_str("***@"),
+        (None, None) => {}
+    }
+    match tail.split_once('?') {
+        None => out.push_str(tail),
+        Some((path, query)) => {
+            out.push_str(path);
+            out.push('?');
+            let params: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _)) if is_secret_param(k) => format!("{k}=***"),
+                    _ => kv.to_owned(),
+                })
+                .collect();
+            out.push_str(&params.join("&"));
+        }
+    }
+    out
+}
+
+fn is_secret_param(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    n.contains("pass")
+        || n.contains("secret")
+        || n.contains("token")
+        || SECRET_PARAMS.contains(&n.as_str())
 }
 
 /// Compare-and-set on `from` against `stored` positions: the first range whose partition holds
@@ -422,6 +501,40 @@ mod tests {
         assert!(StoreSpec::parse("checkpoint:").is_err());
         let e = StoreSpec::parse("s3://bucket").unwrap_err();
         assert!(e.to_string().contains("s3://bucket"), "{e}");
+    }
+
+    #[test]
+    fn redact_hides_every_password_shape() {
+        let cases = [
+            ("postgres://u:s3cr3t@h/db", "postgres://u:***@h/db"),
+            ("mysql://root@h/db", "mysql://root@h/db"),
+            // A password with '@', '/' and '?' in it: everything up to the last '@' goes.
+            (
+                "postgres://u:s3@cr/3?t@h:5432/db",
+                "postgres://u:***@h:5432/db",
+            ),
+            (
+                "postgres://h/db?user=u&password=s3cr3t&sslmode=require",
+                "postgres://h/db?user=u&password=***&sslmode=require",
+            ),
+            (
+                "redis://h:6379/0?token=s3cr3t",
+                "redis://h:6379/0?token=***",
+            ),
+            // Mistyped schemes and shapes: over-redacted, never leaked.
+            ("postgress://u:s3cr3t@h/db", "postgress://u:***@h/db"),
+            ("postgres//u:s3cr3t@h/db", "***@h/db"),
+            ("checkpoint:/data/ckpt", "checkpoint:/data/ckpt"),
+        ];
+        for (spec, want) in cases {
+            assert_eq!(redact(spec), want, "{spec}");
+            assert!(!redact(spec).contains("s3"), "{spec}");
+        }
+        let e = StoreSpec::parse("postgress://u:s3cr3t@h/db").unwrap_err();
+        assert!(!e.to_string().contains("s3cr3t"), "{e}");
+        assert!(!format!("{e:?}").contains("s3cr3t"), "{e:?}");
+        let s = StoreSpec::parse("postgres://u:s3cr3t@h/db").unwrap();
+        assert!(!format!("{s:?}").contains("s3cr3t"), "{s:?}");
     }
 
     #[test]

@@ -24,8 +24,8 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, Script};
 
 use crate::{
-    CommitOutcome, Committed, OffsetStore, PlannedBatch, Positions, StoreError, StoreErrorKind,
-    TopicPartition,
+    redact, CommitOutcome, Committed, OffsetStore, PlannedBatch, Positions, StoreError,
+    StoreErrorKind, TopicPartition,
 };
 
 const COMMIT_SCRIPT: &str = r#"
@@ -149,16 +149,6 @@ impl RedisStore {
         }
         .into()
     }
-}
-
-fn redact(url: &str) -> String {
-    if let Some((scheme, rest)) = url.split_once("://") {
-        if let Some((userinfo, host)) = rest.split_once('@') {
-            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            return format!("{scheme}://{user}:***@{host}");
-        }
-    }
-    url.to_owned()
 }
 
 impl OffsetStore for RedisStore {

@@ -47,7 +47,7 @@ use sqlx::AnyConnection;
 use sqlx::{Any, AnyPool, Executor, Row, Transaction};
 
 use crate::{
-    batch_id_i64, conflict, CommitOutcome, Committed, OffsetStore, PlannedBatch, Positions,
+    batch_id_i64, conflict, redact, CommitOutcome, Committed, OffsetStore, PlannedBatch, Positions,
     StoreError, StoreErrorKind, TopicPartition,
 };
 
@@ -102,8 +102,9 @@ impl fmt::Display for Dialect {
     }
 }
 
-/// A SQL offsets table as an [`OffsetStore`].
-#[derive(Debug, Clone)]
+/// A SQL offsets table as an [`OffsetStore`]. Its `Debug` shows the redacted URL only (the
+/// pool's connect options hold the password).
+#[derive(Clone)]
 pub struct SqlStore {
     pool: AnyPool,
     dialect: Dialect,
@@ -111,6 +112,16 @@ pub struct SqlStore {
     table: String,
     /// The URL without its password, for messages.
     database: String,
+}
+
+impl std::fmt::Debug for SqlStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlStore")
+            .field("database", &self.database)
+            .field("table", &self.table)
+            .field("group", &self.group)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Checks that `name` can be spliced into SQL as an identifier.
@@ -132,16 +143,6 @@ fn identifier(what: &'static str, name: &str) -> Result<(), StoreError> {
 }
 
 /// The URL with any password replaced by `***`.
-fn redact(url: &str) -> String {
-    if let Some((scheme, rest)) = url.split_once("://") {
-        if let Some((userinfo, host)) = rest.split_once('@') {
-            if let Some((user, _)) = userinfo.split_once(':') {
-                return format!("{scheme}://{user}:***@{host}");
-            }
-        }
-    }
-    url.to_owned()
-}
 
 impl SqlStore {
     /// Connects to `url` (`sqlite:PATH`, `postgres://…`, `mysql://…`) for `group`, with the

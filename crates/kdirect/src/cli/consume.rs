@@ -120,7 +120,12 @@ pub struct Args {
     check_crcs: bool,
     /// Where committed offsets live: `checkpoint:DIR`, `kafka`, `sqlite:PATH`,
     /// `postgres://…`, `mysql://…` or `redis://…`. Without it, positions live in memory only.
-    #[arg(long, value_name = "SPEC", env = "KDIRECT_STORE")]
+    #[arg(
+        long,
+        value_name = "SPEC",
+        env = "KDIRECT_STORE",
+        hide_env_values = true
+    )]
     store: Option<String>,
     /// The consumer group the offsets are stored under (not used by `checkpoint:`).
     #[arg(short, long, value_name = "G", default_value = "kdirect")]
@@ -280,6 +285,8 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
         Some(dir) => Some(FileSink::open(dir)?),
         None => None,
     };
+    // The output file, to fsync before a commit covers what was written.
+    let mut durable: Option<File> = None;
     let mut out: Option<Box<dyn Write>> = match args.output.as_str() {
         _ if file_sink.is_some() || sink_table.is_some() => None,
         "null" => None,
@@ -287,10 +294,23 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
             1 << 20,
             std::io::stdout().lock(),
         ))),
-        path => Some(Box::new(BufWriter::with_capacity(
-            1 << 20,
-            File::create(PathBuf::from(path)).map_err(|e| CliError(format!("{path}: {e}")))?,
-        ))),
+        path => {
+            // With a store the run resumes where the last one committed, so its records
+            // belong after the ones already in the file: append, never truncate. Without a
+            // store every run starts over, like `> FILE`.
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .append(args.store.is_some())
+                .truncate(args.store.is_none())
+                .open(PathBuf::from(path))
+                .map_err(|e| CliError(format!("{path}: {e}")))?;
+            durable = Some(
+                file.try_clone()
+                    .map_err(|e| CliError(format!("{path}: {e}")))?,
+            );
+            Some(Box::new(BufWriter::with_capacity(1 << 20, file)))
+        }
     };
     let started = Instant::now();
     let mut stats = Stats::default();
@@ -385,6 +405,10 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
                 if args.store.is_some() {
                     w.flush()
                         .map_err(|e| CliError(format!("writing output: {e}")))?;
+                    if let Some(f) = &durable {
+                        f.sync_data()
+                            .map_err(|e| CliError(format!("syncing output: {e}")))?;
+                    }
                 }
             }
         }

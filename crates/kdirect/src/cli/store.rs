@@ -12,7 +12,12 @@ use super::CliError;
 pub struct StoreArgs {
     /// Where offsets live: `checkpoint:DIR`, `kafka`, `sqlite:PATH`, `postgres://…`,
     /// `mysql://…` or `redis://…`.
-    #[arg(long, value_name = "SPEC", env = "KDIRECT_STORE")]
+    #[arg(
+        long,
+        value_name = "SPEC",
+        env = "KDIRECT_STORE",
+        hide_env_values = true
+    )]
     pub store: String,
     /// The consumer group (ignored by `checkpoint:`, which belongs to one stream).
     #[arg(short, long, value_name = "G")]
