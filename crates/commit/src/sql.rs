@@ -142,7 +142,6 @@ fn identifier(what: &'static str, name: &str) -> Result<(), StoreError> {
     }
 }
 
-/// The URL with any password replaced by `***`.
 
 impl SqlStore {
     /// Connects to `url` (`sqlite:PATH`, `postgres://…`, `mysql://…`) for `group`, with the
