@@ -142,7 +142,6 @@ fn identifier(what: &'static str, name: &str) -> Result<(), StoreError> {
     }
 }
 
-
 impl SqlStore {
     /// Connects to `url` (`sqlite:PATH`, `postgres://…`, `mysql://…`) for `group`, with the
     /// default table `kdirect_offsets`, creating it if missing.
