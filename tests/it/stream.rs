@@ -997,8 +997,9 @@ fn backpressure_falls_with_a_slow_sink_and_rises_with_a_fast_one() {
     }
     // Fast: drain everything.
     std::io::copy(&mut out, &mut std::io::sink()).unwrap();
-    assert!(child.wait().unwrap().success());
+    let status = child.wait().unwrap();
     let stderr = lines.join().unwrap();
+    assert!(status.success(), "{status}: {stderr}");
     let sizes = progress_records(&stderr);
     assert!(sizes.len() >= 6, "{stderr}");
     // The smallest batch after the estimator started (the first batches follow its initial

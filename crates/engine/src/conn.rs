@@ -45,6 +45,12 @@ pub struct ConnConfig {
     /// before it fails with the last one. A killed broker stays leader in the metadata until
     /// its session times out (`broker.session.timeout.ms`, 9 s), so this must outlast that.
     pub retry_timeout: Duration,
+    /// `reconnect.timeout.ms`: how long a running stream keeps trying when the brokers it
+    /// needs are unreachable (the whole cluster down, a network cut), with backoff, before it
+    /// fails. `None` (the default) tries for as long as it runs, as a long-running consumer
+    /// does; a bounded stream (an ending, `--until-latest`) uses `retry_timeout` unless this
+    /// is set.
+    pub reconnect_timeout: Option<Duration>,
 }
 
 impl Default for ConnConfig {
@@ -55,6 +61,7 @@ impl Default for ConnConfig {
             connect_timeout: Duration::from_secs(10),
             max_frame_size: kdirect_proto::frame::DEFAULT_MAX_FRAME_SIZE,
             retry_timeout: Duration::from_secs(60),
+            reconnect_timeout: None,
         }
     }
 }

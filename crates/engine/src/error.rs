@@ -34,7 +34,9 @@ impl Error {
             | ErrorKind::Timeout { .. }
             | ErrorKind::NoLeader { .. }
             | ErrorKind::UnknownBroker { .. }
-            | ErrorKind::NoProgress { .. } => true,
+            | ErrorKind::NoProgress { .. }
+            // Every bootstrap address refused: the cluster may be restarting.
+            | ErrorKind::Bootstrap { .. } => true,
             ErrorKind::Partition { code, .. } | ErrorKind::Broker { code, .. } => {
                 code.is_retriable()
             }

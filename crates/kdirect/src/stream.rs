@@ -327,6 +327,7 @@ impl DirectStreamBuilder {
             "client.id" => self.client_id(value),
             "request.timeout.ms" => self.request_timeout(ms(value)?),
             "default.api.timeout.ms" => self.default_api_timeout(ms(value)?),
+            "reconnect.timeout.ms" => self.reconnect_timeout(Some(ms(value)?)),
             "isolation.level" => self.isolation(match value {
                 "read_committed" => IsolationLevel::ReadCommitted,
                 "read_uncommitted" => IsolationLevel::ReadUncommitted,
@@ -418,6 +419,14 @@ impl DirectStreamBuilder {
     /// restarting) are retried before the stream gives up (default 60 s).
     pub fn default_api_timeout(mut self, timeout: Duration) -> Self {
         self.config.conn.retry_timeout = timeout;
+        self
+    }
+
+    /// `reconnect.timeout.ms`: how long the stream keeps trying when the brokers are
+    /// unreachable before it fails; `None` (the default) keeps trying for as long as it runs
+    /// (a bounded stream: `default.api.timeout.ms`).
+    pub fn reconnect_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.config.conn.reconnect_timeout = timeout;
         self
     }
 
@@ -792,6 +801,38 @@ impl DirectStreamBuilder {
     }
 }
 
+/// How long a stream has been unable to reach the brokers, and the backoff before its next try.
+#[derive(Debug, Default)]
+struct Reconnect {
+    since: Option<Instant>,
+    attempts: u32,
+}
+
+impl Reconnect {
+    /// Sleeps before the next try after `e` (retriable), or gives `e` back once
+    /// `reconnect.timeout.ms` has passed since the first failure (`default.api.timeout.ms` for a
+    /// bounded stream without one; unbounded otherwise). Backoff doubles from
+    /// `retry.backoff.ms` up to 5 s.
+    async fn wait(&mut self, e: EngineError, c: &StreamConfig) -> Result<(), EngineError> {
+        let since = *self.since.get_or_insert_with(Instant::now);
+        let limit = c
+            .conn
+            .reconnect_timeout
+            .or(c.ending.is_some().then_some(c.conn.retry_timeout));
+        if limit.is_some_and(|l| since.elapsed() >= l) {
+            return Err(e);
+        }
+        self.attempts += 1;
+        let backoff = c
+            .fetch
+            .retry_backoff
+            .saturating_mul(1 << self.attempts.min(10))
+            .min(Duration::from_secs(5));
+        tokio::time::sleep(backoff).await;
+        Ok(())
+    }
+}
+
 /// The topics a stream reads now, with fresh metadata: the configured ones, or every
 /// non-internal topic matching the pattern (one Metadata request for all topics).
 async fn subscribed(
@@ -1076,6 +1117,7 @@ impl Driver {
         // about to be re-created): waited for up to default.api.timeout.ms, as the Java
         // consumer keeps polling a subscribed topic that is gone.
         let mut missing_since: Option<Instant> = None;
+        let mut reconnect = Reconnect::default();
         loop {
             if self.config.ending.is_some() && self.reached_until() {
                 return Ok(None);
@@ -1099,9 +1141,16 @@ impl Driver {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                     continue;
                 }
+                // The brokers are unreachable (a restart, a network cut): keep trying with
+                // backoff, as a long-running consumer does, for reconnect.timeout.ms.
+                Err(e) if e.is_retriable() => {
+                    reconnect.wait(e, &self.config).await?;
+                    continue;
+                }
                 Err(e) => return Err(e),
             };
             missing_since = None;
+            reconnect = Reconnect::default();
             let now = self.now();
             let outcome = self.planner().plan(now, &snap)?;
             match outcome {
@@ -1112,9 +1161,22 @@ impl Driver {
                         .filter(|r| !r.is_empty())
                         .cloned()
                         .collect();
-                    let data =
-                        fetch_ranges_within(&self.cluster, &want, &self.config.fetch, &self.budget)
-                            .await?;
+                    // The plan is made (the planner's positions moved): a fetch that ran out of
+                    // retries while the brokers are away is tried again, the same ranges.
+                    let data = loop {
+                        match fetch_ranges_within(
+                            &self.cluster,
+                            &want,
+                            &self.config.fetch,
+                            &self.budget,
+                        )
+                        .await
+                        {
+                            Ok(d) => break d,
+                            Err(e) if e.is_retriable() => reconnect.wait(e, &self.config).await?,
+                            Err(e) => return Err(e),
+                        }
+                    };
                     let offsets: u64 = want.iter().map(OffsetRange::len).sum();
                     let bytes: usize = data.iter().map(RangeData::bytes).sum();
                     if self.adaptive && offsets > 0 {

@@ -497,7 +497,13 @@ pub async fn fetch_ranges_within(
                     .saturating_mul(1 << retries.min(10))
                     .min(Duration::from_secs(1));
                 tokio::time::sleep(backoff).await;
-                view = cluster.refresh(Some(&topic_refs)).await?;
+                // A refresh that cannot reach any broker keeps the old view: the next round's
+                // connections fail and are retried the same way, until the deadline.
+                match cluster.refresh(Some(&topic_refs)).await {
+                    Ok(v) => view = v,
+                    Err(e) if e.is_retriable() => {}
+                    Err(e) => return Err(e),
+                }
             }
         }
     }

@@ -305,10 +305,13 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
                 .truncate(args.store.is_none())
                 .open(PathBuf::from(path))
                 .map_err(|e| CliError(format!("{path}: {e}")))?;
-            durable = Some(
-                file.try_clone()
-                    .map_err(|e| CliError(format!("{path}: {e}")))?,
-            );
+            // Only a regular file can be made durable (a FIFO or a device refuses fsync).
+            if file.metadata().is_ok_and(|m| m.is_file()) {
+                durable = Some(
+                    file.try_clone()
+                        .map_err(|e| CliError(format!("{path}: {e}")))?,
+                );
+            }
             Some(Box::new(BufWriter::with_capacity(1 << 20, file)))
         }
     };
