@@ -305,3 +305,95 @@ fn capture_golden_batches() {
         std::fs::write(golden_dir().join(format!("{codec}.bin")), &records).unwrap();
     }
 }
+
+/// `kdirect decode FILE` with its output and exit status.
+fn decode_cli(path: &std::path::Path, extra: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kdirect"))
+        .arg("decode")
+        .arg(path)
+        .args(extra)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `decode` reads its input one batch at a time: a FIFO works (it used to be read whole
+/// first), batch positions count from the start of the input, and two files' batches
+/// concatenated decode as each file does.
+#[test]
+fn the_decode_command_streams_its_input_batch_by_batch() {
+    let a = std::fs::read(golden_dir().join("none.bin")).unwrap();
+    let b = std::fs::read(golden_dir().join("zstd.bin")).unwrap();
+    let dir = std::env::temp_dir().join(format!("kdirect-decode-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (fa, fb, both) = (dir.join("a"), dir.join("b"), dir.join("ab"));
+    std::fs::write(&fa, &a).unwrap();
+    std::fs::write(&fb, &b).unwrap();
+    std::fs::write(&both, [a.as_slice(), b.as_slice()].concat()).unwrap();
+    let (ok_a, out_a, _) = decode_cli(&fa, &["--bytes", "utf8"]);
+    let (ok_b, out_b, _) = decode_cli(&fb, &["--bytes", "utf8"]);
+    assert!(ok_a && ok_b);
+    assert!(!out_a.is_empty() && !out_b.is_empty());
+    let (ok, out, err) = decode_cli(&both, &["--bytes", "utf8"]);
+    assert!(ok, "{err}");
+    assert_eq!(out, format!("{out_a}{out_b}"));
+    // Positions in --batches count from the start of the input.
+    let (ok, batches, err) = decode_cli(&both, &["--batches"]);
+    assert!(ok, "{err}");
+    let positions: Vec<u64> = batches
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["position"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert!(positions.contains(&(a.len() as u64)), "{positions:?}");
+    // Through a FIFO, written by another thread.
+    let fifo = dir.join("fifo");
+    let _ = std::fs::remove_file(&fifo);
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let writer = {
+        let (fifo, data) = (fifo.clone(), [a.as_slice(), b.as_slice()].concat());
+        std::thread::spawn(move || std::fs::write(fifo, data).unwrap())
+    };
+    let (ok, piped, err) = decode_cli(&fifo, &["--bytes", "utf8"]);
+    writer.join().unwrap();
+    assert!(ok, "{err}");
+    assert_eq!(piped, out);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Inputs that are not record batches end in a bounded error naming the byte position:
+/// /dev/zero (it used to be read until memory ran out), and a batch claiming 2 GB.
+#[test]
+fn the_decode_command_refuses_endless_or_huge_inputs_with_a_position() {
+    let (ok, _, err) = decode_cli(std::path::Path::new("/dev/zero"), &[]);
+    assert!(!ok);
+    assert!(
+        err.contains("/dev/zero") && err.contains("at byte 0"),
+        "{err}"
+    );
+    let dir = std::env::temp_dir().join(format!("kdirect-decode-big-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let huge = dir.join("huge");
+    let mut head = vec![0u8; 8];
+    head.extend_from_slice(&i32::MAX.to_be_bytes());
+    head.extend_from_slice(&[0u8; 100]);
+    std::fs::write(&huge, &head).unwrap();
+    let (ok, _, err) = decode_cli(&huge, &[]);
+    assert!(!ok);
+    assert!(
+        err.contains("at byte 0") && err.contains("--max-batch-bytes"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

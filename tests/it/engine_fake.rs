@@ -6,6 +6,7 @@ use bytes::Bytes;
 use kdirect::engine::cluster::Cluster;
 use kdirect::engine::conn::ConnConfig;
 use kdirect::engine::fetch::{fetch_ranges, FetchConfig, OffsetRange, RangeData};
+use kdirect::engine::plan::PlanError;
 use kdirect::engine::ErrorKind;
 use kdirect::proto::api::list_offsets::OffsetSpec;
 use kdirect::proto::kafka_protocol::messages::ApiKey;
@@ -234,8 +235,11 @@ fn compaction_gaps_truncation_and_faults() {
     });
 }
 
+/// Records removed by retention under a planned range: the broker answers
+/// OFFSET_OUT_OF_RANGE with its log start, and the fetcher names it as data loss with the
+/// exact offsets lost.
 #[test]
-fn retention_gives_offset_out_of_range() {
+fn retention_under_a_range_is_data_loss_with_the_lost_offsets() {
     rt().block_on(async {
         let fake = FakeCluster::builder()
             .brokers(1)
@@ -269,11 +273,18 @@ fn retention_gives_offset_out_of_range() {
             .await
             .unwrap_err();
         match err.kind() {
-            ErrorKind::Range { code, at, .. } => {
-                assert_eq!(*code, ErrorCode::OFFSET_OUT_OF_RANGE);
-                assert_eq!(*at, 10);
+            ErrorKind::Plan(PlanError::DataLoss {
+                topic,
+                partition: 0,
+                lost_from,
+                lost_until,
+                ..
+            }) => {
+                assert_eq!(topic, "r");
+                assert_eq!((*lost_from, *lost_until), (10, 30));
             }
             other => panic!("{other}"),
         }
+        assert!(err.to_string().contains("data loss in r-0"), "{err}");
     });
 }

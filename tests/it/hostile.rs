@@ -82,6 +82,11 @@ fn answers_that_never_move_the_position_end_in_a_clear_error_not_a_spin() {
             stderr.contains("broker 1"),
             "{fault:?}: the error names the broker: {stderr}"
         );
+        // The summary says how many attempts over how long.
+        assert!(
+            stderr.contains("gave up after") && stderr.contains("attempts over"),
+            "{fault:?}: the retry summary: {stderr}"
+        );
         // Backoff doubles from 100 ms: a handful of Fetch rounds (each with a metadata
         // refresh) in 1.5 s, not thousands.
         assert!(
@@ -267,6 +272,13 @@ fn a_cluster_restart_mid_run_is_waited_out_with_nothing_lost_or_doubled() {
         out.status.success(),
         "the run did not survive the restart: {stderr}"
     );
+    // A log line per attempt while the broker was away.
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("WARN") && l.contains("retrying")),
+        "no reconnect log line: {stderr}"
+    );
     let mut offsets: Vec<i64> = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -281,4 +293,89 @@ fn a_cluster_restart_mid_run_is_waited_out_with_nothing_lost_or_doubled() {
     offsets.dedup();
     assert_eq!(offsets.len(), n, "records delivered twice");
     assert_eq!(offsets, (0..30_000).collect::<Vec<_>>());
+}
+
+/// Each topic-level Metadata error is reported as itself (it used to read "unknown topic"
+/// whatever the broker said), at once when it cannot pass; LEADER_NOT_AVAILABLE (a topic
+/// being created) is waited out and the stream then reads everything.
+#[test]
+fn topic_metadata_errors_are_reported_as_themselves_and_retriable_ones_waited_out() {
+    use kdirect::engine::plan::StartPolicy;
+    use kdirect::DirectStream;
+    const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+    const LEADER_NOT_AVAILABLE: i16 = 5;
+    let rt = rt();
+    rt.block_on(async {
+        let fake = FakeCluster::builder().topic("m", 1).build().await.unwrap();
+        let recs: Vec<FakeRecord> = (0..100)
+            .map(|i| FakeRecord::value(Bytes::from(format!("r{i}"))))
+            .collect();
+        fake.append_batch(
+            "m",
+            0,
+            encode_batch(&recs, &BatchOptions::codec(Codec::None)).unwrap(),
+        )
+        .unwrap();
+        let build = || {
+            DirectStream::builder()
+                .bootstrap(&fake.bootstrap())
+                .topics(&["m"])
+                .start(StartPolicy::Earliest)
+                .until_latest(true)
+                .build()
+        };
+        fake.set_topic_error("m", Some(TOPIC_AUTHORIZATION_FAILED));
+        let err = build().await.expect_err("an authorization failure fails");
+        let msg = err.to_string();
+        assert!(msg.contains("TOPIC_AUTHORIZATION_FAILED"), "{msg}");
+        assert!(
+            msg.contains("'m'") && !msg.contains("unknown topic"),
+            "{msg}"
+        );
+        // Not retriable: reported at once, not after default.api.timeout.ms.
+        match err.engine_kind() {
+            Some(kdirect::ErrorKind::TopicError { code, .. }) => {
+                assert!(!code.is_retriable(), "{msg}")
+            }
+            other => panic!("{other:?}"),
+        }
+
+        fake.set_topic_error("m", Some(LEADER_NOT_AVAILABLE));
+        let cleared = async {
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            fake.set_topic_error("m", None);
+        };
+        let (stream, ()) = tokio::join!(build(), cleared);
+        let mut stream = stream.expect("LEADER_NOT_AVAILABLE is waited out");
+        let mut n = 0;
+        while let Some(batch) = stream.next_batch().await.unwrap() {
+            n += batch.records().count();
+            stream.done(batch);
+        }
+        assert_eq!(n, 100);
+    });
+}
+
+/// An unreachable PostgreSQL or MySQL store is reported at once with its cause ("connection
+/// refused"), not as "pool timed out" after the pool's 30 s acquire timeout.
+#[test]
+fn an_unreachable_sql_store_is_reported_at_once_with_its_cause() {
+    // A port nothing listens on: bound, then released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    rt().block_on(async {
+        for url in [
+            format!("postgres://kd:hunter2@127.0.0.1:{port}/db"),
+            format!("mysql://kd:hunter2@127.0.0.1:{port}/db"),
+        ] {
+            let err = kdirect::SqlStore::connect(&url, "g").await.err().unwrap();
+            let msg = err.to_string();
+            assert!(msg.to_lowercase().contains("refused"), "{msg}");
+            assert!(!msg.contains("timed out"), "{msg}");
+            assert!(!msg.contains("hunter2"), "{msg}");
+        }
+    });
 }

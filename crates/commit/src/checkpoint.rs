@@ -297,7 +297,15 @@ impl CheckpointStore {
             fs::create_dir_all(&d).map_err(io(&d, "create directory"))?;
         }
         let meta = dir.join("metadata");
-        match fs::read_to_string(&meta) {
+        match read_bounded(&meta).and_then(|b| {
+            String::from_utf8(b).map_err(|e| {
+                StoreErrorKind::Corrupt {
+                    path: meta.clone(),
+                    reason: format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()),
+                }
+                .into()
+            })
+        }) {
             Ok(text) => {
                 let v: Value = serde_json::from_str(text.trim_end()).map_err(|e| {
                     StoreError::from(StoreErrorKind::Corrupt {
@@ -313,7 +321,10 @@ impl CheckpointStore {
                     .into());
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(e)
+                if matches!(e.kind(), StoreErrorKind::Io { source, .. }
+                    if source.kind() == std::io::ErrorKind::NotFound) =>
+            {
                 let id = stream_id(&dir);
                 let text = format!("{}\n", serde_json::json!({ "id": id }));
                 match create_new(&dir, &meta, text.as_bytes()) {
@@ -323,7 +334,7 @@ impl CheckpointStore {
                     Err(e) => return Err(e),
                 }
             }
-            Err(e) => return Err(io(&meta, "read")(e)),
+            Err(e) => return Err(e),
         }
         Ok(CheckpointStore {
             inner: Arc::new(Inner {
@@ -422,7 +433,7 @@ impl Inner {
     }
 
     fn read_file(&self, path: &Path, id: u64) -> Result<CheckpointFile, StoreError> {
-        let bytes = fs::read(path).map_err(io(path, "read"))?;
+        let bytes = read_bounded(path)?;
         let text = String::from_utf8(bytes).map_err(|e| {
             StoreError::from(StoreErrorKind::Corrupt {
                 path: path.to_owned(),
@@ -850,6 +861,48 @@ fn stream_id(dir: &Path) -> String {
     format!("{a:016x}{:016x}", h.finish())
 }
 
+/// The largest checkpoint file read (`metadata`, `offsets/N`, `commits/N`): a plan for
+/// 100,000 partitions is about 5 MB, so 64 MiB is far past any real one.
+pub const MAX_CHECKPOINT_FILE: u64 = 64 << 20;
+
+/// Reads a checkpoint file that must be a regular file (not a FIFO, device or directory: a
+/// FIFO would block, /dev/zero never end) no larger than [`MAX_CHECKPOINT_FILE`]. The read
+/// itself is bounded too, in case the file grows while read.
+pub(crate) fn read_bounded(path: &Path) -> Result<Vec<u8>, StoreError> {
+    use std::io::Read;
+    let meta = fs::metadata(path).map_err(io(path, "read"))?;
+    if !meta.is_file() {
+        return Err(StoreErrorKind::Corrupt {
+            path: path.to_owned(),
+            reason: "not a regular file (a directory, FIFO, socket or device)".to_owned(),
+        }
+        .into());
+    }
+    if meta.len() > MAX_CHECKPOINT_FILE {
+        return Err(StoreErrorKind::Corrupt {
+            path: path.to_owned(),
+            reason: format!(
+                "{} bytes, more than any checkpoint file ({MAX_CHECKPOINT_FILE} bytes at most)",
+                meta.len()
+            ),
+        }
+        .into());
+    }
+    let file = fs::File::open(path).map_err(io(path, "read"))?;
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.take(MAX_CHECKPOINT_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io(path, "read"))?;
+    if bytes.len() as u64 > MAX_CHECKPOINT_FILE {
+        return Err(StoreErrorKind::Corrupt {
+            path: path.to_owned(),
+            reason: format!("grew past {MAX_CHECKPOINT_FILE} bytes while read"),
+        }
+        .into());
+    }
+    Ok(bytes)
+}
+
 /// Creates `path` (in directory `dir`) with `bytes`, atomically and never over an existing
 /// file: temp file, fsync, hard link to the final name (fails if it exists), remove the temp,
 /// fsync the directory.
@@ -966,6 +1019,44 @@ mod tests {
             CheckpointFile::decode(text.trim_end(), Path::new("x")).unwrap(),
             f
         );
+    }
+
+    /// Checkpoint files must be regular files under a size cap: a FIFO used to block the
+    /// read forever, a link to /dev/zero to read until memory ran out, a huge file whole.
+    #[test]
+    fn checkpoint_files_that_are_not_small_regular_files_are_refused_not_read() {
+        let d = tmpdir("bounded");
+        let s = CheckpointStore::open(&d, 3).unwrap();
+        s.log_plan_sync(&batch(0, 0, 10)).unwrap();
+        s.commit_sync(&batch(0, 0, 10)).unwrap();
+        let plan = s.offsets_path(1);
+        let fifo = std::process::Command::new("mkfifo").arg(&plan).status();
+        assert!(fifo.is_ok_and(|st| st.success()), "mkfifo");
+        let e = s.load_sync().unwrap_err().to_string();
+        assert!(
+            e.contains("not a regular file") && e.contains("offsets/1"),
+            "{e}"
+        );
+        fs::remove_file(&plan).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &plan).unwrap();
+        let e = s.load_sync().unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        fs::remove_file(&plan).unwrap();
+        // A sparse file past the cap: refused from its size, never read.
+        let f = fs::File::create(&plan).unwrap();
+        f.set_len(MAX_CHECKPOINT_FILE + 1).unwrap();
+        let e = s.load_sync().unwrap_err().to_string();
+        assert!(e.contains("more than any checkpoint file"), "{e}");
+        fs::remove_file(&plan).unwrap();
+        // The metadata file too.
+        fs::remove_file(d.join("metadata")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", d.join("metadata")).unwrap();
+        let e = CheckpointStore::open(&d, 3).err().unwrap().to_string();
+        assert!(
+            e.contains("not a regular file") && e.contains("metadata"),
+            "{e}"
+        );
+        let _ = fs::remove_dir_all(&d);
     }
 
     #[test]

@@ -99,8 +99,14 @@ impl RedisStore {
             .into()
         };
         let client = redis::Client::open(url).map_err(err)?;
+        // redis-rs defaults to a 1 s connect and a 500 ms response timeout: a commit on a busy
+        // server (appendfsync always under load) outlasts that, and a timed-out commit is
+        // ambiguous. The Kafka client's defaults instead: 10 s to connect, 30 s an answer.
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(std::time::Duration::from_secs(10)))
+            .set_response_timeout(Some(std::time::Duration::from_secs(30)));
         let conn = client
-            .get_multiplexed_async_connection()
+            .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(err)?;
         Ok(RedisStore {

@@ -195,6 +195,25 @@ impl SqlStore {
                 })
             });
         }
+        if dialect != Dialect::Sqlite {
+            // One direct connection first: a pool retries a refused or failed connection until
+            // its acquire timeout (30 s) and then says only "pool timed out"; this reports the
+            // cause at once (connection refused, unknown host, authentication failed).
+            let first = tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                <sqlx::AnyConnection as sqlx::Connection>::connect(&url),
+            )
+            .await
+            .map_err(|_| sqlx::Error::PoolTimedOut)
+            .and_then(|r| r)
+            .map_err(|source| StoreErrorKind::Sql {
+                database: database.clone(),
+                table: table.to_owned(),
+                context: "connect".to_owned(),
+                source,
+            })?;
+            let _ = sqlx::Connection::close(first).await;
+        }
         let pool = options
             .connect(&url)
             .await

@@ -45,6 +45,16 @@ impl ClusterView {
     pub fn topic(&self, name: &str) -> Result<&TopicInfo, Error> {
         match self.topics.get(name) {
             Some(t) if t.error.is_ok() => Ok(t),
+            Some(t)
+                if t.error != ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+                    && t.error != ErrorCode::UNKNOWN_TOPIC_ID =>
+            {
+                Err(ErrorKind::TopicError {
+                    topic: name.to_owned(),
+                    code: t.error,
+                }
+                .into())
+            }
             _ => Err(ErrorKind::UnknownTopic {
                 topic: name.to_owned(),
             }
@@ -376,11 +386,19 @@ impl Cluster {
             attempt += 1;
             let since = *first_failure.get_or_insert_with(tokio::time::Instant::now);
             if since.elapsed() >= self.config.retry_timeout {
-                return Err(last_err.unwrap_or_else(|| {
-                    ErrorKind::Config("list_offsets retries exhausted".to_owned()).into()
-                }));
+                let last = last_err.unwrap_or_else(|| {
+                    ErrorKind::Task {
+                        what: "ListOffsets",
+                        reason: "partitions left to retry without an error".to_owned(),
+                    }
+                    .into()
+                });
+                return Err(last.gave_up(attempt, since.elapsed()));
             }
-            tokio::time::sleep(Duration::from_millis(50 << attempt.min(5))).await;
+            tokio::time::sleep(crate::fetch::jittered(Duration::from_millis(
+                50 << attempt.min(5),
+            )))
+            .await;
             view = self.refresh(Some(&topics)).await?;
             todo = retry;
         }

@@ -25,6 +25,29 @@ impl Error {
         *self.0
     }
 
+    /// The error under any retry summary ([`ErrorKind::GaveUp`]): what actually failed.
+    pub fn root(&self) -> &Error {
+        match self.kind() {
+            ErrorKind::GaveUp { last, .. } => last.root(),
+            _ => self,
+        }
+    }
+
+    /// `self` as given up after `attempts` over `elapsed` (one summary, however many times
+    /// it is wrapped).
+    pub fn gave_up(self, attempts: u32, elapsed: Duration) -> Error {
+        let last = match *self.0 {
+            ErrorKind::GaveUp { last, .. } => last,
+            other => Error(Box::new(other)),
+        };
+        ErrorKind::GaveUp {
+            attempts,
+            elapsed,
+            last,
+        }
+        .into()
+    }
+
     /// Whether retrying the same operation (possibly after a metadata refresh or reconnect)
     /// may succeed.
     pub fn is_retriable(&self) -> bool {
@@ -37,9 +60,10 @@ impl Error {
             | ErrorKind::NoProgress { .. }
             // Every bootstrap address refused: the cluster may be restarting.
             | ErrorKind::Bootstrap { .. } => true,
-            ErrorKind::Partition { code, .. } | ErrorKind::Broker { code, .. } => {
-                code.is_retriable()
-            }
+            ErrorKind::Partition { code, .. }
+            | ErrorKind::Broker { code, .. }
+            | ErrorKind::TopicError { code, .. } => code.is_retriable(),
+            ErrorKind::GaveUp { last, .. } => last.is_retriable(),
             _ => false,
         }
     }
@@ -84,6 +108,15 @@ impl fmt::Display for BrokerName {
             Some(id) => write!(f, "broker {id} at {}", self.addr),
             None => write!(f, "bootstrap broker {}", self.addr),
         }
+    }
+}
+
+/// What to do about a topic-level Metadata error, for the ones with one clear fix.
+fn topic_error_hint(code: ErrorCode) -> &'static str {
+    match code.0 {
+        29 => ": this principal may not read the topic (grant it DESCRIBE and READ on the topic)",
+        5 => ": the topic has no leader yet (being created, or its brokers are down)",
+        _ => "",
     }
 }
 
@@ -169,6 +202,16 @@ pub enum ErrorKind {
         /// The topic.
         topic: String,
     },
+    /// Metadata answered a topic-level error other than "unknown topic" (an authorization
+    /// failure, LEADER_NOT_AVAILABLE while the topic is being created, ...): reported as
+    /// itself, retried when retriable.
+    #[error("Metadata for topic '{topic}' answered {code}{}", topic_error_hint(*code))]
+    TopicError {
+        /// The topic.
+        topic: String,
+        /// The topic-level error code.
+        code: ErrorCode,
+    },
     /// The partition does not exist.
     #[error("unknown partition {topic}-{partition}")]
     UnknownPartition {
@@ -233,13 +276,18 @@ pub enum ErrorKind {
     /// The planner refused to plan (no position, data loss, bad input).
     #[error(transparent)]
     Plan(#[from] crate::plan::PlanError),
-    /// One batch needs more memory than the whole budget: bound it with a rate limit.
-    #[error("a batch needs more than the memory budget ({needed} > {budget} bytes): lower max.offsets.per.trigger or max.partition.fetch.bytes, or raise the budget")]
+    /// Fetched data needs more memory than the whole budget.
+    #[error("{what} needs more than the memory budget ({needed} > {budget} bytes): {fix}")]
     BudgetExceeded {
-        /// Bytes the batch would hold.
+        /// What needs the memory: the batch's data, or one record batch (with its
+        /// topic-partition and offset).
+        what: String,
+        /// Bytes it would hold.
         needed: usize,
-        /// The budget.
+        /// The budget (`memory.budget.bytes`).
         budget: usize,
+        /// The one setting that helps.
+        fix: &'static str,
     },
     /// A configuration value is invalid.
     #[error("invalid configuration: {0}")]
@@ -285,6 +333,17 @@ pub enum ErrorKind {
         offset: i64,
         /// What the answers held.
         reason: String,
+    },
+    /// Retries ran out (`default.api.timeout.ms`): the last error, with how many attempts
+    /// were made over how long.
+    #[error("{last} (gave up after {attempts} attempts over {:.1} s)", elapsed.as_secs_f64())]
+    GaveUp {
+        /// Attempts made, the first included.
+        attempts: u32,
+        /// From the first failure to giving up.
+        elapsed: Duration,
+        /// The last attempt's error.
+        last: Error,
     },
     /// A task of the engine failed (panicked or was cancelled), or a resource it waits on
     /// was closed.

@@ -482,6 +482,16 @@ impl FakeCluster {
         Ok(())
     }
 
+    /// Metadata answers for `topic` carry the topic-level error `code` (and no partitions),
+    /// until cleared with `None`; the topic need not exist.
+    pub fn set_topic_error(&self, topic: &str, code: Option<i16>) {
+        let mut st = self.shared.lock();
+        match code {
+            Some(c) => st.topic_errors.insert(topic.to_owned(), c),
+            None => st.topic_errors.remove(topic),
+        };
+    }
+
     /// Every Fetch answer for the partition is malformed in the way `fault` says, until
     /// cleared with `None` (or [`clear_errors`](Self::clear_errors)). For testing that a
     /// client neither spins nor hangs on answers that never move its position.

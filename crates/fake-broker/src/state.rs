@@ -107,6 +107,8 @@ pub(crate) struct State {
     /// (group, topic, partition) → committed offset.
     pub committed: HashMap<(String, String, i32), Committed>,
     pub next_producer_id: i64,
+    /// Topic-level Metadata error codes injected by tests (topic → code), until cleared.
+    pub topic_errors: HashMap<String, i16>,
     topics_created: usize,
 }
 
@@ -118,6 +120,7 @@ impl State {
             topics: BTreeMap::new(),
             committed: HashMap::new(),
             next_producer_id: 1000,
+            topic_errors: HashMap::new(),
             topics_created: 0,
         }
     }

@@ -742,7 +742,25 @@ impl DirectStreamBuilder {
                 .clone()
                 .with_max_offsets_per_trigger(adaptive_cap(c.memory_budget, 1024.0));
         }
-        let (view, names) = subscribed(&cluster, &c).await?;
+        // A topic-level Metadata error that is retriable (LEADER_NOT_AVAILABLE while a topic
+        // is being created) is waited out for up to default.api.timeout.ms, as the Java
+        // consumer waits for metadata; any other is reported as itself.
+        let waiting_since = Instant::now();
+        let (view, names) = loop {
+            let (view, names) = subscribed(&cluster, &c).await?;
+            let retriable = names
+                .iter()
+                .filter(|_| c.pattern.is_none())
+                .find_map(|t| view.topic(t).err().filter(EngineError::is_retriable));
+            match retriable {
+                Some(e) if waiting_since.elapsed() < c.conn.retry_timeout => {
+                    tracing::warn!("waiting for topic metadata: {e}");
+                    tokio::time::sleep(c.fetch.retry_backoff.max(Duration::from_millis(100))).await;
+                }
+                Some(e) => return Err(e.into()),
+                None => break (view, names),
+            }
+        };
         let topics: Vec<&str> = names.iter().map(String::as_str).collect();
         for t in topics.iter().filter(|_| c.pattern.is_none()) {
             let info = view.topic(t)?;
@@ -820,7 +838,12 @@ impl Reconnect {
             .reconnect_timeout
             .or(c.ending.is_some().then_some(c.conn.retry_timeout));
         if limit.is_some_and(|l| since.elapsed() >= l) {
-            return Err(e);
+            tracing::error!(
+                attempts = self.attempts,
+                elapsed_ms = since.elapsed().as_millis() as u64,
+                "still failing after reconnect.timeout.ms, giving up: {e}"
+            );
+            return Err(e.gave_up(self.attempts + 1, since.elapsed()));
         }
         self.attempts += 1;
         let backoff = c
@@ -828,7 +851,13 @@ impl Reconnect {
             .retry_backoff
             .saturating_mul(1 << self.attempts.min(10))
             .min(Duration::from_secs(5));
-        tokio::time::sleep(backoff).await;
+        tracing::warn!(
+            attempt = self.attempts,
+            elapsed_ms = since.elapsed().as_millis() as u64,
+            backoff_ms = backoff.as_millis() as u64,
+            "retrying: {e}"
+        );
+        tokio::time::sleep(kdirect_engine::fetch::jittered(backoff)).await;
         Ok(())
     }
 }
@@ -1070,7 +1099,7 @@ impl Driver {
 
     /// `e` is "unknown topic" for a topic this stream has read before.
     fn was_known(&self, e: &EngineError) -> bool {
-        let ErrorKind::UnknownTopic { topic } = e.kind() else {
+        let ErrorKind::UnknownTopic { topic } = e.root().kind() else {
             return false;
         };
         self.topic_ids

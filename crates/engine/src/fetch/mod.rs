@@ -466,11 +466,7 @@ pub async fn fetch_ranges_within(
                 reserved_by_oversized -= req.reserve;
                 let needed = session.held() + reserved_by_oversized + a.size;
                 if needed > budget.total() {
-                    return Err(ErrorKind::BudgetExceeded {
-                        needed,
-                        budget: budget.total(),
-                    }
-                    .into());
+                    return Err(oversized_error(&a.view, &session, needed, budget.total()));
                 }
                 a.permit.merge(budget.reserve(a.size - req.reserve).await?);
             }
@@ -490,13 +486,14 @@ pub async fn fetch_ranges_within(
                 retries += 1;
                 let since = *first_failure.get_or_insert_with(tokio::time::Instant::now);
                 if since.elapsed() >= cluster.config().retry_timeout {
-                    return Err(e);
+                    return Err(e.gave_up(retries, since.elapsed()));
                 }
                 let backoff = cfg
                     .retry_backoff
                     .saturating_mul(1 << retries.min(10))
                     .min(Duration::from_secs(1));
-                tokio::time::sleep(backoff).await;
+                tracing::debug!(attempt = retries, "fetch round retried: {e}");
+                tokio::time::sleep(jittered(backoff)).await;
                 // A refresh that cannot reach any broker keeps the old view: the next round's
                 // connections fail and are retried the same way, until the deadline.
                 match cluster.refresh(Some(&topic_refs)).await {
@@ -508,6 +505,68 @@ pub async fn fetch_ranges_within(
         }
     }
     Ok(session.finish())
+}
+
+/// `d` spread by ±20%, so that clients that failed together do not retry together (as the
+/// Java client's `retry.backoff` jitter does).
+pub fn jittered(d: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    // A fresh random key per call: RandomState is seeded from the OS once per thread and
+    // then varied, which is random enough to spread retries.
+    let r = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let factor = 0.8 + 0.4 * (r % 1_000) as f64 / 1_000.0;
+    d.mul_f64(factor)
+}
+
+/// A response that cannot fit the budget. A broker answers more than was asked only with a
+/// first record batch larger than the limit (KIP-74): one batch cannot be split, so only a
+/// larger budget helps; the error names that batch.
+fn oversized_error(
+    view: &FetchView,
+    session: &FetchSession,
+    needed: usize,
+    budget: usize,
+) -> Error {
+    // The largest first batch in the response: base offset (8 bytes) and batch length (4
+    // bytes, counting what follows it) open every record batch.
+    let largest = view
+        .partitions
+        .iter()
+        .filter_map(|p| {
+            let head = p.records.get(..12)?;
+            let base = i64::from_be_bytes(head.get(..8)?.try_into().ok()?);
+            let len = i32::from_be_bytes(head.get(8..12)?.try_into().ok()?);
+            let size = usize::try_from(len).ok()?.saturating_add(12);
+            Some((size, p, base))
+        })
+        .max_by_key(|(size, _, _)| *size);
+    let (what, fix) = match largest {
+        Some((size, p, base)) if size > budget => (
+            format!(
+                "the record batch of {}-{} at offset {base} ({size} bytes)",
+                p.topic, p.partition
+            ),
+            "a record batch cannot be split: raise memory.budget.bytes above its size",
+        ),
+        _ => (
+            format!(
+                "the batch (ranges {}) with {} bytes fetched so far",
+                session.describe_ranges(),
+                session.held()
+            ),
+            "lower maxOffsetsPerTrigger (or maxRatePerPartition) so a batch holds less, or \
+             raise memory.budget.bytes",
+        ),
+    };
+    ErrorKind::BudgetExceeded {
+        what,
+        needed,
+        budget,
+        fix,
+    }
+    .into()
 }
 
 /// A response as received: decoded, its size, and its reservation of the budget.

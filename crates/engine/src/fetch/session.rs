@@ -158,6 +158,20 @@ impl FetchSession {
             .map_or(max, |b| max.min(i32::try_from(b).unwrap_or(i32::MAX)))
     }
 
+    /// The session's ranges as errors name them (the first few).
+    pub(super) fn describe_ranges(&self) -> String {
+        let mut out: Vec<String> = self
+            .ranges
+            .iter()
+            .take(4)
+            .map(|r| format!("{}-{} [{}, {})", r.topic, r.partition, r.from, r.until))
+            .collect();
+        if self.ranges.len() > 4 {
+            out.push(format!("and {} more", self.ranges.len() - 4));
+        }
+        out.join(", ")
+    }
+
     /// The requests of the next round, one per leader, against `view`. A range whose leader
     /// is unknown makes the round a retry (the others are still asked).
     /// [`ErrorKind::BudgetExceeded`] when the session alone fills the budget.
@@ -190,8 +204,15 @@ impl FetchSession {
         let room = self.budget_total.saturating_sub(self.held);
         if room == 0 && !by_leader.is_empty() {
             return Err(ErrorKind::BudgetExceeded {
+                what: format!(
+                    "the batch (ranges {}) with {} bytes fetched so far",
+                    self.describe_ranges(),
+                    self.held
+                ),
                 needed: self.held + 1,
                 budget: self.budget_total,
+                fix: "lower maxOffsetsPerTrigger (or maxRatePerPartition) so a batch holds \
+                      less, or raise memory.budget.bytes",
             }
             .into());
         }
@@ -311,6 +332,18 @@ impl FetchSession {
             };
             let r = r.clone();
             if let Some(code) = p.error.err() {
+                // Retention (or DeleteRecords) removed records of the range after it was
+                // planned: data loss, named with the exact offsets lost.
+                if code == ErrorCode::OFFSET_OUT_OF_RANGE && p.log_start_offset > at {
+                    return Err(crate::plan::PlanError::DataLoss {
+                        topic: r.topic.clone(),
+                        partition: r.partition,
+                        lost_from: at,
+                        lost_until: p.log_start_offset,
+                        reason: crate::plan::DataLossReason::BelowLogStart,
+                    }
+                    .into());
+                }
                 let e = range_error(broker, &r, at, code);
                 if is_leader_change(code) || code.is_retriable() {
                     self.retry = Some(e);

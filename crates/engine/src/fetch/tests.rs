@@ -405,6 +405,35 @@ fn the_budget_is_shared_in_proportion_and_its_end_is_an_error() {
     .unwrap();
     let e = s.next_requests(&v).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::BudgetExceeded { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("t-0 [0, 10), t-1 [0, 10)"), "{msg}");
+    assert!(msg.contains("maxOffsetsPerTrigger"), "{msg}");
+}
+
+#[test]
+fn records_removed_under_the_range_are_data_loss_with_the_exact_range() {
+    let budget = MemoryBudget::new(64 << 20);
+    let cfg = FetchConfig::default();
+    let mut s = FetchSession::new(&ranges(&[(0, 0, 10)]), &cfg, &budget);
+    let reqs = s.next_requests(&view(&[1])).unwrap();
+    let mut p = part(0, 10, Vec::new());
+    p.error = ErrorCode::OFFSET_OUT_OF_RANGE;
+    p.log_start_offset = 7;
+    let e = s
+        .on_response(&reqs[0], &broker(1), answer(vec![p]), 100, None)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::Plan(crate::plan::PlanError::DataLoss {
+                lost_from: 0,
+                lost_until: 7,
+                ..
+            })
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("data loss in t-0"), "{e}");
 }
 
 #[test]

@@ -229,6 +229,15 @@ impl DecodeError {
     }
 }
 
+impl DecodeError {
+    /// The same error with its byte position moved `by` bytes on: for a buffer that is one
+    /// part of a larger stream (a file decoded batch by batch).
+    pub fn shifted(mut self, by: usize) -> Self {
+        self.0.position = self.0.position.saturating_add(by);
+        self
+    }
+}
+
 impl fmt::Display for DecodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} at byte {}", self.0.kind, self.0.position)?;

@@ -66,6 +66,13 @@ pub(crate) fn handle(ctx: &Ctx<'_>, req: MetadataRequest) -> MetadataResponse {
 
 fn topic_entry(st: &mut State, name: &str, v: i16) -> MetadataResponseTopic {
     let tname = TopicName(StrBytes::from_string(name.to_string()));
+    if let Some(&code) = st.topic_errors.get(name) {
+        // As Kafka answers an authorization failure or a topic being created: the code, no
+        // partitions.
+        return MetadataResponseTopic::default()
+            .with_error_code(code)
+            .with_name(Some(tname));
+    }
     let Some(TopicState { id, partitions }) = st.topics.get_mut(name) else {
         return MetadataResponseTopic::default()
             .with_error_code(codes::UNKNOWN_TOPIC_OR_PARTITION)

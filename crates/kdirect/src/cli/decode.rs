@@ -8,6 +8,8 @@
 //! `--batches` prints one line per batch header instead, control batches included.
 //! A file that ends inside a batch is not an error (a fetch response cut at its byte limit): a
 //! note on stderr says where. A malformed file exits non-zero with the byte position and reason.
+//! The input is read one batch at a time (a FIFO or a pipe works; memory is bounded by the
+//! largest batch, `--max-batch-bytes`).
 use std::fmt::Write as _;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
@@ -45,42 +47,63 @@ pub struct Args {
     /// Print one line per batch header instead of one per record.
     #[arg(long)]
     pub batches: bool,
+    /// The largest record batch accepted (bytes): the input is read one batch at a time, so
+    /// this bounds memory.
+    #[arg(long, default_value_t = 256 << 20)]
+    pub max_batch_bytes: usize,
 }
 
 pub fn run(args: Args) -> Result<ExitCode, CliError> {
-    let data =
-        std::fs::read(&args.file).map_err(|e| CliError(format!("{}: {e}", args.file.display())))?;
-    let data = Bytes::from(data);
+    let file = args.file.display().to_string();
+    let f = std::fs::File::open(&args.file).map_err(|e| CliError(format!("{file}: {e}")))?;
+    if f.metadata().is_ok_and(|m| m.is_dir()) {
+        return Err(CliError(format!("{file}: is a directory")));
+    }
+    let mut input = Input {
+        r: std::io::BufReader::with_capacity(64 << 10, f),
+        pos: 0,
+        max: args.max_batch_bytes,
+        file: &file,
+    };
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    let file = args.file.display().to_string();
-    let fail = |e: kdirect_engine::record::DecodeError| CliError(format!("{file}: {e}"));
     let io = |e: std::io::Error| CliError(format!("writing output: {e}"));
     let mut line = String::with_capacity(256);
-    let tail;
     let mut next_offset = None;
-    if args.batches {
-        let mut batches = Batches::new(data, !args.no_crc);
-        while let Some(batch) = batches.next_batch().map_err(fail)? {
-            line.clear();
-            batch_line(&batch, &mut line);
-            out.write_all(line.as_bytes()).map_err(io)?;
-        }
-        tail = batches.tail();
-    } else {
-        let opts = DecodeOptions::new().check_crc(!args.no_crc);
-        let mut reader = RecordBatchReader::new(data, opts);
-        while let Some(batch) = reader.next_batch().map_err(fail)? {
-            for record in reader.records(&batch).map_err(fail)? {
-                let r = record.map_err(fail)?;
+    // One batch in memory at a time: memory is bounded by the largest batch, whatever the
+    // input is (a FIFO, a device, a file of any size).
+    let tail = loop {
+        let (start, bytes) = match input.next()? {
+            Next::Batch(start, bytes) => (start, bytes),
+            Next::End => break None,
+            Next::Truncated(t) => break Some(t),
+        };
+        let fail = |e: kdirect_engine::record::DecodeError| {
+            CliError(format!("{file}: {}", e.shifted(start)))
+        };
+        if args.batches {
+            let mut batches = Batches::new(bytes, !args.no_crc);
+            while let Some(batch) = batches.next_batch().map_err(fail)? {
                 line.clear();
-                push_record_json(&mut line, None, &r, args.bytes);
+                batch_line(&batch, start, &mut line);
                 out.write_all(line.as_bytes()).map_err(io)?;
             }
+        } else {
+            let opts = DecodeOptions::new().check_crc(!args.no_crc);
+            let mut reader = RecordBatchReader::new(bytes, opts);
+            while let Some(batch) = reader.next_batch().map_err(fail)? {
+                for record in reader.records(&batch).map_err(fail)? {
+                    let r = record.map_err(fail)?;
+                    line.clear();
+                    push_record_json(&mut line, None, &r, args.bytes);
+                    out.write_all(line.as_bytes()).map_err(io)?;
+                }
+            }
+            if reader.position() > 0 {
+                next_offset = Some(reader.next_offset());
+            }
         }
-        tail = reader.tail();
-        next_offset = Some(reader.next_offset());
-    }
+    };
     out.flush().map_err(io)?;
     if let Some(Tail::Truncated {
         position,
@@ -99,7 +122,81 @@ pub fn run(args: Args) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn batch_line(batch: &RecordBatch, line: &mut String) {
+/// The input read one record batch at a time: each batch's 12-byte prefix (base offset,
+/// length) says how much more to read.
+struct Input<'a, R> {
+    r: R,
+    pos: usize,
+    max: usize,
+    file: &'a str,
+}
+
+enum Next {
+    /// A whole batch and its byte position in the input.
+    Batch(usize, Bytes),
+    /// The input ended between batches.
+    End,
+    /// The input ended inside a batch.
+    Truncated(Tail),
+}
+
+impl<R: std::io::Read> Input<'_, R> {
+    fn next(&mut self) -> Result<Next, CliError> {
+        use std::io::Read;
+        let read_err = |e: std::io::Error| CliError(format!("{}: {e}", self.file));
+        let start = self.pos;
+        let mut head = [0u8; 12];
+        let mut got = 0;
+        while got < head.len() {
+            match self.r.read(head.get_mut(got..).unwrap_or(&mut [])) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(read_err(e)),
+            }
+        }
+        if got == 0 {
+            return Ok(Next::End);
+        }
+        if got < head.len() {
+            return Ok(Next::Truncated(Tail::Truncated {
+                position: start,
+                needed: None,
+                available: got,
+            }));
+        }
+        let len = i32::from_be_bytes([head[8], head[9], head[10], head[11]]);
+        // A negative or too-short length is the decoder's to report (with its position):
+        // hand it the prefix alone.
+        let body = usize::try_from(len).unwrap_or(0);
+        let total = head.len().saturating_add(body);
+        if total > self.max {
+            return Err(CliError(format!(
+                "{}: the batch at byte {start} claims {total} bytes, more than \
+                 --max-batch-bytes ({}): not a records file, or raise the limit",
+                self.file, self.max
+            )));
+        }
+        // Grown as bytes arrive (never the claimed size up front).
+        let mut buf = Vec::with_capacity(total.min(1 << 20));
+        buf.extend_from_slice(&head);
+        (&mut self.r)
+            .take(body as u64)
+            .read_to_end(&mut buf)
+            .map_err(read_err)?;
+        self.pos += buf.len();
+        if buf.len() < total {
+            return Ok(Next::Truncated(Tail::Truncated {
+                position: start,
+                needed: Some(total),
+                available: buf.len(),
+            }));
+        }
+        Ok(Next::Batch(start, Bytes::from(buf)))
+    }
+}
+
+fn batch_line(batch: &RecordBatch, start: usize, line: &mut String) {
     let h = batch.header();
     let ts_type = match h.timestamp_type() {
         TimestampType::CreateTime => "create_time",
@@ -112,7 +209,7 @@ fn batch_line(batch: &RecordBatch, line: &mut String) {
          \"timestamp_type\":\"{}\",\"transactional\":{},\"control\":{},\"producer_id\":{},\
          \"producer_epoch\":{},\"base_sequence\":{},\"base_timestamp\":{},\"max_timestamp\":{},\
          \"record_count\":{}}}",
-        batch.position(),
+        start + batch.position(),
         h.base_offset,
         h.last_offset(),
         h.batch_length,

@@ -59,6 +59,7 @@ impl<E: std::error::Error> From<E> for CliError {
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
+    init_logging();
     match cli.command {
         Command::Metadata(a) => block_on(metadata::run(a)),
         Command::Offsets(c) => block_on(offsets::run(c)),
@@ -78,4 +79,18 @@ fn block_on<F: std::future::Future<Output = Result<ExitCode, CliError>>>(
         .build()
         .map_err(|e| CliError(format!("cannot start the async runtime: {e}")))?
         .block_on(f)
+}
+
+/// The library's log lines (reconnects, retries) on stderr, one line each, filtered by
+/// `KDIRECT_LOG` in `RUST_LOG` syntax (`KDIRECT_LOG=debug`, `KDIRECT_LOG=kdirect_engine=trace`);
+/// warnings and errors by default.
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("KDIRECT_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
 }
