@@ -158,3 +158,72 @@ fn timeout_is_one_line() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("timed out") && err.contains(&addr), "{err}");
 }
+
+/// Read-only commands never create a store: `offsets show` and `lag` on a mistyped checkpoint
+/// directory or SQLite path fail and leave nothing behind (they used to create both).
+#[test]
+fn read_only_commands_on_a_mistyped_store_create_nothing() {
+    let mock = Mock::new(1);
+    mock.create_topic("ro", 2);
+    let boot = mock.bootstrap();
+    let dir = crate::support::tempdir("ro");
+    let typo = dir.join("chekpoint");
+    let db = dir.join("offsets.dbb");
+    for store in [
+        format!("checkpoint:{}", typo.display()),
+        format!("sqlite:{}", db.display()),
+    ] {
+        let o = kdirect(&["offsets", "show", "--store", &store, "-g", "g"]);
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains("no store at"), "{}", stderr(&o));
+        let o = kdirect(&["lag", "-b", &boot, "--store", &store, "-g", "g", "-t", "ro"]);
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains("nothing was created"), "{}", stderr(&o));
+    }
+    assert!(!typo.exists(), "a checkpoint directory was created");
+    assert!(!db.exists(), "an SQLite file was created");
+}
+
+/// `offsets set` refuses a partition the topic does not have (it used to write it), and `lag`
+/// does not call an unknown lag 0.
+#[test]
+fn offsets_set_refuses_missing_partitions_and_lag_says_what_is_unknown() {
+    let mock = Mock::new(1);
+    mock.create_topic("ps", 2);
+    mock.produce("ps", 2, 10, 1_700_000_000_000);
+    let boot = mock.bootstrap();
+    let dir = crate::support::tempdir("ps");
+    let store = format!("checkpoint:{}", dir.join("ck").display());
+    let o = kdirect(&[
+        "offsets", "set", "-b", &boot, "--store", &store, "-g", "g", "-t", "ps", "5=3",
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no partition 5"), "{}", stderr(&o));
+    let o = kdirect(&["offsets", "show", "--store", &store, "-g", "g"]);
+    assert!(!stdout(&o).contains("ps\t5"), "{}", stdout(&o));
+    // One partition known, one not: the total says so.
+    let o = kdirect(&[
+        "offsets", "set", "-b", &boot, "--store", &store, "-g", "g", "-t", "ps", "0=2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = kdirect(&["lag", "-b", &boot, "--store", &store, "-g", "g", "-t", "ps"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("total lag\t8 (plus 1 partitions without a committed position)"),
+        "{}",
+        stdout(&o)
+    );
+    // Nothing known at all: not "0".
+    let empty = format!("checkpoint:{}", dir.join("empty").display());
+    let o = kdirect(&[
+        "offsets", "set", "--store", &empty, "-g", "g", "-t", "other", "0=1",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = kdirect(&["lag", "-b", &boot, "--store", &empty, "-g", "g", "-t", "ps"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("total lag\t- (no committed position"),
+        "{}",
+        stdout(&o)
+    );
+}

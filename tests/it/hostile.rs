@@ -379,3 +379,90 @@ fn an_unreachable_sql_store_is_reported_at_once_with_its_cause() {
         }
     });
 }
+
+/// Broker offsets that make no sense end in an error naming the partition and the offsets,
+/// never in an empty run that exits 0: a negative log start, an earliest past the latest, a
+/// negative end.
+#[test]
+fn nonsense_broker_offsets_are_an_error_not_an_empty_run() {
+    let rt = rt();
+    let fake = rt.block_on(async { FakeCluster::builder().topic("n", 1).build().await.unwrap() });
+    let recs: Vec<FakeRecord> = (0..10)
+        .map(|i| FakeRecord::value(Bytes::from(format!("r{i}"))))
+        .collect();
+    fake.append_batch(
+        "n",
+        0,
+        encode_batch(&recs, &BatchOptions::codec(Codec::None)).unwrap(),
+    )
+    .unwrap();
+    for (earliest, latest) in [(-5, 10), (20, 10), (0, -7)] {
+        fake.set_list_offsets("n", 0, Some((earliest, latest)))
+            .unwrap();
+        let boot = fake.bootstrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+            .args(["consume", "-b", &boot, "-t", "n", "--until-latest"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "({earliest}, {latest}): exit 0: {stderr}"
+        );
+        assert!(
+            stderr.contains("n-0") && stderr.contains(&earliest.to_string()),
+            "({earliest}, {latest}): {stderr}"
+        );
+    }
+}
+
+/// A store whose positions leave out a partition of a topic it has others of: the partition
+/// starts by the start policy, and a warning says so (it used to happen silently).
+#[test]
+fn a_partition_missing_from_the_store_is_said_aloud() {
+    let rt = rt();
+    let fake = rt.block_on(async { FakeCluster::builder().topic("mp", 2).build().await.unwrap() });
+    for p in 0..2 {
+        let recs: Vec<FakeRecord> = (0..10)
+            .map(|i| FakeRecord::value(Bytes::from(format!("r{i}"))))
+            .collect();
+        fake.append_batch(
+            "mp",
+            p,
+            encode_batch(&recs, &BatchOptions::codec(Codec::None)).unwrap(),
+        )
+        .unwrap();
+    }
+    let dir = crate::support::tempdir("mp");
+    let store = format!("checkpoint:{}", dir.join("ck").display());
+    let boot = fake.bootstrap();
+    let kd = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_kdirect"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = kd(&[
+        "offsets", "set", "-b", &boot, "--store", &store, "-g", "g", "-t", "mp", "0=4",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = kd(&[
+        "consume",
+        "-b",
+        &boot,
+        "-t",
+        "mp",
+        "--until-latest",
+        "--store",
+        &store,
+        "--output",
+        "null",
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("mp-1 has no committed position in the store"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("mp-0 has no"), "{stderr}");
+}

@@ -212,6 +212,15 @@ pub enum StoreErrorKind {
         /// The spec.
         spec: String,
     },
+    /// A read-only command named a store that does not exist (a mistyped path): nothing was
+    /// created.
+    #[error("no store at '{spec}': {reason} (nothing was created; check the path)")]
+    Missing {
+        /// The spec, password removed.
+        spec: String,
+        /// What is missing.
+        reason: String,
+    },
     /// A name that cannot be used as a SQL identifier or a value out of range.
     #[error("invalid {what} '{value}': {reason}")]
     Invalid {

@@ -246,6 +246,9 @@ pub struct OpenOptions {
     pub retention: usize,
     /// SQL stores: the offsets table (default `kdirect_offsets`).
     pub table: String,
+    /// Open only a store that exists (a checkpoint directory, an SQLite file): for commands
+    /// that only read or repair, so a mistyped path is an error and creates nothing.
+    pub must_exist: bool,
 }
 
 impl Default for OpenOptions {
@@ -254,6 +257,7 @@ impl Default for OpenOptions {
             cluster: None,
             retention: checkpoint::DEFAULT_RETENTION,
             table: "kdirect_offsets".to_owned(),
+            must_exist: false,
         }
     }
 }
@@ -298,7 +302,37 @@ pub async fn open_store(
     group: &str,
     options: &OpenOptions,
 ) -> Result<AnyStore, StoreError> {
-    match StoreSpec::parse(spec)? {
+    let parsed = StoreSpec::parse(spec)?;
+    if options.must_exist {
+        let missing = |reason: String| -> StoreError {
+            StoreErrorKind::Missing {
+                spec: redact(spec),
+                reason,
+            }
+            .into()
+        };
+        match &parsed {
+            StoreSpec::Checkpoint(dir) if !dir.join("metadata").is_file() => {
+                return Err(missing(format!(
+                    "{} is not a kdirect checkpoint (no metadata file)",
+                    dir.display()
+                )))
+            }
+            StoreSpec::Sqlite(url) => {
+                let path = url
+                    .trim_start_matches("sqlite:")
+                    .trim_start_matches("//")
+                    .split('?')
+                    .next()
+                    .unwrap_or_default();
+                if path != ":memory:" && !std::path::Path::new(path).is_file() {
+                    return Err(missing(format!("no SQLite file {path}")));
+                }
+            }
+            _ => {}
+        }
+    }
+    match parsed {
         StoreSpec::Checkpoint(dir) => Ok(AnyStore::Checkpoint(checkpoint::CheckpointStore::open(
             dir,
             options.retention,

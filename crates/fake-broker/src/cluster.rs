@@ -482,6 +482,22 @@ impl FakeCluster {
         Ok(())
     }
 
+    /// ListOffsets answers `earliest` for the log start and `latest` for the end of the
+    /// partition (whatever its log holds), until cleared with `None`: offsets that make no
+    /// sense (negative, earliest past latest) for testing clients' checks.
+    pub fn set_list_offsets(
+        &self,
+        topic: &str,
+        partition: i32,
+        answer: Option<(i64, i64)>,
+    ) -> Result<(), FakeError> {
+        self.shared
+            .lock()
+            .partition_mut(topic, partition)?
+            .offsets_override = answer;
+        Ok(())
+    }
+
     /// Metadata answers for `topic` carry the topic-level error `code` (and no partitions),
     /// until cleared with `None`; the topic need not exist.
     pub fn set_topic_error(&self, topic: &str, code: Option<i16>) {

@@ -59,6 +59,9 @@ pub(crate) struct PartitionState {
     pub truncate_fetches: u32,
     /// A malformed Fetch answer for this partition, for every request while set.
     pub fetch_fault: Option<crate::FetchFault>,
+    /// ListOffsets answers for earliest and latest forced to these values (a broker whose
+    /// offsets make no sense), while set.
+    pub offsets_override: Option<(i64, i64)>,
 }
 
 impl PartitionState {
@@ -156,6 +159,7 @@ impl State {
                 errors: Vec::new(),
                 truncate_fetches: 0,
                 fetch_fault: None,
+                offsets_override: None,
             })
             .collect();
         self.topics.insert(

@@ -776,6 +776,32 @@ impl DirectStreamBuilder {
                 }
             }
         }
+        // Resuming a topic whose stored positions leave out some of its partitions (added
+        // since, or a store edited by hand): those start by the start policy, said aloud.
+        for t in &topics {
+            let Ok(info) = view.topic(t) else { continue };
+            let stored = |p: i32| {
+                c.resume_positions
+                    .contains_key(&TopicPartition::new((*t).to_owned(), p))
+            };
+            if !info.partitions.iter().any(|p| stored(p.partition)) {
+                continue;
+            }
+            for p in info.partitions.iter().filter(|p| !stored(p.partition)) {
+                if c.partitions
+                    .as_ref()
+                    .is_some_and(|ps| !ps.contains(&p.partition))
+                {
+                    continue;
+                }
+                tracing::warn!(
+                    "{t}-{} has no committed position in the store (its other partitions \
+                     have): it starts by the start policy ({:?})",
+                    p.partition,
+                    c.start
+                );
+            }
+        }
         let budget = MemoryBudget::new(c.memory_budget);
         let planner_cfg = PlannerConfig::new(c.batch_interval)
             .with_trigger(c.trigger)
@@ -1034,6 +1060,17 @@ impl Driver {
         for (s, e) in starts.iter().zip(&ends) {
             let tp = TopicPartition::new(s.topic.clone(), s.partition);
             let mut end = e.offset;
+            // Offsets that make no sense (a negative log start, an end below it) are the
+            // broker's fault, reported as such: never read as "nothing to read".
+            if s.offset < 0 || end < s.offset {
+                return Err(kdirect_engine::plan::PlanError::InvalidSnapshot {
+                    topic: s.topic.clone(),
+                    partition: s.partition,
+                    log_start: s.offset,
+                    end,
+                }
+                .into());
+            }
             if let Some(u) = until.as_ref() {
                 // Partitions that appeared after the start have nothing to read in this run.
                 end = end.min(u.get(&tp).copied().unwrap_or(s.offset));

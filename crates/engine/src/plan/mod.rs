@@ -394,7 +394,10 @@ pub enum PlanError {
         reason: DataLossReason,
     },
     /// The snapshot is inconsistent: a negative log start, or an end below the log start.
-    #[error("invalid offsets for {topic}-{partition}: log start {log_start}, end {end}")]
+    #[error(
+        "the broker's offsets for {topic}-{partition} make no sense: log start {log_start}, \
+         end {end} (a log start is never negative nor past the end)"
+    )]
     InvalidSnapshot {
         /// The topic.
         topic: String,

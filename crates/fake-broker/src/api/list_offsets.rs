@@ -44,6 +44,13 @@ pub(crate) fn handle(ctx: &Ctx<'_>, req: ListOffsetsRequest) -> ListOffsetsRespo
                         return r.with_error_code(code);
                     }
                     let log = &part.log;
+                    if let (Some((earliest, latest)), -2 | -4 | -1) =
+                        (part.offsets_override, p.timestamp)
+                    {
+                        r.offset = if p.timestamp == -1 { latest } else { earliest };
+                        r.timestamp = -1;
+                        return r;
+                    }
                     let (offset, ts) = match p.timestamp {
                         -2 | -4 => (log.log_start, -1),
                         -1 if read_committed => (log.last_stable_offset(), -1),

@@ -40,7 +40,7 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
     let cluster = args.store.require_cluster("lag").await?;
     let store = args
         .store
-        .open(&args.store.store, Some(cluster.clone()))
+        .open_existing(&args.store.store, Some(cluster.clone()))
         .await?;
     let committed = store.load(&args.topic).await?;
     let names: Vec<&str> = args.topic.iter().map(String::as_str).collect();
@@ -70,7 +70,11 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
             }
         })
         .collect();
-    let total: i64 = rows.iter().filter_map(|r| r.lag).sum();
+    // Unknown when no partition has a committed position (not 0: nothing is known); the sum
+    // over the known ones otherwise, with how many are unknown said beside it.
+    let unknown = rows.iter().filter(|r| r.lag.is_none()).count();
+    let total: Option<i64> =
+        (unknown < rows.len()).then(|| rows.iter().filter_map(|r| r.lag).sum());
     let mut out = std::io::stdout().lock();
     if args.json {
         let doc = json!({
@@ -78,6 +82,7 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
             "group": args.store.group,
             "batch_id": committed.batch_id,
             "total_lag": total,
+            "partitions_without_position": unknown,
             "partitions": rows.iter().map(|r| json!({
                 "topic": r.topic, "partition": r.partition, "committed": r.committed,
                 "end": r.end, "lag": r.lag,
@@ -98,7 +103,14 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
                 dash(r.lag)
             )?;
         }
-        writeln!(out, "total lag\t{total}")?;
+        match (total, unknown) {
+            (None, _) => writeln!(out, "total lag\t- (no committed position in this store)")?,
+            (Some(t), 0) => writeln!(out, "total lag\t{t}")?,
+            (Some(t), n) => writeln!(
+                out,
+                "total lag\t{t} (plus {n} partitions without a committed position)"
+            )?,
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -203,7 +203,7 @@ mod store_cmd {
     }
 
     pub async fn show(args: ShowArgs) -> Result<ExitCode, CliError> {
-        let store = args.store.open(&args.store.store, None).await?;
+        let store = args.store.open_existing(&args.store.store, None).await?;
         let c = store.load(&topics(&args.topic)).await?;
         let mut out = std::io::stdout().lock();
         if args.json {
@@ -265,6 +265,29 @@ mod store_cmd {
     }
 
     pub async fn set(args: SetArgs) -> Result<ExitCode, CliError> {
+        // Partitions the topic does not have are refused (checked against the cluster when
+        // one is given; said plainly when not).
+        match args.store.cluster().await? {
+            Some(cluster) => {
+                let view = cluster.refresh(Some(&[args.topic.as_str()])).await?;
+                let known: Vec<i32> = view
+                    .topic(&args.topic)?
+                    .partitions
+                    .iter()
+                    .map(|p| p.partition)
+                    .collect();
+                if let Some((p, _)) = args.positions.iter().find(|(p, _)| !known.contains(p)) {
+                    return Err(CliError(format!(
+                        "topic '{}' has no partition {p} (it has {}); nothing was written",
+                        args.topic,
+                        known.len()
+                    )));
+                }
+            }
+            None => eprintln!(
+                "note: partitions not checked against the cluster (give -b HOST:PORT to check)"
+            ),
+        }
         let store = args.store.open(&args.store.store, None).await?;
         let before = store.load(std::slice::from_ref(&args.topic)).await?;
         let positions: Positions = args
@@ -316,7 +339,10 @@ mod store_cmd {
 
     pub async fn migrate(args: MigrateArgs) -> Result<ExitCode, CliError> {
         let cluster = args.store.cluster().await?;
-        let from = args.store.open(&args.store.store, cluster.clone()).await?;
+        let from = args
+            .store
+            .open_existing(&args.store.store, cluster.clone())
+            .await?;
         let to = args.store.open(&args.to, cluster).await?;
         let src = from.load(&topics(&args.topic)).await?;
         if src.positions.is_empty() {

@@ -49,11 +49,31 @@ impl StoreArgs {
             .ok_or_else(|| CliError(format!("{what} needs -b HOST:PORT (or KDIRECT_BOOTSTRAP)")))
     }
 
-    /// Opens the store `spec` (this `--store`, or another for `migrate --to`).
+    /// Opens the store `spec` (this `--store`, or another for `migrate --to`), creating it if
+    /// needed.
     pub async fn open(
         &self,
         spec: &str,
         cluster: Option<Arc<Cluster>>,
+    ) -> Result<AnyStore, CliError> {
+        self.open_with(spec, cluster, false).await
+    }
+
+    /// Opens the store `spec` only if it exists: for the commands that only read (`offsets
+    /// show`, `lag`, `migrate`'s source), so a mistyped path creates nothing.
+    pub async fn open_existing(
+        &self,
+        spec: &str,
+        cluster: Option<Arc<Cluster>>,
+    ) -> Result<AnyStore, CliError> {
+        self.open_with(spec, cluster, true).await
+    }
+
+    async fn open_with(
+        &self,
+        spec: &str,
+        cluster: Option<Arc<Cluster>>,
+        must_exist: bool,
     ) -> Result<AnyStore, CliError> {
         let cluster = match (cluster, StoreSpec::parse(spec)?) {
             (Some(c), _) => Some(c),
@@ -62,6 +82,7 @@ impl StoreArgs {
         };
         let mut options = OpenOptions::default();
         options.cluster = cluster;
+        options.must_exist = must_exist;
         Ok(open_store(spec, &self.group, &options).await?)
     }
 }
