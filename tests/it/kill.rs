@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::real_kafka::Kafka;
-use crate::support::{service, tempdir};
+use crate::support::{service, tempdir, CutProxy};
 use bytes::Bytes;
 use kdirect_fake_broker::{Codec, FakeCluster, FakeRecord};
 
@@ -278,6 +278,44 @@ fn checkpoint_and_file_sink_survive_kill_9_exactly_once() {
     }
 }
 
+/// `consume --store … --output FILE` is exactly-once through kill -9: each run cuts FILE back
+/// to what the store covers (FILE.kdirect-cover) before appending, so a batch written but not
+/// committed is neither lost nor written twice. With the checkpoint and with the Kafka group
+/// store (which logs no plans: the cut is by positions).
+#[test]
+fn the_output_file_is_cut_back_to_the_store_through_kill_9_exactly_once() {
+    for store in ["checkpoint", "kafka"] {
+        let fake = fake();
+        let tmp = tempdir(&format!("cover-{store}"));
+        let out = tmp.join("out");
+        std::fs::create_dir_all(&out).unwrap();
+        let file = out.join("records.jsonl");
+        let spec = match store {
+            "checkpoint" => format!("checkpoint:{}", tmp.join("ckpt").display()),
+            _ => "kafka".to_owned(),
+        };
+        let group = format!("cover-{}", std::process::id());
+        let n = run_with_kills(
+            store,
+            &fake,
+            &[
+                "--store",
+                &spec,
+                "--group",
+                &group,
+                "--output",
+                file.to_str().unwrap(),
+            ],
+        );
+        assert_all(
+            &read_files(&out),
+            &n,
+            true,
+            &format!("{store} + output file"),
+        );
+    }
+}
+
 #[test]
 fn kafka_group_and_file_sink_lose_nothing() {
     let fake = fake();
@@ -435,4 +473,206 @@ fn postgres_sink_table_survives_kill_9_against_kafka() {
         &["--store", &url, "--group", &table, "--sink-table", &table],
     );
     assert_sql(&url, &table, &n);
+}
+
+/// A small filesystem of its own (tmpfs), unmounted when dropped. Mounting needs root: the
+/// README's test command runs as root (CI) or through sudo; plain `cargo test` as a user
+/// skips, saying why.
+struct SmallDisk(std::path::PathBuf, bool);
+
+/// `mount`/`umount` as root: directly, or through `sudo -n` when `sudo` is true.
+fn as_root(sudo: bool, cmd: &str, args: &[&std::ffi::OsStr]) -> bool {
+    let mut c = if sudo {
+        let mut c = Command::new("sudo");
+        c.args(["-n", cmd]);
+        c
+    } else {
+        Command::new(cmd)
+    };
+    c.args(args)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl SmallDisk {
+    fn mount(dir: &Path, size: &str, test: &str) -> Option<SmallDisk> {
+        std::fs::create_dir_all(dir).unwrap();
+        let opts = format!("size={size}");
+        let args = [
+            "-t".as_ref(),
+            "tmpfs".as_ref(),
+            "-o".as_ref(),
+            opts.as_ref(),
+            "tmpfs".as_ref(),
+            dir.as_os_str(),
+        ];
+        for sudo in [false, true] {
+            if as_root(sudo, "mount", &args) {
+                return Some(SmallDisk(dir.to_owned(), sudo));
+            }
+        }
+        if std::env::var_os("KDIRECT_REQUIRE_SERVICES").is_some_and(|v| v == "1") {
+            panic!("{test}: cannot mount a tmpfs (not root?), and KDIRECT_REQUIRE_SERVICES=1 forbids skipping");
+        }
+        println!("skipping {test}: mounting a small tmpfs needs root");
+        None
+    }
+
+    fn resize(&self, size: &str) {
+        let opts = format!("remount,size={size}");
+        let ok = as_root(
+            self.1,
+            "mount",
+            &["-o".as_ref(), opts.as_ref(), self.0.as_os_str()],
+        );
+        assert!(ok, "remount {}", self.0.display());
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        as_root(self.1, "umount", &[self.0.as_os_str()]);
+    }
+}
+
+/// The disk under the checkpoint directory fills up mid-run: `consume` stops with an error
+/// naming the file and the cause, having committed nothing it did not write; once there is
+/// room again, the next run carries on, and the output file holds every record exactly once
+/// (cut back to what the store covers).
+#[test]
+fn a_full_disk_under_the_checkpoint_is_a_clear_error_and_nothing_is_lost_or_doubled() {
+    let test = "a_full_disk_under_the_checkpoint_is_a_clear_error_and_nothing_is_lost_or_doubled";
+    let tmp = tempdir("full");
+    let Some(disk) = SmallDisk::mount(&tmp.join("disk"), "48k", test) else {
+        return;
+    };
+    let fake = fake();
+    let ckpt = format!("checkpoint:{}", disk.0.join("ck").display());
+    let out = tmp.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let file = out.join("records.jsonl");
+    let run = || {
+        spawn(
+            &fake.bootstrap(),
+            fake.topic(),
+            &["--store", &ckpt, "--output", file.to_str().unwrap()],
+        )
+        .wait_with_output()
+        .unwrap()
+    };
+    // 48 KiB is a dozen 4 KiB pages: a few batches' plan and commit files.
+    let o = run();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "the disk never filled: {stderr}");
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    assert!(stderr.contains(&disk.0.display().to_string()), "{stderr}");
+    disk.resize("4m");
+    let o = run();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_all(&read_files(&out), &fake.ends(), true, "full disk");
+}
+
+/// Runs `consume` (with `extra`) against `fake` while `proxy` cuts the store away at random
+/// moments (mostly mid-commit: commits are most of what the store sees) and lets it back
+/// 1–2 s later. A run the cut stops must end in an error naming the store, not a panic or a
+/// hang; the next run resumes. Returns how many runs the cuts stopped.
+fn run_with_store_cuts(name: &str, fake: &Source, proxy: &CutProxy, extra: &[&str]) -> u32 {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    println!("{name}: seed {seed}");
+    let mut rng = Lcg(seed);
+    let (boot, topic) = (fake.bootstrap(), fake.topic().to_owned());
+    // Every run that does not finish was stopped by a cut: four cut runs, then one without.
+    for stopped in 0..40 {
+        let child = spawn(&boot, &topic, extra);
+        if stopped < 4 {
+            let delay = Duration::from_millis(rng.next(50, 400));
+            let back = Duration::from_millis(rng.next(1000, 2000));
+            // The random moment of the cut, and how long the store stays away: the fault
+            // under test, not a wait.
+            std::thread::sleep(delay);
+            proxy.cut();
+            std::thread::sleep(back);
+            proxy.restore();
+        }
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{name}: {stderr}");
+        if out.status.success() {
+            // Done (a run the cut missed, or survived, read everything).
+            return stopped;
+        }
+        println!(
+            "{name}: stopped: {}",
+            stderr.trim_end().lines().last().unwrap_or("")
+        );
+        assert!(
+            stderr.contains(&format!("127.0.0.1:{}", proxy.port)),
+            "{name}: the error names the store: {stderr}"
+        );
+    }
+    panic!("{name}: never finished");
+}
+
+/// PostgreSQL cut away during commits (a proxy drops every connection, then lets them back):
+/// each stopped run says which store failed, the next one resumes, and the sink table holds
+/// every record exactly once.
+#[test]
+fn postgres_cut_during_commits_loses_and_doubles_nothing() {
+    let test = "postgres_cut_during_commits_loses_and_doubles_nothing";
+    let Some(url) = service("KDIRECT_TEST_POSTGRES", test) else {
+        return;
+    };
+    let proxy = CutProxy::start("127.0.0.1:5432");
+    let via = url.replace("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port));
+    let fake = fake();
+    let table = format!("cut_{}", std::process::id());
+    let stopped = run_with_store_cuts(
+        "postgres",
+        &fake,
+        &proxy,
+        &["--store", &via, "--group", &table, "--sink-table", &table],
+    );
+    println!("postgres: {stopped} runs stopped by a cut");
+    assert_sql(&url, &table, &fake.ends());
+}
+
+/// Redis cut away during commits, with `--output FILE`: the file is cut back to what Redis
+/// covers at each start, so it holds every record exactly once.
+#[test]
+fn redis_cut_during_commits_loses_and_doubles_nothing() {
+    let test = "redis_cut_during_commits_loses_and_doubles_nothing";
+    let Some(url) = service("KDIRECT_TEST_REDIS", test) else {
+        return;
+    };
+    let proxy = CutProxy::start("127.0.0.1:6379");
+    let via = url.replace("127.0.0.1:6379", &format!("127.0.0.1:{}", proxy.port));
+    let fake = fake();
+    let tmp = tempdir("redis-cut");
+    let out = tmp.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let file = out.join("records.jsonl");
+    let group = format!(
+        "cut-{}-{}",
+        std::process::id(),
+        tmp.display().to_string().len()
+    );
+    let stopped = run_with_store_cuts(
+        "redis",
+        &fake,
+        &proxy,
+        &[
+            "--store",
+            &via,
+            "--group",
+            &group,
+            "--output",
+            file.to_str().unwrap(),
+        ],
+    );
+    println!("redis: {stopped} runs stopped by a cut");
+    assert_all(&read_files(&out), &fake.ends(), true, "redis cut");
 }

@@ -173,3 +173,116 @@ pub async fn wait_until_async(timeout: Duration, what: &str, mut cond: impl FnMu
         pause = (pause * 2).min(Duration::from_millis(50));
     }
 }
+
+/// A TCP proxy on loopback in front of a service (PostgreSQL, Redis), for cutting the
+/// service away from one client without stopping it for the other tests: [`CutProxy::cut`]
+/// closes every connection through it and refuses new ones until [`CutProxy::restore`].
+pub struct CutProxy {
+    pub port: u16,
+    state: std::sync::Arc<ProxyState>,
+}
+
+struct ProxyState {
+    cut: std::sync::atomic::AtomicBool,
+    /// Bumped by every cut: connections of an older generation close.
+    generation: std::sync::atomic::AtomicU64,
+    stop: std::sync::atomic::AtomicBool,
+}
+
+impl CutProxy {
+    /// A proxy to `target` (`host:port`).
+    pub fn start(target: &str) -> CutProxy {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let state = std::sync::Arc::new(ProxyState {
+            cut: false.into(),
+            generation: 0.into(),
+            stop: false.into(),
+        });
+        let st = state.clone();
+        let target = target.to_owned();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if st.stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                let Ok(client) = client else { continue };
+                if st.cut.load(Ordering::Relaxed) {
+                    drop(client);
+                    continue;
+                }
+                let Ok(server) = std::net::TcpStream::connect(&target) else {
+                    continue;
+                };
+                let generation = st.generation.load(Ordering::Relaxed);
+                for (from, to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    let st = st.clone();
+                    std::thread::spawn(move || pipe(from, to, &st, generation));
+                }
+            }
+        });
+        CutProxy { port, state }
+    }
+
+    /// Closes every connection through the proxy and refuses new ones.
+    pub fn cut(&self) {
+        use std::sync::atomic::Ordering;
+        self.state.cut.store(true, Ordering::Relaxed);
+        self.state.generation.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Lets connections through again.
+    pub fn restore(&self) {
+        self.state
+            .cut
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for CutProxy {
+    fn drop(&mut self) {
+        use std::sync::atomic::Ordering;
+        self.cut();
+        self.state.stop.store(true, Ordering::Relaxed);
+        // Wake the accept loop so it sees `stop`.
+        let _ = std::net::TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+/// Copies `from` to `to` until either closes or the proxy is cut (checked every 50 ms).
+fn pipe(
+    mut from: std::net::TcpStream,
+    mut to: std::net::TcpStream,
+    st: &ProxyState,
+    generation: u64,
+) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    let _ = from.set_read_timeout(Some(Duration::from_millis(50)));
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        if st.generation.load(Ordering::Relaxed) != generation {
+            break;
+        }
+        match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                if to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break,
+        }
+    }
+    let _ = from.shutdown(std::net::Shutdown::Both);
+    let _ = to.shutdown(std::net::Shutdown::Both);
+}

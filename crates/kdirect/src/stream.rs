@@ -719,12 +719,14 @@ impl DirectStreamBuilder {
                 Some(Arc::new(open_store(&spec, &self.group, &options).await?))
             }
         };
+        let mut stored = BTreeMap::new();
         if let Some(store) = &store {
             let mut committed = store.load(&c.topics).await?;
             if let Some(re) = &c.pattern {
                 committed.positions.retain(|tp, _| re.is_match(&tp.topic));
             }
             c.resume_batch_id = committed.next_batch_id();
+            stored.clone_from(&committed.positions);
             c.resume_positions = committed.positions;
             c.replay = committed.pending.map(|p| (p.id, p.ranges));
         }
@@ -841,6 +843,7 @@ impl DirectStreamBuilder {
             pending: None,
             store,
             outstanding: None,
+            stored,
         })
     }
 }
@@ -1296,6 +1299,8 @@ pub struct DirectStream {
     store: Option<Arc<dyn DynStore>>,
     /// With a store: the batch handed out and not committed yet.
     outstanding: Option<u64>,
+    /// The store's positions when the stream was built.
+    stored: BTreeMap<TopicPartition, i64>,
 }
 
 impl DirectStream {
@@ -1448,6 +1453,12 @@ impl DirectStream {
     /// The next offset to read per partition, as planned so far.
     pub fn positions(&self) -> BTreeMap<TopicPartition, i64> {
         self.driver.planner().positions().clone()
+    }
+
+    /// The positions the store held when the stream was built, before any replay (empty
+    /// without a store): what the output committed so far covers.
+    pub fn stored_positions(&self) -> &BTreeMap<TopicPartition, i64> {
+        &self.stored
     }
 
     /// The batch id the next plan will get.
