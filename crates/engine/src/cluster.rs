@@ -227,8 +227,15 @@ impl Cluster {
                     return Ok(c);
                 }
                 Err(e) => {
-                    // A version mismatch will not get better on another broker of the cluster.
-                    if matches!(e.kind(), ErrorKind::Protocol { .. }) {
+                    // A version mismatch, refused credentials, a TLS certificate or setting
+                    // problem will not get better on another broker of the cluster.
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::Protocol { .. }
+                            | ErrorKind::Tls { .. }
+                            | ErrorKind::Sasl { .. }
+                            | ErrorKind::Config(_)
+                    ) {
                         return Err(e);
                     }
                     tried.push((addr, error_reason(&e)));
