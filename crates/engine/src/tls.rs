@@ -253,6 +253,139 @@ mod tests {
         assert_eq!(host_of("bare"), "bare");
     }
 
+    use crate::conn::{BrokerConnection, ConnConfig};
+    use crate::ErrorKind;
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, KeyUsagePurpose};
+    use tokio::io::AsyncReadExt;
+
+    /// A test CA.
+    fn ca() -> (rcgen::Certificate, KeyPair) {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let key = KeyPair::generate().unwrap();
+        (p.self_signed(&key).unwrap(), key)
+    }
+
+    /// A TLS server on loopback with a certificate for `names` signed by `ca` (expired when
+    /// asked), which reads a little and closes: it speaks no Kafka. Returns its address.
+    async fn tls_server(
+        names: &[&str],
+        ca: &(rcgen::Certificate, KeyPair),
+        expired: bool,
+    ) -> String {
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let mut p = CertificateParams::new(names).unwrap();
+        if expired {
+            p.not_before = rcgen::date_time_ymd(2019, 1, 1);
+            p.not_after = rcgen::date_time_ymd(2020, 1, 1);
+        }
+        let key = KeyPair::generate().unwrap();
+        let cert = p.signed_by(&key, &ca.0, &ca.1).unwrap();
+        let key = PrivateKeyDer::Pkcs8(key.serialize_der().into());
+        let config = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.der().clone()], key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    if let Ok(mut s) = acceptor.accept(tcp).await {
+                        let mut buf = [0u8; 64];
+                        let _ = s.read(&mut buf).await;
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    fn config_trusting(ca: &rcgen::Certificate, name: &str) -> ConnConfig {
+        let dir = std::env::temp_dir().join(format!("kdirect-tls-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ca.pem");
+        std::fs::write(&path, ca.pem()).unwrap();
+        let mut c = ConnConfig::default();
+        c.security.set("security.protocol", "SSL").unwrap();
+        c.security
+            .set("ssl.ca.location", path.to_str().unwrap())
+            .unwrap();
+        c
+    }
+
+    async fn tls_problem_of(addr: &str, config: &ConnConfig) -> (TlsProblem, String) {
+        let e = BrokerConnection::connect(addr, Some(7), config)
+            .await
+            .expect_err("the handshake must fail");
+        let text = e.to_string();
+        match e.into_kind() {
+            ErrorKind::Tls { broker, problem } => {
+                assert_eq!(broker.addr, addr);
+                (problem, text)
+            }
+            other => panic!("not a TLS error: {other}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_certificate_for_another_host_is_a_hostname_mismatch_unless_checks_are_off() {
+        let ca = ca();
+        let addr = tls_server(&["kafka.other.example"], &ca, false).await;
+        let mut config = config_trusting(&ca.0, "mismatch");
+        let (problem, text) = tls_problem_of(&addr, &config).await;
+        assert_eq!(
+            problem,
+            TlsProblem::HostnameMismatch {
+                host: "127.0.0.1".to_owned()
+            },
+            "{text}"
+        );
+        assert!(
+            text.contains("broker 7 at 127.0.0.1:") && text.contains("not valid for '127.0.0.1'"),
+            "{text}"
+        );
+        // ssl.endpoint.identification.algorithm=none: the handshake goes through (the
+        // server then closes without answering Kafka).
+        config
+            .security
+            .set("ssl.endpoint.identification.algorithm", "none")
+            .unwrap();
+        let e = BrokerConnection::connect(&addr, Some(7), &config)
+            .await
+            .expect_err("the server speaks no Kafka");
+        assert!(matches!(e.kind(), ErrorKind::Disconnected { .. }), "{e}");
+    }
+
+    #[tokio::test]
+    async fn an_expired_certificate_is_named() {
+        let ca = ca();
+        let addr = tls_server(&["127.0.0.1"], &ca, true).await;
+        let (problem, text) = tls_problem_of(&addr, &config_trusting(&ca.0, "expired")).await;
+        assert_eq!(problem, TlsProblem::Expired, "{text}");
+        assert!(text.contains("has expired"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_private_ca_without_ssl_ca_location_is_an_unknown_ca() {
+        let ca = ca();
+        let addr = tls_server(&["127.0.0.1"], &ca, false).await;
+        let mut config = ConnConfig::default();
+        config.security.set("security.protocol", "SSL").unwrap();
+        let (problem, text) = tls_problem_of(&addr, &config).await;
+        assert_eq!(problem, TlsProblem::UnknownCa, "{text}");
+        // And with the CA trusted, the same server passes the handshake.
+        let e = BrokerConnection::connect(&addr, None, &config_trusting(&ca.0, "ok"))
+            .await
+            .expect_err("the server speaks no Kafka");
+        assert!(matches!(e.kind(), ErrorKind::Disconnected { .. }), "{e}");
+    }
+
     #[test]
     fn missing_or_empty_pem_files_are_named() {
         let mut s = Security::default();
