@@ -539,3 +539,69 @@ fn cli_reads_sasl_ssl_with_credentials_from_the_environment_and_never_prints_the
         "{stderr}"
     );
 }
+
+/// KIP-368: the listener's SCRAM-SHA-512 sessions last 3 s. A connection 85% into its session
+/// takes no new requests; the cluster opens a fresh, authenticated one. (The broker closes a
+/// connection whose session ended at its next request, which the old one shows.) A slow
+/// stream over several session lifetimes reads every record.
+#[test]
+fn sasl_sessions_that_end_are_renewed_with_a_fresh_connection() {
+    use kdirect::engine::cluster::Cluster;
+    use kdirect::engine::conn::ConnConfig;
+    use kdirect::proto::api::metadata::{self, Metadata};
+    use std::time::Duration;
+
+    let Some(s) = Secure::get("sasl_sessions_that_end_are_renewed_with_a_fresh_connection") else {
+        return;
+    };
+    let settings = scram("SCRAM-SHA-512", "SASL_PLAINTEXT");
+    rt().block_on(async {
+        let mut config = ConnConfig::default();
+        for (k, v) in &settings {
+            assert!(config.security.set(k, v).unwrap());
+        }
+        let cluster = Cluster::connect(std::slice::from_ref(&s.sasl_plaintext), config)
+            .await
+            .unwrap();
+        let node = *cluster.view().brokers.keys().next().unwrap();
+        let first = cluster.connection(node).await.unwrap();
+        let lifetime = first
+            .sasl_session_lifetime()
+            .expect("the broker announces the session's lifetime");
+        assert!(
+            lifetime <= Duration::from_secs(3) && lifetime > Duration::ZERO,
+            "{lifetime:?}"
+        );
+        assert!(first.is_usable());
+        tokio::time::sleep(lifetime + Duration::from_millis(300)).await;
+        assert!(first.needs_renewal() && !first.is_usable());
+        let v = first.version::<Metadata>().unwrap();
+        let e = first
+            .request_at::<Metadata>(&metadata::request(Some(&[]), v), v)
+            .await
+            .expect_err("the broker closes a connection whose session ended");
+        assert!(
+            matches!(e.kind(), kdirect::ErrorKind::Disconnected { .. }),
+            "{e}"
+        );
+        let second = cluster.connection(node).await.unwrap();
+        assert!(second.is_usable() && second.sasl_session_lifetime().is_some());
+        cluster.refresh(Some(&[])).await.expect("a fresh session");
+    });
+    // A stream paced over about three session lifetimes.
+    let t = s.topic_with("secure-reauth", 300);
+    let mut paced = settings.clone();
+    paced.extend([
+        ("trigger", "processing-time=1000"),
+        ("maxOffsetsPerTrigger", "60"),
+    ]);
+    let values = rt()
+        .block_on(read_and_commit(
+            &s.sasl_plaintext,
+            &t,
+            Some(&format!("{t}-g")),
+            &paced,
+        ))
+        .unwrap();
+    assert_eq!(values.len(), 300);
+}

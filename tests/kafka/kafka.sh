@@ -19,7 +19,8 @@
 #   secure  Kafka 4.1.1, 1 node: 39300 PLAINTEXT (the Java tools), 39301 SASL_PLAINTEXT
 #           (SCRAM-SHA-256/512 only), 39302 SSL with client certificates required, 39303
 #           SASL_SSL (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER); user alice / alice-secret; PEM
-#           certificates made by openssl under target/kafka/secure/certs (CA ca.pem)
+#           certificates made by openssl under target/kafka/secure/certs (CA ca.pem); SASL
+#           sessions of SCRAM-SHA-512 on 39301 last 3 s (KIP-368 re-authentication tests)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -170,6 +171,7 @@ listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=$jaas_scram
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=$jaas_scram
 listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=$jaas_oauth
 connections.max.reauth.ms=3600000
+listener.name.sasl_plaintext.scram-sha-512.connections.max.reauth.ms=3000
 PROPS
 }
 
@@ -291,5 +293,5 @@ case "${1:-}" in
   start) start_node "$2" "$3"; up_deadline=$((SECONDS + 90))
     until up "$(port_of "$2" "$3")"; do ((SECONDS < up_deadline)) || exit 1; sleep 0.25; done ;;
   classpath) echo "$(jars "${2:-$(version_of single)}")/*" ;;
-  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -160,7 +160,7 @@ impl Cluster {
         }
         // Forget connections to brokers that left, or whose address changed.
         self.conns.retain(|id, c| {
-            next.broker_addr(*id).as_deref() == Some(c.broker().addr.as_str()) && !c.is_closed()
+            next.broker_addr(*id).as_deref() == Some(c.broker().addr.as_str()) && c.is_usable()
         });
         let next = Arc::new(next);
         *guard = next.clone();
@@ -184,7 +184,7 @@ impl Cluster {
     /// The connection to broker `node_id`, opened if needed.
     pub async fn connection(&self, node_id: i32) -> Result<BrokerConnection, Error> {
         if let Some(c) = self.conns.get(&node_id) {
-            if !c.is_closed() {
+            if c.is_usable() {
                 return Ok(c.clone());
             }
         }
@@ -200,12 +200,12 @@ impl Cluster {
     /// Any live connection: a broker's, or the bootstrap one (reconnecting through the
     /// bootstrap list in order if none is open).
     async fn any_connection(&self) -> Result<BrokerConnection, Error> {
-        if let Some(c) = self.conns.iter().find(|c| !c.is_closed()) {
+        if let Some(c) = self.conns.iter().find(|c| c.is_usable()) {
             return Ok(c.clone());
         }
         let mut boot = self.bootstrap_conn.lock().await;
         if let Some(c) = boot.as_ref() {
-            if !c.is_closed() {
+            if c.is_usable() {
                 return Ok(c.clone());
             }
         }
