@@ -2,8 +2,8 @@
 //! `sasl.*` and `ssl.*`.
 //!
 //! [`Security`] is part of [`crate::conn::ConnConfig`]; every connection the engine opens
-//! (bootstrap, leaders, the group coordinator) goes through [`crate::conn::BrokerConnection::
-//! connect`], which applies it: TLS first (`SSL`, `SASL_SSL`; see `tls.rs`), then the
+//! (bootstrap, leaders, the group coordinator) goes through
+//! [`BrokerConnection::connect`](crate::conn::BrokerConnection::connect), which applies it: TLS first (`SSL`, `SASL_SSL`; see `tls.rs`), then the
 //! ApiVersions handshake, then SASL (`SASL_PLAINTEXT`, `SASL_SSL`; see [`crate::sasl`]).
 //! Secrets (`sasl.password`, `sasl.oauthbearer.token`) are held as [`Secret`], whose `Debug`
 //! prints `<redacted>`, and never appear in an error.
