@@ -119,6 +119,10 @@ certs_dir() { echo "$home/secure/certs"; }
 make_certs() { # a CA, the broker's certificate (localhost, 127.0.0.1) and client certificates
   local d; d="$(certs_dir)"
   mkdir -p "$d"
+  if ! command -v openssl >/dev/null; then
+    say "installing the openssl command (Debian) to make the test certificates"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+  fi
   (
     cd "$d"
     openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 3650 \
