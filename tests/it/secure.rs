@@ -605,3 +605,38 @@ fn sasl_sessions_that_end_are_renewed_with_a_fresh_connection() {
         .unwrap();
     assert_eq!(values.len(), 300);
 }
+
+#[test]
+fn sasl_and_plain_listeners_mismatched_with_the_client_are_named() {
+    let Some(s) = Secure::get("sasl_and_plain_listeners_mismatched_with_the_client_are_named")
+    else {
+        return;
+    };
+    // A SASL client on the PLAINTEXT listener: Kafka answers SaslHandshake ILLEGAL_SASL_STATE.
+    let (kind, text) = error_of(
+        &s.kafka.bootstrap,
+        &scram("SCRAM-SHA-256", "SASL_PLAINTEXT"),
+    );
+    assert!(
+        matches!(
+            kind,
+            ErrorKind::Sasl {
+                problem: SaslProblem::NotSaslListener(_),
+                ..
+            }
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("security.protocol=PLAINTEXT or SSL"),
+        "{text}"
+    );
+    // A client without SASL on the SASL listener: Kafka answers ApiVersions, then closes the
+    // connection at the next request.
+    let (kind, text) = error_of(&s.sasl_plaintext, &[("default.api.timeout.ms", "1000")]);
+    assert!(matches!(kind, ErrorKind::Disconnected { .. }), "{text}");
+    assert!(
+        text.contains("SASL listener") && text.contains("security.protocol=SASL_PLAINTEXT"),
+        "{text}"
+    );
+}

@@ -440,10 +440,11 @@ impl BrokerConnection {
             close_tls: Mutex::new(None),
         });
         let frames = FrameDecoder::new(config.max_frame_size);
+        let sasl = config.security.protocol.sasl();
         let (task, writer) = match tls {
             None => {
                 let (read, write) = stream.into_split();
-                let task = tokio::spawn(read_loop(read, shared.clone(), frames, false));
+                let task = tokio::spawn(read_loop(read, shared.clone(), frames, false, sasl));
                 (task, Writer::Plain(write))
             }
             Some(tls) => {
@@ -469,7 +470,7 @@ impl BrokerConnection {
                     }
                 };
                 let (read, write) = tokio::io::split(stream);
-                let task = tokio::spawn(read_loop(read, shared.clone(), frames, true));
+                let task = tokio::spawn(read_loop(read, shared.clone(), frames, true, sasl));
                 (task, Writer::Tls(write))
             }
         };
@@ -712,6 +713,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
     shared: Arc<Shared>,
     frames: FrameDecoder,
     tls: bool,
+    sasl: bool,
 ) {
     use bytes::BufMut;
     let host = crate::tls::host_of(&shared.broker.addr).to_owned();
@@ -725,6 +727,9 @@ async fn read_loop<R: AsyncRead + Unpin>(
 
     let pool = Arc::new(FramePool::default());
     let mut buf = BytesMut::with_capacity(64 * 1024);
+    // Responses handed over: a broker that closes right after the first one (ApiVersions) is
+    // most likely a SASL listener refusing an unauthenticated request.
+    let mut delivered: u64 = 0;
     let reason = loop {
         // Hand out every whole frame already buffered; stop at a large incomplete one.
         let mut large: Option<usize> = None;
@@ -740,6 +745,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     if !deliver(&shared, frame) {
                         return;
                     }
+                    delivered += 1;
                 }
                 Ok(None) => break,
                 Err(_) if !tls && looks_like_tls_alert(&buf) => {
@@ -795,6 +801,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
             if !deliver(&shared, frame) {
                 return;
             }
+            delivered += 1;
             continue;
         }
         if buf.capacity() - buf.len() < 8 * 1024 {
@@ -806,7 +813,12 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     shared.fail_all_tls(TlsProblem::PortSpeaksTls);
                     return;
                 }
-                break if buf.is_empty() {
+                break if buf.is_empty() && delivered == 1 && !sasl {
+                    "closed by the broker after the ApiVersions handshake, as a SASL listener \
+                     does to a client that does not authenticate: if this port is SASL, set \
+                     security.protocol=SASL_PLAINTEXT or SASL_SSL and sasl.mechanism"
+                        .to_owned()
+                } else if buf.is_empty() {
                     "closed by the broker".to_owned()
                 } else {
                     format!(
