@@ -229,13 +229,15 @@ impl Cluster {
                 Err(e) => {
                     // A version mismatch, refused credentials, a TLS certificate or setting
                     // problem will not get better on another broker of the cluster.
-                    if matches!(
-                        e.kind(),
-                        ErrorKind::Protocol { .. }
-                            | ErrorKind::Tls { .. }
-                            | ErrorKind::Sasl { .. }
-                            | ErrorKind::Config(_)
-                    ) {
+                    if !e.is_retriable()
+                        && matches!(
+                            e.kind(),
+                            ErrorKind::Protocol { .. }
+                                | ErrorKind::Tls { .. }
+                                | ErrorKind::Sasl { .. }
+                                | ErrorKind::Config(_)
+                        )
+                    {
                         return Err(e);
                     }
                     tried.push((addr, error_reason(&e)));

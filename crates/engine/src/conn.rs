@@ -458,13 +458,17 @@ impl BrokerConnection {
                         }
                         .into())
                     }
+                    // Like a TCP connect timeout: retriable.
                     Err(_) => {
-                        return Err(ErrorKind::Tls {
+                        return Err(ErrorKind::Connect {
                             broker: broker.clone(),
-                            problem: TlsProblem::Other(format!(
-                                "no TLS handshake after {} ms",
-                                config.connect_timeout.as_millis()
-                            )),
+                            source: std::io::Error::new(
+                                std::io::ErrorKind::TimedOut,
+                                format!(
+                                    "no TLS handshake after {} ms",
+                                    config.connect_timeout.as_millis()
+                                ),
+                            ),
                         }
                         .into())
                     }

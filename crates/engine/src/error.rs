@@ -40,6 +40,13 @@ impl Error {
             ErrorKind::Partition { code, .. } | ErrorKind::Broker { code, .. } => {
                 code.is_retriable()
             }
+            // A TLS handshake closed by a broker the metadata named (so this client reached
+            // the cluster with these settings before) is a broker restarting; the same from a
+            // bootstrap address is a plaintext port, and retrying would only hide that.
+            ErrorKind::Tls {
+                broker,
+                problem: TlsProblem::NotTls { .. },
+            } => broker.node_id.is_some(),
             _ => false,
         }
     }
@@ -405,4 +412,50 @@ pub enum SaslProblem {
     /// The broker's SASL messages could not be understood, or it lacks SaslAuthenticate.
     #[error("{0}")]
     Protocol(String),
+}
+
+#[cfg(test)]
+mod security_tests {
+    use super::*;
+
+    fn tls(node_id: Option<i32>, problem: TlsProblem) -> Error {
+        ErrorKind::Tls {
+            broker: BrokerName {
+                node_id,
+                addr: "127.0.0.1:9093".to_owned(),
+            },
+            problem,
+        }
+        .into()
+    }
+
+    #[test]
+    fn only_a_closed_handshake_with_a_known_broker_is_retried() {
+        let closed = || TlsProblem::NotTls {
+            detail: "it closed the connection during the TLS handshake".to_owned(),
+        };
+        assert!(!tls(None, closed()).is_retriable(), "a bootstrap address");
+        assert!(tls(Some(1), closed()).is_retriable(), "a broker restarting");
+        for p in [
+            TlsProblem::UnknownCa,
+            TlsProblem::Expired,
+            TlsProblem::PortSpeaksTls,
+        ] {
+            assert!(!tls(Some(1), p).is_retriable());
+        }
+        let sasl: Error = ErrorKind::Sasl {
+            broker: BrokerName {
+                node_id: Some(1),
+                addr: "b:9092".to_owned(),
+            },
+            mechanism: "PLAIN",
+            problem: SaslProblem::Refused("Authentication failed".to_owned()),
+        }
+        .into();
+        assert!(!sasl.is_retriable());
+        assert_eq!(
+            sasl.to_string(),
+            "SASL PLAIN authentication with broker 1 at b:9092 failed: Authentication failed"
+        );
+    }
 }
