@@ -640,3 +640,49 @@ fn sasl_and_plain_listeners_mismatched_with_the_client_are_named() {
         "{text}"
     );
 }
+
+/// No Kafka needed: the builder's (and so the stream config's) `Debug` never shows a secret,
+/// whether it came through `set` or the typed setters, and a bad value's error names the key.
+#[test]
+fn secrets_never_show_in_debug_output_or_setting_errors() {
+    use kdirect::{SaslMechanism, Secret, SecurityProtocol};
+    let b = DirectStream::builder()
+        .bootstrap("127.0.0.1:9093")
+        .set("security.protocol", "SASL_SSL")
+        .unwrap()
+        .set("sasl.mechanism", "SCRAM-SHA-512")
+        .unwrap()
+        .set("sasl.username", "alice")
+        .unwrap()
+        .set("sasl.password", "pw-from-set-42")
+        .unwrap()
+        .set("sasl.oauthbearer.token", "token-from-set-42")
+        .unwrap();
+    let debug = format!("{b:?}");
+    assert!(
+        !debug.contains("pw-from-set-42") && !debug.contains("token-from-set-42"),
+        "{debug}"
+    );
+    assert!(
+        debug.contains("<redacted>") && debug.contains("alice"),
+        "{debug}"
+    );
+    let b = b.security_protocol(SecurityProtocol::SaslPlaintext).sasl(
+        SaslMechanism::Plain,
+        "bob",
+        Secret::new("pw-typed-42"),
+    );
+    let debug = format!("{:?}", b.config());
+    assert!(
+        !debug.contains("pw-typed-42") && debug.contains("bob"),
+        "{debug}"
+    );
+    let e = DirectStream::builder()
+        .set("security.protocol", "TLS")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("security.protocol") && e.contains("SASL_SSL"),
+        "{e}"
+    );
+}
