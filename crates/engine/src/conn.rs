@@ -8,9 +8,11 @@
 //! mechanisms are in [`crate::sasl`]). Every connection the engine opens comes here:
 //! bootstrap, leaders, and the group coordinator of the Kafka offset store. The reader task is
 //! generic over the read half, so a plaintext connection runs exactly the code it ran before
-//! TLS existed (no dynamic dispatch, no lock around the socket). [`BrokerConnection::request`] then sends any API at the
-//! negotiated version. Several requests may be in flight at once: each gets a correlation id
-//! and a waiting slot; a reader task matches responses to slots. A request without an answer
+//! TLS existed (no dynamic dispatch, no lock around the socket).
+//!
+//! [`BrokerConnection::request`] then sends any API at the negotiated version. Several
+//! requests may be in flight at once: each gets a correlation id and a waiting slot; a reader
+//! task matches responses to slots. A request without an answer
 //! after `request.timeout.ms` fails with [`ErrorKind::Timeout`] and, as in the Java client,
 //! closes the connection (a late answer would otherwise arrive on a stream nobody trusts).
 //! When the socket drops, every request in flight fails with [`ErrorKind::Disconnected`]
@@ -126,8 +128,21 @@ impl Shared {
             }
         }
         let slots: Vec<Slot> = self.pending().drain().map(|(_, s)| s).collect();
+        let tls = self
+            .close_tls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some();
         for slot in slots {
-            let _ = slot.send(Err(self.disconnected()));
+            let _ = slot.send(Err(if tls {
+                self.disconnected()
+            } else {
+                ErrorKind::Disconnected {
+                    broker: self.broker.clone(),
+                    reason: reason.to_owned(),
+                }
+                .into()
+            }));
         }
     }
 

@@ -3,8 +3,8 @@
 //!
 //! [`Security`] is part of [`crate::conn::ConnConfig`]; every connection the engine opens
 //! (bootstrap, leaders, the group coordinator) goes through
-//! [`BrokerConnection::connect`](crate::conn::BrokerConnection::connect), which applies it: TLS first (`SSL`, `SASL_SSL`; see `tls.rs`), then the
-//! ApiVersions handshake, then SASL (`SASL_PLAINTEXT`, `SASL_SSL`; see [`crate::sasl`]).
+//! [`BrokerConnection::connect`](crate::conn::BrokerConnection::connect), which applies it:
+//! TLS first (`SSL`, `SASL_SSL`; see `tls.rs`), then the ApiVersions handshake, then SASL (`SASL_PLAINTEXT`, `SASL_SSL`; see [`crate::sasl`]).
 //! Secrets (`sasl.password`, `sasl.oauthbearer.token`) are held as [`Secret`], whose `Debug`
 //! prints `<redacted>`, and never appear in an error.
 
@@ -189,7 +189,7 @@ impl Security {
             }
             "sasl.mechanism" => {
                 self.sasl_mechanism = Some(SaslMechanism::parse(value).ok_or_else(|| {
-                    bad("PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (kdirect has no GSSAPI)")
+                    bad("PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (no GSSAPI)")
                 })?);
             }
             "sasl.username" => self.sasl_username = Some(value.to_owned()),
