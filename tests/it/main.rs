@@ -11,6 +11,7 @@ mod hostile;
 mod kill;
 mod migrate;
 mod real_kafka;
+mod secure;
 mod stream;
 mod stream_store;
 mod support;

@@ -50,6 +50,12 @@ impl Kafka {
         Self::get("KDIRECT_TEST_KAFKA_OLD", "old", test)
     }
 
+    /// The 1-node Kafka 4.1 cluster with SASL and TLS listeners; `bootstrap` is its PLAINTEXT
+    /// port, for the Java tools (`tests/it/secure.rs` has the secured ones).
+    pub fn secure(test: &str) -> Option<Kafka> {
+        Self::get("KDIRECT_TEST_KAFKA_SECURE", "secure", test)
+    }
+
     /// Runs a Java main class on Kafka's classpath; panics with its stderr when it fails.
     pub fn java(&self, class: &str, args: &[&str]) -> String {
         let out = Command::new("java")
@@ -231,7 +237,7 @@ pub fn kdirect_lines(bootstrap: &str, topic: &str, isolation: IsolationLevel) ->
 }
 
 /// Runs the `kdirect` binary; panics with its stderr unless it succeeds. Returns its stdout.
-fn kdirect_cli(args: &[&str]) -> String {
+pub fn kdirect_cli(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_kdirect"))
         .args(args)
         .output()

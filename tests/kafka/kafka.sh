@@ -3,7 +3,8 @@
 # Maven Central (tests/kafka/pom.xml), KRaft combined nodes (broker + controller in one JVM),
 # started once per test run. State lives in $KDIRECT_KAFKA_HOME (default target/kafka).
 #
-#   kafka.sh up                     fetch jars if missing; start every cluster not yet answering
+#   kafka.sh up [CLUSTER...]        fetch jars if missing; start every cluster (or those named)
+#                                   not yet answering
 #   kafka.sh down                   stop every node
 #   kafka.sh env                    print the KDIRECT_TEST_KAFKA* variables to export
 #   kafka.sh stop  CLUSTER NODE     stop one node (SIGTERM, controlled shutdown)
@@ -15,6 +16,11 @@
 #   single  Kafka 4.1.1, 1 node, port 39092            most tests
 #   trio    Kafka 4.1.1, 3 nodes, ports 39101-39103    replication factor 3, failover tests
 #   old     Kafka 3.9.1, 1 node, port 39201            smoke run against the 3.x protocol
+#   secure  Kafka 4.1.1, 1 node: 39300 PLAINTEXT (the Java tools), 39301 SASL_PLAINTEXT
+#           (SCRAM-SHA-256/512 only), 39302 SSL with client certificates required, 39303
+#           SASL_SSL (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER); user alice / alice-secret; PEM
+#           certificates made by openssl under target/kafka/secure/certs (CA ca.pem); SASL
+#           sessions of SCRAM-SHA-512 on 39301 last 3 s (KIP-368 re-authentication tests)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -24,7 +30,9 @@ say() { printf '[kafka] %s\n' "$*" >&2; }
 version_of() { case "$1" in old) echo 3.9.1 ;; *) echo 4.1.1 ;; esac; }
 nodes_of() { case "$1" in trio) echo "1 2 3" ;; *) echo 1 ;; esac; }
 port_of() { # cluster node -> broker port
-  case "$1" in single) echo 39092 ;; trio) echo $((39100 + $2)) ;; old) echo 39201 ;; esac
+  case "$1" in
+    single) echo 39092 ;; trio) echo $((39100 + $2)) ;; old) echo 39201 ;; secure) echo 39300 ;;
+  esac
 }
 cport_of() { echo $(( $(port_of "$1" "$2") + 1000 )); }
 bootstrap_of() {
@@ -82,6 +90,7 @@ log.segment.delete.delay.ms=0
 file.delete.delay.ms=0
 unclean.leader.election.enable=false
 PROPS
+  if [ "$c" = secure ]; then secure_config "$dir" >>"$dir/server.properties"; fi
   cat > "$dir/log4j2.properties" <<PROPS
 status=warn
 appender.file.type=File
@@ -105,6 +114,71 @@ log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
 PROPS
 }
 
+certs_dir() { echo "$home/secure/certs"; }
+
+make_certs() { # a CA, the broker's certificate (localhost, 127.0.0.1) and client certificates
+  local d; d="$(certs_dir)"
+  mkdir -p "$d"
+  if ! command -v openssl >/dev/null; then
+    say "installing the openssl command (Debian) to make the test certificates"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+  fi
+  (
+    cd "$d"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 3650 \
+      -subj /CN=kdirect-test-ca -addext basicConstraints=critical,CA:TRUE \
+      -addext keyUsage=critical,keyCertSign,cRLSign
+    sign() { # name subject-alt-names usage
+      openssl req -new -key "$1.key" -out "$1.csr" -subj "/CN=$1"
+      printf 'basicConstraints=CA:FALSE\nextendedKeyUsage=%s\n%s\n' "$3" "$2" >"$1.ext"
+      openssl x509 -req -in "$1.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -days 825 \
+        -out "$1.pem" -extfile "$1.ext"
+    }
+    # The broker: PKCS#8 key, certificate, CA, in one PEM key store (KIP-651).
+    openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out broker.key
+    sign broker 'subjectAltName=DNS:localhost,IP:127.0.0.1' serverAuth
+    cat broker.key broker.pem ca.pem >broker-keystore.pem
+    # Clients: an RSA key as PKCS#8 (client.key) and PKCS#1 (client-rsa.key); an EC key as SEC1.
+    openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out client.key
+    sign client '' clientAuth
+    openssl pkey -in client.key -traditional -out client-rsa.key 2>/dev/null \
+      || openssl rsa -in client.key -traditional -out client-rsa.key
+    openssl ecparam -name prime256v1 -genkey -noout -out client-ec.key
+    sign client-ec '' clientAuth
+    # A CA the broker does not trust, with a client certificate of its own.
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout other-ca.key -out other-ca.pem -days 3650 \
+      -subj /CN=other-ca -addext basicConstraints=critical,CA:TRUE \
+      -addext keyUsage=critical,keyCertSign,cRLSign
+  ) >"$d/openssl.log" 2>&1 || { cat "$d/openssl.log" >&2; return 1; }
+}
+
+secure_config() { # node dir -> the secure cluster's listeners (appended: later keys win)
+  local d; d="$(certs_dir)"
+  local jaas_scram='org.apache.kafka.common.security.scram.ScramLoginModule required;'
+  local jaas_plain='org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret";'
+  local jaas_oauth='org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;'
+  cat <<PROPS
+listeners=PLAINTEXT://127.0.0.1:39300,SASL_PLAINTEXT://127.0.0.1:39301,SSL://127.0.0.1:39302,SASL_SSL://127.0.0.1:39303,CONTROLLER://127.0.0.1:40300
+advertised.listeners=PLAINTEXT://127.0.0.1:39300,SASL_PLAINTEXT://127.0.0.1:39301,SSL://127.0.0.1:39302,SASL_SSL://127.0.0.1:39303
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT
+ssl.keystore.type=PEM
+ssl.keystore.location=$d/broker-keystore.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$d/ca.pem
+listener.name.ssl.ssl.client.auth=required
+listener.name.sasl_plaintext.sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=$jaas_scram
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=$jaas_scram
+listener.name.sasl_ssl.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER
+listener.name.sasl_ssl.plain.sasl.jaas.config=$jaas_plain
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=$jaas_scram
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=$jaas_scram
+listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=$jaas_oauth
+connections.max.reauth.ms=3600000
+listener.name.sasl_plaintext.scram-sha-512.connections.max.reauth.ms=3000
+PROPS
+}
+
 java_opts() { # node dir
   echo "-Xms256m -Xmx768m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
 -Dlog4j2.configurationFile=$1/log4j2.properties -Dlog4j.configuration=file:$1/log4j.properties"
@@ -114,13 +188,19 @@ format_cluster() { # cluster: fresh data dirs, one cluster id
   local c=$1 lib id
   lib="$(jars "$(version_of "$c")")"
   rm -rf "${home:?}/$c"
+  local scram=()
+  if [ "$c" = secure ]; then
+    make_certs
+    scram=(--add-scram 'SCRAM-SHA-256=[name=alice,password=alice-secret]'
+      --add-scram 'SCRAM-SHA-512=[name=alice,password=alice-secret]')
+  fi
   for n in $(nodes_of "$c"); do write_config "$c" "$n"; done
   id="$(java -cp "$lib/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)"
   for n in $(nodes_of "$c"); do
     local dir; dir="$(node_dir "$c" "$n")"
     # shellcheck disable=SC2046
     java $(java_opts "$dir") -cp "$lib/*" kafka.tools.StorageTool format -t "$id" \
-      -c "$dir/server.properties" --ignore-formatted >"$dir/format.log" 2>&1 \
+      -c "$dir/server.properties" --ignore-formatted "${scram[@]}" >"$dir/format.log" 2>&1 \
       || { cat "$dir/format.log" >&2; return 1; }
   done
 }
@@ -190,19 +270,26 @@ tool() { # compile KTool.java (the Java producer/consumer/admin of the tests) wh
   fi
 }
 
-clusters="${KDIRECT_KAFKA_CLUSTERS:-single trio old}"
+clusters="${KDIRECT_KAFKA_CLUSTERS:-single trio old secure}"
 case "${1:-}" in
   up)
+    if [ $# -gt 1 ]; then shift; clusters="$*"; fi
     mkdir -p "$home"
     for c in $clusters; do jars "$(version_of "$c")" >/dev/null; done
     tool
     for c in $clusters; do cluster_up "$c"; done ;;
   down)
-    for c in single trio old; do for n in $(nodes_of "$c"); do stop_node "$c" "$n" TERM; done; done ;;
+    for c in single trio old secure; do for n in $(nodes_of "$c"); do stop_node "$c" "$n" TERM; done; done ;;
   env)
     echo "export KDIRECT_TEST_KAFKA=$(bootstrap_of single)"
     echo "export KDIRECT_TEST_KAFKA_TRIO=$(bootstrap_of trio)"
     echo "export KDIRECT_TEST_KAFKA_OLD=$(bootstrap_of old)"
+    # The secure cluster: its PLAINTEXT port (for the Java tools), its secured ports, the CA.
+    echo "export KDIRECT_TEST_KAFKA_SECURE=$(bootstrap_of secure)"
+    echo "export KDIRECT_TEST_KAFKA_SASL_PLAINTEXT=127.0.0.1:39301"
+    echo "export KDIRECT_TEST_KAFKA_SSL=127.0.0.1:39302"
+    echo "export KDIRECT_TEST_KAFKA_SASL_SSL=127.0.0.1:39303"
+    echo "export KDIRECT_TEST_KAFKA_CERTS=$(certs_dir)"
     echo "export KDIRECT_TEST_KAFKA_CP='$home/tool:$here/lib-$(version_of single)/*'"
     echo "export KDIRECT_TEST_KAFKA_SCRIPT=$here/kafka.sh" ;;
   stop) stop_node "$2" "$3" TERM ;;
@@ -210,5 +297,5 @@ case "${1:-}" in
   start) start_node "$2" "$3"; up_deadline=$((SECONDS + 90))
     until up "$(port_of "$2" "$3")"; do ((SECONDS < up_deadline)) || exit 1; sleep 0.25; done ;;
   classpath) echo "$(jars "${2:-$(version_of single)}")/*" ;;
-  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

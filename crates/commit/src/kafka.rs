@@ -119,7 +119,7 @@ impl KafkaGroupStore {
     async fn coordinator(&self) -> Result<BrokerConnection, Attempt> {
         let mut cached = self.coordinator.lock().await;
         if let Some(c) = cached.as_ref() {
-            if !c.is_closed() {
+            if c.is_usable() {
                 return Ok(c.clone());
             }
         }

@@ -170,7 +170,7 @@ impl Cluster {
         }
         // Forget connections to brokers that left, or whose address changed.
         self.conns.retain(|id, c| {
-            next.broker_addr(*id).as_deref() == Some(c.broker().addr.as_str()) && !c.is_closed()
+            next.broker_addr(*id).as_deref() == Some(c.broker().addr.as_str()) && c.is_usable()
         });
         let next = Arc::new(next);
         *guard = next.clone();
@@ -194,7 +194,7 @@ impl Cluster {
     /// The connection to broker `node_id`, opened if needed.
     pub async fn connection(&self, node_id: i32) -> Result<BrokerConnection, Error> {
         if let Some(c) = self.conns.get(&node_id) {
-            if !c.is_closed() {
+            if c.is_usable() {
                 return Ok(c.clone());
             }
         }
@@ -210,12 +210,12 @@ impl Cluster {
     /// Any live connection: a broker's, or the bootstrap one (reconnecting through the
     /// bootstrap list in order if none is open).
     async fn any_connection(&self) -> Result<BrokerConnection, Error> {
-        if let Some(c) = self.conns.iter().find(|c| !c.is_closed()) {
+        if let Some(c) = self.conns.iter().find(|c| c.is_usable()) {
             return Ok(c.clone());
         }
         let mut boot = self.bootstrap_conn.lock().await;
         if let Some(c) = boot.as_ref() {
-            if !c.is_closed() {
+            if c.is_usable() {
                 return Ok(c.clone());
             }
         }
@@ -237,8 +237,17 @@ impl Cluster {
                     return Ok(c);
                 }
                 Err(e) => {
-                    // A version mismatch will not get better on another broker of the cluster.
-                    if matches!(e.kind(), ErrorKind::Protocol { .. }) {
+                    // A version mismatch, refused credentials, a TLS certificate or setting
+                    // problem will not get better on another broker of the cluster.
+                    if !e.is_retriable()
+                        && matches!(
+                            e.kind(),
+                            ErrorKind::Protocol { .. }
+                                | ErrorKind::Tls { .. }
+                                | ErrorKind::Sasl { .. }
+                                | ErrorKind::Config(_)
+                        )
+                    {
                         return Err(e);
                     }
                     tried.push((addr, error_reason(&e)));

@@ -1,10 +1,18 @@
-//! One TCP connection to one broker.
+//! One connection to one broker: TCP, or TLS over TCP.
 //!
-//! [`BrokerConnection::connect`] opens the socket and does the ApiVersions handshake (retrying
-//! at the version the broker names when it answers `UNSUPPORTED_VERSION`, and at v0 when an old
-//! broker just closes the socket). [`BrokerConnection::request`] then sends any API at the
-//! negotiated version. Several requests may be in flight at once: each gets a correlation id
-//! and a waiting slot; a reader task matches responses to slots. A request without an answer
+//! [`BrokerConnection::connect`] opens the socket, does the TLS handshake when
+//! `security.protocol` is `SSL` or `SASL_SSL` (`tls.rs`), then the ApiVersions handshake
+//! (retrying at the version the broker names when it answers `UNSUPPORTED_VERSION`, and at v0
+//! when an old broker just closes the socket), then SASL authentication when it is
+//! `SASL_PLAINTEXT` or `SASL_SSL` (SaslHandshake v1 and SaslAuthenticate, KIP-43/KIP-152; the
+//! mechanisms are in [`crate::sasl`]). Every connection the engine opens comes here:
+//! bootstrap, leaders, and the group coordinator of the Kafka offset store. The reader task is
+//! generic over the read half, so a plaintext connection runs exactly the code it ran before
+//! TLS existed (no dynamic dispatch, no lock around the socket).
+//!
+//! [`BrokerConnection::request`] then sends any API at the negotiated version. Several
+//! requests may be in flight at once: each gets a correlation id and a waiting slot; a reader
+//! task matches responses to slots. A request without an answer
 //! after `request.timeout.ms` fails with [`ErrorKind::Timeout`] and, as in the Java client,
 //! closes the connection (a late answer would otherwise arrive on a stream nobody trusts).
 //! When the socket drops, every request in flight fails with [`ErrorKind::Disconnected`]
@@ -18,15 +26,20 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use kdirect_proto::api::api_versions::{self, ApiVersions, ApiVersionsOutcome};
+use kdirect_proto::api::sasl_authenticate::{self, SaslAuthenticate};
+use kdirect_proto::api::sasl_handshake::{self, SaslHandshake};
 use kdirect_proto::frame::{FrameDecoder, SIZE_PREFIX_LEN};
 use kdirect_proto::message::{decode_response, encode_request, Api};
 use kdirect_proto::{BrokerVersions, ErrorCode};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
+use tokio_rustls::client::TlsStream;
 
-use crate::error::{BrokerName, Error, ErrorKind};
+use crate::error::{BrokerName, Error, ErrorKind, SaslProblem, TlsProblem};
+use crate::sasl::{Authenticator, Step};
+use crate::security::Security;
 
 /// Connection settings (Java client names).
 #[derive(Debug, Clone)]
@@ -51,6 +64,8 @@ pub struct ConnConfig {
     /// does; a bounded stream (an ending, `--until-latest`) uses `retry_timeout` unless this
     /// is set.
     pub reconnect_timeout: Option<Duration>,
+    /// `security.protocol`, `sasl.*`, `ssl.*` (plaintext by default).
+    pub security: Security,
 }
 
 impl Default for ConnConfig {
@@ -62,6 +77,7 @@ impl Default for ConnConfig {
             max_frame_size: kdirect_proto::frame::DEFAULT_MAX_FRAME_SIZE,
             retry_timeout: Duration::from_secs(60),
             reconnect_timeout: None,
+            security: Security::default(),
         }
     }
 }
@@ -74,11 +90,29 @@ struct Shared {
     closed: AtomicBool,
     /// Why the connection closed, for requests that arrive after.
     close_reason: Mutex<Option<String>>,
+    /// Set when the connection closed over a TLS problem (a TLS alert, a refused client
+    /// certificate, a plaintext client on a TLS port): requests fail with it, typed.
+    close_tls: Mutex<Option<TlsProblem>>,
 }
 
 impl Shared {
     fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<i32, Slot>> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Marks the connection closed over a TLS problem and fails every request in flight with
+    /// [`ErrorKind::Tls`].
+    fn fail_all_tls(&self, problem: TlsProblem) {
+        {
+            let mut p = self
+                .close_tls
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if p.is_none() {
+                *p = Some(problem.clone());
+            }
+        }
+        self.fail_all(&problem.to_string());
     }
 
     /// Marks the connection closed and fails every request in flight.
@@ -94,16 +128,37 @@ impl Shared {
             }
         }
         let slots: Vec<Slot> = self.pending().drain().map(|(_, s)| s).collect();
+        let tls = self
+            .close_tls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some();
         for slot in slots {
-            let _ = slot.send(Err(ErrorKind::Disconnected {
-                broker: self.broker.clone(),
-                reason: reason.to_owned(),
-            }
-            .into()));
+            let _ = slot.send(Err(if tls {
+                self.disconnected()
+            } else {
+                ErrorKind::Disconnected {
+                    broker: self.broker.clone(),
+                    reason: reason.to_owned(),
+                }
+                .into()
+            }));
         }
     }
 
     fn disconnected(&self) -> Error {
+        if let Some(problem) = self
+            .close_tls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        {
+            return ErrorKind::Tls {
+                broker: self.broker.clone(),
+                problem,
+            }
+            .into();
+        }
         let reason = self
             .close_reason
             .lock()
@@ -122,11 +177,39 @@ impl Shared {
 #[derive(Clone)]
 pub struct BrokerConnection {
     shared: Arc<Shared>,
-    writer: Arc<tokio::sync::Mutex<OwnedWriteHalf>>,
+    writer: Arc<tokio::sync::Mutex<Writer>>,
     next_correlation_id: Arc<AtomicI32>,
     versions: Arc<BrokerVersions>,
     config: Arc<ConnConfig>,
     reader: Arc<ReaderGuard>,
+    /// The SASL session's lifetime as the broker announced it (SaslAuthenticate v1+,
+    /// KIP-368, `connections.max.reauth.ms`): a broker closes a connection whose session
+    /// ended at its next request.
+    sasl_session_lifetime: Option<Duration>,
+    /// When this connection stops taking new requests from the cluster: 85% into the SASL
+    /// session (the Java client re-authenticates between 85% and 95%). kdirect renews a
+    /// session by opening a fresh, authenticated connection rather than re-authenticating
+    /// in place; requests already sent on this one finish.
+    renew_at: Option<tokio::time::Instant>,
+}
+
+/// The write half of a connection: the socket's own for plaintext, a TLS stream's for TLS.
+enum Writer {
+    Plain(OwnedWriteHalf),
+    Tls(tokio::io::WriteHalf<TlsStream<TcpStream>>),
+}
+
+impl Writer {
+    async fn write_all(&mut self, frame: &[u8]) -> std::io::Result<()> {
+        match self {
+            Writer::Plain(w) => w.write_all(frame).await,
+            Writer::Tls(w) => {
+                w.write_all(frame).await?;
+                // rustls holds the encrypted records until flushed.
+                w.flush().await
+            }
+        }
+    }
 }
 
 /// Stops the reader task when the last clone of a connection is dropped.
@@ -158,10 +241,35 @@ impl BrokerConnection {
             node_id,
             addr: addr.to_owned(),
         };
+        config.security.check()?;
+        let tls = if config.security.protocol.tls() {
+            Some(
+                crate::tls::client_config(&config.security).map_err(|problem| ErrorKind::Tls {
+                    broker: broker.clone(),
+                    problem,
+                })?,
+            )
+        } else {
+            None
+        };
+        let conn = Self::handshake(&broker, config, tls).await?;
+        if config.security.protocol.sasl() {
+            return conn.authenticate().await;
+        }
+        Ok(conn)
+    }
+
+    /// Opens the connection and does the ApiVersions handshake.
+    async fn handshake(
+        broker: &BrokerName,
+        config: &ConnConfig,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> Result<BrokerConnection, Error> {
+        let broker = broker.clone();
         let mut version = ApiVersions::VERSIONS.max;
         // At most: the first try, one retry at the version the broker names, one at v0.
         for _ in 0..3 {
-            let conn = Self::open(&broker, config, BrokerVersions::default()).await?;
+            let conn = Self::open(&broker, config, tls.clone(), BrokerVersions::default()).await?;
             match conn.api_versions(version).await {
                 Ok(ApiVersionsOutcome::Supported(resp)) => {
                     if let Some(code) = ErrorCode(resp.error_code).err() {
@@ -199,9 +307,119 @@ impl BrokerConnection {
         .into())
     }
 
+    /// SASL after the ApiVersions handshake: SaslHandshake v1 names the mechanism, then
+    /// SaslAuthenticate carries the tokens until the mechanism is done.
+    async fn authenticate(mut self) -> Result<BrokerConnection, Error> {
+        let config = self.config.clone();
+        let security = &config.security;
+        let mechanism = security.sasl_mechanism.map_or("?", |m| m.name());
+        let broker = self.shared.broker.clone();
+        let fail = |problem: SaslProblem| -> Error {
+            ErrorKind::Sasl {
+                broker: broker.clone(),
+                mechanism,
+                problem,
+            }
+            .into()
+        };
+        let mut auth = Authenticator::new(security, crate::sasl::random_nonce()).map_err(&fail)?;
+        let started = tokio::time::Instant::now();
+        // v0 sends the tokens unframed; kdirect speaks only the framed v1 (Kafka 1.0+).
+        let handshake_version = self.version::<SaslHandshake>().ok().filter(|v| *v >= 1);
+        let auth_version = self.version::<SaslAuthenticate>().ok();
+        let (Some(hv), Some(av)) = (handshake_version, auth_version) else {
+            self.close("SASL not possible");
+            return Err(fail(SaslProblem::Protocol(
+                "the broker offers no SaslHandshake v1 and SaslAuthenticate (Kafka 1.0+): \
+                 kdirect speaks only the framed SASL exchange"
+                    .to_owned(),
+            )));
+        };
+        let resp = self
+            .request_at::<SaslHandshake>(&sasl_handshake::request(mechanism), hv)
+            .await?;
+        match ErrorCode(resp.error_code) {
+            ErrorCode::NONE => {}
+            ErrorCode::UNSUPPORTED_SASL_MECHANISM => {
+                self.close("SASL mechanism not enabled");
+                return Err(fail(SaslProblem::MechanismNotEnabled {
+                    offered: resp.mechanisms.iter().map(|m| m.to_string()).collect(),
+                }));
+            }
+            ErrorCode::ILLEGAL_SASL_STATE => {
+                self.close("not a SASL listener");
+                return Err(fail(SaslProblem::NotSaslListener(
+                    ErrorCode::ILLEGAL_SASL_STATE.to_string(),
+                )));
+            }
+            code => {
+                self.close("SaslHandshake failed");
+                return Err(ErrorKind::Broker {
+                    broker,
+                    api: SaslHandshake::KEY,
+                    code,
+                }
+                .into());
+            }
+        }
+        let mut token = auth.start();
+        // PLAIN and OAUTHBEARER take one round, SCRAM two; anything longer is a broker bug.
+        for _ in 0..4 {
+            let resp = self
+                .request_at::<SaslAuthenticate>(&sasl_authenticate::request(token), av)
+                .await?;
+            if let Some(code) = ErrorCode(resp.error_code).err() {
+                self.close("SASL authentication failed");
+                let message = resp
+                    .error_message
+                    .map(|m| m.to_string())
+                    .filter(|m| !m.is_empty())
+                    .unwrap_or_else(|| code.to_string());
+                return Err(fail(SaslProblem::Refused(message)));
+            }
+            if av >= 1 && resp.session_lifetime_ms > 0 {
+                let lifetime =
+                    Duration::from_millis(u64::try_from(resp.session_lifetime_ms).unwrap_or(0));
+                self.sasl_session_lifetime = Some(lifetime);
+                self.renew_at = Some(started + lifetime.mul_f64(0.85));
+            }
+            match auth.next(&resp.auth_bytes) {
+                Ok(Step::Send(next)) => token = next,
+                Ok(Step::Done) => return Ok(self),
+                Err(problem) => {
+                    self.close("SASL exchange failed");
+                    return Err(fail(problem));
+                }
+            }
+        }
+        self.close("SASL exchange did not end");
+        Err(fail(SaslProblem::Protocol(
+            "the SASL exchange did not end after 4 rounds".to_owned(),
+        )))
+    }
+
+    /// The SASL session lifetime the broker announced (KIP-368), if any.
+    pub fn sasl_session_lifetime(&self) -> Option<Duration> {
+        self.sasl_session_lifetime
+    }
+
+    /// True once the SASL session is 85% through its lifetime: new requests should go on a
+    /// fresh connection (see [`BrokerConnection::is_usable`]).
+    pub fn needs_renewal(&self) -> bool {
+        self.renew_at
+            .is_some_and(|at| tokio::time::Instant::now() >= at)
+    }
+
+    /// Whether to send new requests on this connection: open, and its SASL session (if any)
+    /// not near its end. [`crate::cluster::Cluster`] opens a fresh connection otherwise.
+    pub fn is_usable(&self) -> bool {
+        !self.is_closed() && !self.needs_renewal()
+    }
+
     async fn open(
         broker: &BrokerName,
         config: &ConnConfig,
+        tls: Option<Arc<rustls::ClientConfig>>,
         versions: BrokerVersions,
     ) -> Result<BrokerConnection, Error> {
         let connect = TcpStream::connect(broker.addr.as_str());
@@ -229,25 +447,61 @@ impl BrokerConnection {
             }
         };
         let _ = stream.set_nodelay(true);
-        let (read, write) = stream.into_split();
         let shared = Arc::new(Shared {
             broker: broker.clone(),
             pending: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
             close_reason: Mutex::new(None),
+            close_tls: Mutex::new(None),
         });
-        let task = tokio::spawn(read_loop(
-            read,
-            shared.clone(),
-            FrameDecoder::new(config.max_frame_size),
-        ));
+        let frames = FrameDecoder::new(config.max_frame_size);
+        let sasl = config.security.protocol.sasl();
+        let (task, writer) = match tls {
+            None => {
+                let (read, write) = stream.into_split();
+                let task = tokio::spawn(read_loop(read, shared.clone(), frames, false, sasl));
+                (task, Writer::Plain(write))
+            }
+            Some(tls) => {
+                let handshake = crate::tls::handshake(stream, &broker.addr, tls);
+                let stream = match tokio::time::timeout(config.connect_timeout, handshake).await {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(problem)) => {
+                        return Err(ErrorKind::Tls {
+                            broker: broker.clone(),
+                            problem,
+                        }
+                        .into())
+                    }
+                    // Like a TCP connect timeout: retriable.
+                    Err(_) => {
+                        return Err(ErrorKind::Connect {
+                            broker: broker.clone(),
+                            source: std::io::Error::new(
+                                std::io::ErrorKind::TimedOut,
+                                format!(
+                                    "no TLS handshake after {} ms",
+                                    config.connect_timeout.as_millis()
+                                ),
+                            ),
+                        }
+                        .into())
+                    }
+                };
+                let (read, write) = tokio::io::split(stream);
+                let task = tokio::spawn(read_loop(read, shared.clone(), frames, true, sasl));
+                (task, Writer::Tls(write))
+            }
+        };
         Ok(BrokerConnection {
             shared,
-            writer: Arc::new(tokio::sync::Mutex::new(write)),
+            writer: Arc::new(tokio::sync::Mutex::new(writer)),
             next_correlation_id: Arc::new(AtomicI32::new(0)),
             versions: Arc::new(versions),
             config: Arc::new(config.clone()),
             reader: Arc::new(ReaderGuard(task.abort_handle())),
+            sasl_session_lifetime: None,
+            renew_at: None,
         })
     }
 
@@ -334,8 +588,11 @@ impl BrokerConnection {
         };
         if let Err(e) = written {
             self.shared.pending().remove(&correlation_id);
-            let reason = format!("write failed: {e}");
-            self.close(&reason);
+            self.reader.0.abort();
+            match crate::tls::io_problem(&e, crate::tls::host_of(&self.shared.broker.addr)) {
+                Some(problem) => self.shared.fail_all_tls(problem),
+                None => self.shared.fail_all(&format!("write failed: {e}")),
+            }
             return Err(self.shared.disconnected());
         }
         match tokio::time::timeout(self.config.request_timeout, rx).await {
@@ -462,11 +719,36 @@ fn deliver(shared: &Shared, frame: Bytes) -> bool {
     }
 }
 
-async fn read_loop(mut read: OwnedReadHalf, shared: Arc<Shared>, frames: FrameDecoder) {
+/// A TLS record header's first bytes: an alert (21) of TLS 1.x (3, x). A plaintext client
+/// reads them as the start of a frame size.
+fn looks_like_tls_alert(buf: &[u8]) -> bool {
+    buf.len() >= 2 && buf[0] == 0x15 && buf[1] == 0x03
+}
+
+/// Reads frames off the socket (or TLS stream) until it closes. Generic over the read half, so
+/// the plaintext connection's loop is compiled for `OwnedReadHalf` as before TLS existed.
+async fn read_loop<R: AsyncRead + Unpin>(
+    mut read: R,
+    shared: Arc<Shared>,
+    frames: FrameDecoder,
+    tls: bool,
+    sasl: bool,
+) {
     use bytes::BufMut;
+    let host = crate::tls::host_of(&shared.broker.addr).to_owned();
+    let tls_problem = |e: &std::io::Error| {
+        if tls {
+            crate::tls::io_problem(e, &host)
+        } else {
+            None
+        }
+    };
 
     let pool = Arc::new(FramePool::default());
     let mut buf = BytesMut::with_capacity(64 * 1024);
+    // Responses handed over: a broker that closes right after the first one (ApiVersions) is
+    // most likely a SASL listener refusing an unauthenticated request.
+    let mut delivered: u64 = 0;
     let reason = loop {
         // Hand out every whole frame already buffered; stop at a large incomplete one.
         let mut large: Option<usize> = None;
@@ -482,8 +764,13 @@ async fn read_loop(mut read: OwnedReadHalf, shared: Arc<Shared>, frames: FrameDe
                     if !deliver(&shared, frame) {
                         return;
                     }
+                    delivered += 1;
                 }
                 Ok(None) => break,
+                Err(_) if !tls && looks_like_tls_alert(&buf) => {
+                    shared.fail_all_tls(TlsProblem::PortSpeaksTls);
+                    return;
+                }
                 Err(e) => {
                     let err = ErrorKind::Frame {
                         broker: shared.broker.clone(),
@@ -514,6 +801,10 @@ async fn read_loop(mut read: OwnedReadHalf, shared: Arc<Shared>, frames: FrameDe
                     }
                     Ok(_) => {}
                     Err(e) => {
+                        if let Some(problem) = tls_problem(&e) {
+                            shared.fail_all_tls(problem);
+                            return;
+                        }
                         failed = Some(format!("read failed: {e}"));
                         break;
                     }
@@ -529,6 +820,7 @@ async fn read_loop(mut read: OwnedReadHalf, shared: Arc<Shared>, frames: FrameDe
             if !deliver(&shared, frame) {
                 return;
             }
+            delivered += 1;
             continue;
         }
         if buf.capacity() - buf.len() < 8 * 1024 {
@@ -536,17 +828,32 @@ async fn read_loop(mut read: OwnedReadHalf, shared: Arc<Shared>, frames: FrameDe
         }
         match read.read_buf(&mut buf).await {
             Ok(0) => {
-                break if buf.is_empty() {
+                if !tls && looks_like_tls_alert(&buf) {
+                    shared.fail_all_tls(TlsProblem::PortSpeaksTls);
+                    return;
+                }
+                break if buf.is_empty() && delivered == 1 && !sasl {
+                    "closed by the broker after the ApiVersions handshake, as a SASL listener \
+                     does to a client that does not authenticate: if this port is SASL, set \
+                     security.protocol=SASL_PLAINTEXT or SASL_SSL and sasl.mechanism"
+                        .to_owned()
+                } else if buf.is_empty() {
                     "closed by the broker".to_owned()
                 } else {
                     format!(
                         "closed by the broker in the middle of a response ({} bytes buffered)",
                         buf.len()
                     )
-                }
+                };
             }
             Ok(_) => {}
-            Err(e) => break format!("read failed: {e}"),
+            Err(e) => {
+                if let Some(problem) = tls_problem(&e) {
+                    shared.fail_all_tls(problem);
+                    return;
+                }
+                break format!("read failed: {e}");
+            }
         }
     };
     shared.fail_all(&reason);

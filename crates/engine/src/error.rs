@@ -64,6 +64,13 @@ impl Error {
             | ErrorKind::Broker { code, .. }
             | ErrorKind::TopicError { code, .. } => code.is_retriable(),
             ErrorKind::GaveUp { last, .. } => last.is_retriable(),
+            // A TLS handshake closed by a broker the metadata named (so this client reached
+            // the cluster with these settings before) is a broker restarting; the same from a
+            // bootstrap address is a plaintext port, and retrying would only hide that.
+            ErrorKind::Tls {
+                broker,
+                problem: TlsProblem::NotTls { .. },
+            } => broker.node_id.is_some(),
             _ => false,
         }
     }
@@ -345,6 +352,25 @@ pub enum ErrorKind {
         /// The last attempt's error.
         last: Error,
     },
+    /// TLS with a broker failed, or the broker's port and `security.protocol` disagree about
+    /// TLS.
+    #[error("TLS with {broker}: {problem}")]
+    Tls {
+        /// The broker.
+        broker: BrokerName,
+        /// What failed.
+        problem: TlsProblem,
+    },
+    /// SASL authentication with a broker failed.
+    #[error("SASL {mechanism} authentication with {broker} failed: {problem}")]
+    Sasl {
+        /// The broker.
+        broker: BrokerName,
+        /// The mechanism (`sasl.mechanism`).
+        mechanism: &'static str,
+        /// What failed.
+        problem: SaslProblem,
+    },
     /// A task of the engine failed (panicked or was cancelled), or a resource it waits on
     /// was closed.
     #[error("{what} failed: {reason}")]
@@ -354,4 +380,141 @@ pub enum ErrorKind {
         /// Why it failed.
         reason: String,
     },
+}
+
+/// What went wrong with TLS (see [`ErrorKind::Tls`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsProblem {
+    /// A plaintext client met a TLS port: the broker answered with a TLS alert.
+    #[error("this port speaks TLS: set security.protocol=SSL (or SASL_SSL)")]
+    PortSpeaksTls,
+    /// A TLS client met a plaintext port: the broker closed the connection during the TLS
+    /// handshake, or answered with bytes that are not TLS.
+    #[error(
+        "the broker does not speak TLS on this port ({detail}): set security.protocol=PLAINTEXT \
+         (or SASL_PLAINTEXT), or connect to the broker's TLS listener"
+    )]
+    NotTls {
+        /// What was seen.
+        detail: String,
+    },
+    /// The broker's certificate chain does not lead to a trusted CA.
+    #[error(
+        "the broker's certificate is not signed by a trusted CA: set ssl.ca.location to the PEM \
+         file of the CA that signed it"
+    )]
+    UnknownCa,
+    /// The broker's certificate does not name the host connected to.
+    #[error(
+        "the broker's certificate is not valid for '{host}' (its subjectAltName does not name \
+         it); connect by a name it has, or set ssl.endpoint.identification.algorithm=none"
+    )]
+    HostnameMismatch {
+        /// The host connected to.
+        host: String,
+    },
+    /// The broker's certificate (or one in its chain) has expired.
+    #[error("the broker's certificate has expired")]
+    Expired,
+    /// The broker's certificate (or one in its chain) is not valid yet.
+    #[error("the broker's certificate is not valid yet (check this machine's clock)")]
+    NotYetValid,
+    /// The broker's certificate was revoked.
+    #[error("the broker's certificate was revoked")]
+    Revoked,
+    /// The broker's certificate was refused for another reason.
+    #[error("the broker's certificate was refused: {0}")]
+    BadCertificate(String),
+    /// The broker refused this client's certificate, or asked for one and got none (mutual
+    /// TLS: `ssl.client.auth=required`).
+    #[error(
+        "the broker refused the client certificate ({0}): set ssl.certificate.location and \
+         ssl.key.location to a certificate signed by a CA the broker trusts"
+    )]
+    ClientCertificateRefused(String),
+    /// The client's own TLS settings could not be used (a file, a key).
+    #[error("{0}")]
+    Setup(String),
+    /// Anything else TLS reported.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// What went wrong with SASL (see [`ErrorKind::Sasl`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SaslProblem {
+    /// The listener does not enable this mechanism.
+    #[error(
+        "the listener does not enable it; it offers {}: set sasl.mechanism to one of them",
+        if offered.is_empty() { "none".to_owned() } else { offered.join(", ") }
+    )]
+    MechanismNotEnabled {
+        /// The mechanisms the listener enables, from SaslHandshake.
+        offered: Vec<String>,
+    },
+    /// The listener does not use SASL.
+    #[error(
+        "this port does not use SASL (the broker answered {0}): set security.protocol=PLAINTEXT \
+         or SSL, or connect to the broker's SASL listener"
+    )]
+    NotSaslListener(String),
+    /// The broker refused the credentials (wrong password, unknown user, invalid token); the
+    /// broker's own words.
+    #[error("{0}")]
+    Refused(String),
+    /// SCRAM: the broker's signature is wrong, so it does not know this user's password (or is
+    /// not the broker it claims to be).
+    #[error("the broker's SCRAM signature does not match: it does not hold this password")]
+    ServerSignature,
+    /// The broker's SASL messages could not be understood, or it lacks SaslAuthenticate.
+    #[error("{0}")]
+    Protocol(String),
+}
+
+#[cfg(test)]
+mod security_tests {
+    use super::*;
+
+    fn tls(node_id: Option<i32>, problem: TlsProblem) -> Error {
+        ErrorKind::Tls {
+            broker: BrokerName {
+                node_id,
+                addr: "127.0.0.1:9093".to_owned(),
+            },
+            problem,
+        }
+        .into()
+    }
+
+    #[test]
+    fn only_a_closed_handshake_with_a_known_broker_is_retried() {
+        let closed = || TlsProblem::NotTls {
+            detail: "it closed the connection during the TLS handshake".to_owned(),
+        };
+        assert!(!tls(None, closed()).is_retriable(), "a bootstrap address");
+        assert!(tls(Some(1), closed()).is_retriable(), "a broker restarting");
+        for p in [
+            TlsProblem::UnknownCa,
+            TlsProblem::Expired,
+            TlsProblem::PortSpeaksTls,
+        ] {
+            assert!(!tls(Some(1), p).is_retriable());
+        }
+        let sasl: Error = ErrorKind::Sasl {
+            broker: BrokerName {
+                node_id: Some(1),
+                addr: "b:9092".to_owned(),
+            },
+            mechanism: "PLAIN",
+            problem: SaslProblem::Refused("Authentication failed".to_owned()),
+        }
+        .into();
+        assert!(!sasl.is_retriable());
+        assert_eq!(
+            sasl.to_string(),
+            "SASL PLAIN authentication with broker 1 at b:9092 failed: Authentication failed"
+        );
+    }
 }

@@ -1,7 +1,8 @@
 //! `kdirect-engine`: everything between the sans-IO protocol layer and the user's batches.
 //!
 //! What it does:
-//! - [`conn`]: one TCP connection to one broker — the ApiVersions handshake and version
+//! - [`conn`]: one connection to one broker (TCP, or TLS with rustls; SASL PLAIN, SCRAM and
+//!   OAUTHBEARER per [`security::Security`]) — the ApiVersions handshake and version
 //!   negotiation, several requests in flight matched by correlation id, `request.timeout.ms`,
 //!   and failing every request in flight with the broker's name when the socket drops.
 //! - [`cluster`]: the cluster view built from Metadata (brokers, topics, partitions, leaders and
@@ -18,7 +19,6 @@
 //! depends on this crate, never the other way round), it never parses protocol bytes itself
 //! outside the record decoder (that is `kdirect-proto`), and it does not drive batches: the
 //! `DirectStream` of the `kdirect` crate ties cluster, planner, fetcher and store together.
-//! No TLS or SASL yet; connections are plaintext.
 // One audited exception: the decoder's 8-byte window read (`record/records.rs`, `window`), a
 // bounds-checked unaligned load that the safe spellings compile to twice the instructions on
 // the hot path (ARCHITECTURE.md, "Unsafe code"). Everything else here is safe code.
@@ -30,5 +30,8 @@ pub mod error;
 pub mod fetch;
 pub mod plan;
 pub mod record;
+pub mod sasl;
+pub mod security;
+mod tls;
 
-pub use error::{Error, ErrorKind};
+pub use error::{Error, ErrorKind, SaslProblem, TlsProblem};

@@ -80,7 +80,10 @@ pub use kdirect_engine::plan::{
     StartPolicy, TimestampStrategy, TopicPartition, Trigger,
 };
 pub use kdirect_engine::record::{Header, Headers, OwnedHeader, OwnedRecord, Record};
-pub use kdirect_engine::ErrorKind;
+pub use kdirect_engine::security::{
+    EndpointIdentification, SaslMechanism, Secret, Security, SecurityProtocol,
+};
+pub use kdirect_engine::{ErrorKind, SaslProblem, TlsProblem};
 pub use kdirect_proto::IsolationLevel;
 
 pub use kdirect_commit::checkpoint::CheckpointStore;

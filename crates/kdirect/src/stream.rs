@@ -44,6 +44,9 @@ use kdirect_engine::plan::{
     TimestampStrategy, TopicPartition, Trigger, WaitReason,
 };
 use kdirect_engine::record::{OwnedRecord, Record};
+use kdirect_engine::security::{
+    EndpointIdentification, SaslMechanism, Secret, Security, SecurityProtocol,
+};
 use kdirect_engine::{Error as EngineError, ErrorKind};
 
 use crate::Error;
@@ -136,10 +139,23 @@ pub struct DirectStreamBuilder {
 
 /// The store a builder was given: a value, or a spec opened by `build` (after connecting,
 /// so that the `kafka` store shares the stream's connections).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 enum StoreChoice {
     Given(Arc<dyn DynStore>),
     Spec(String),
+}
+
+/// The spec's password never shows (`{:?}` of a builder is what users log).
+impl std::fmt::Debug for StoreChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreChoice::Given(s) => f.debug_tuple("Given").field(s).finish(),
+            StoreChoice::Spec(spec) => f
+                .debug_tuple("Spec")
+                .field(&kdirect_commit::redact(spec))
+                .finish(),
+        }
+    }
 }
 
 type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
@@ -316,7 +332,11 @@ impl DirectStreamBuilder {
     /// `auto.offset.reset` (earliest|latest|none), `startingTimestamp`,
     /// `maxOffsetsPerTrigger`, `maxRatePerPartition`, `minOffsetsPerTrigger`,
     /// `maxTriggerDelay` (ms), `failOnDataLoss`, `backpressure.enabled`,
-    /// `batch.interval.ms`, `memory.budget.bytes`.
+    /// `batch.interval.ms`, `memory.budget.bytes`; and the security settings
+    /// `security.protocol` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), `sasl.mechanism` (PLAIN,
+    /// SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER), `sasl.username`, `sasl.password`,
+    /// `sasl.oauthbearer.token`, `ssl.ca.location`, `ssl.certificate.location`,
+    /// `ssl.key.location`, `ssl.endpoint.identification.algorithm` (https, none).
     pub fn set(self, key: &str, value: &str) -> Result<Self, EngineError> {
         let ms = |v: &str| parse::<u64>(key, v).map(Duration::from_millis);
         Ok(match key {
@@ -399,8 +419,72 @@ impl DirectStreamBuilder {
                 ))
             })?),
             "memory.budget.bytes" => self.memory_budget(parse(key, value)?),
-            _ => return Err(ErrorKind::Config(format!("unknown setting '{key}'")).into()),
+            _ => {
+                let mut me = self;
+                // security.protocol, sasl.*, ssl.* (the engine's names; errors never quote a
+                // secret).
+                if me.config.conn.security.set(key, value)? {
+                    return Ok(me);
+                }
+                return Err(ErrorKind::Config(format!("unknown setting '{key}'")).into());
+            }
         })
+    }
+
+    /// Every security setting at once (`security.protocol`, `sasl.*`, `ssl.*`).
+    pub fn security(mut self, security: Security) -> Self {
+        self.config.conn.security = security;
+        self
+    }
+
+    /// `security.protocol`: PLAINTEXT (the default), SSL, SASL_PLAINTEXT or SASL_SSL.
+    pub fn security_protocol(mut self, protocol: SecurityProtocol) -> Self {
+        self.config.conn.security.protocol = protocol;
+        self
+    }
+
+    /// `sasl.mechanism` PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 with `sasl.username` and
+    /// `sasl.password` (set `security_protocol` to a SASL one too).
+    pub fn sasl(mut self, mechanism: SaslMechanism, username: &str, password: Secret) -> Self {
+        let s = &mut self.config.conn.security;
+        s.sasl_mechanism = Some(mechanism);
+        s.sasl_username = Some(username.to_owned());
+        s.sasl_password = Some(password);
+        self
+    }
+
+    /// `sasl.mechanism=OAUTHBEARER` with a static token (`sasl.oauthbearer.token`).
+    pub fn sasl_oauthbearer_token(mut self, token: Secret) -> Self {
+        let s = &mut self.config.conn.security;
+        s.sasl_mechanism = Some(SaslMechanism::OAuthBearer);
+        s.sasl_oauthbearer_token = Some(token);
+        self
+    }
+
+    /// `ssl.ca.location`: the PEM file of the CA(s) to trust instead of the built-in roots.
+    pub fn ssl_ca_location(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.config.conn.security.ssl_ca_location = Some(path.into());
+        self
+    }
+
+    /// `ssl.certificate.location` and `ssl.key.location`: the client's certificate chain and
+    /// private key (PEM; PKCS#8, RSA or EC), for mutual TLS.
+    pub fn ssl_client_certificate(
+        mut self,
+        certificate: impl Into<std::path::PathBuf>,
+        key: impl Into<std::path::PathBuf>,
+    ) -> Self {
+        let s = &mut self.config.conn.security;
+        s.ssl_certificate_location = Some(certificate.into());
+        s.ssl_key_location = Some(key.into());
+        self
+    }
+
+    /// `ssl.endpoint.identification.algorithm`: `Https` (the default) checks the broker's
+    /// certificate against its host name; `None` does not (a warning is printed).
+    pub fn ssl_endpoint_identification(mut self, check: EndpointIdentification) -> Self {
+        self.config.conn.security.ssl_endpoint_identification = check;
+        self
     }
 
     /// `client.id`, sent with every request (default `kdirect`).

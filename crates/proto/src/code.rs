@@ -37,6 +37,12 @@ impl ErrorCode {
     pub const NOT_COORDINATOR: ErrorCode = ErrorCode(16);
     /// `UNSUPPORTED_VERSION` (35).
     pub const UNSUPPORTED_VERSION: ErrorCode = ErrorCode(35);
+    /// 33: the listener does not enable the SASL mechanism asked for.
+    pub const UNSUPPORTED_SASL_MECHANISM: ErrorCode = ErrorCode(33);
+    /// 34: a request out of order for the SASL state (SaslHandshake on a non-SASL listener).
+    pub const ILLEGAL_SASL_STATE: ErrorCode = ErrorCode(34);
+    /// 58: the broker refused the SASL credentials.
+    pub const SASL_AUTHENTICATION_FAILED: ErrorCode = ErrorCode(58);
     /// `FENCED_LEADER_EPOCH` (74).
     pub const FENCED_LEADER_EPOCH: ErrorCode = ErrorCode(74);
     /// `UNKNOWN_LEADER_EPOCH` (75).

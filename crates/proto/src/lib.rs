@@ -3,7 +3,8 @@
 //! What it does: turns kdirect's requests into bytes and response bytes into typed messages —
 //! framing ([`frame`]), request/response headers and any API's encode/decode with an explicit
 //! version ([`message`]), one file per API kdirect uses ([`api`]: ApiVersions, Metadata,
-//! ListOffsets, Fetch, FindCoordinator, OffsetCommit, OffsetFetch), version negotiation
+//! ListOffsets, Fetch, FindCoordinator, OffsetCommit, OffsetFetch, SaslHandshake,
+//! SaslAuthenticate), version negotiation
 //! against a broker's ApiVersions answer ([`versions`]) and Kafka error codes as data
 //! ([`code`]). Message types come from the `kafka-protocol` crate.
 //!

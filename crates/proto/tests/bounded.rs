@@ -28,6 +28,8 @@ use kdirect_proto::api::list_offsets::{self, ListOffsets, ListOffsetsResponse};
 use kdirect_proto::api::metadata::{self, Metadata, MetadataResponse};
 use kdirect_proto::api::offset_commit::OffsetCommit;
 use kdirect_proto::api::offset_fetch::OffsetFetch;
+use kdirect_proto::api::sasl_authenticate::{SaslAuthenticate, SaslAuthenticateResponse};
+use kdirect_proto::api::sasl_handshake::{SaslHandshake, SaslHandshakeResponse};
 use kdirect_proto::kafka_protocol;
 use kdirect_proto::message::{decode_response, encode_response, Api};
 use kdirect_proto::ProtoError;
@@ -362,7 +364,55 @@ proptest! {
         let _ = decode_response::<ListOffsets>(frame.clone(), v);
         let _ = decode_response::<FindCoordinator>(frame.clone(), v);
         let _ = decode_response::<OffsetCommit>(frame.clone(), v);
-        let _ = decode_response::<OffsetFetch>(frame, v);
+        let _ = decode_response::<OffsetFetch>(frame.clone(), v);
+        let _ = decode_response::<SaslHandshake>(frame.clone(), v);
+        let _ = decode_response::<SaslAuthenticate>(frame, v);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SASL: SaslHandshake 0-1 and SaslAuthenticate 0-2
+
+/// Every version round-trips through the bounded walk and kafka-protocol; every truncation is
+/// a Decode error; a mechanisms count that cannot fit is refused before any allocation.
+#[test]
+fn sasl_responses_decode_at_every_version_and_truncations_are_errors() {
+    for v in SaslHandshake::VERSIONS.min..=SaslHandshake::VERSIONS.max {
+        let resp = SaslHandshakeResponse::default()
+            .with_error_code(33)
+            .with_mechanisms(vec![s("SCRAM-SHA-256"), s("SCRAM-SHA-512")]);
+        let frame = encode_response::<SaslHandshake>(&resp, v, 9)
+            .unwrap()
+            .slice(4..);
+        let (cid, back) = decode_response::<SaslHandshake>(frame.clone(), v).unwrap();
+        assert_eq!((cid, &back), (9, &resp), "v{v}");
+        for cut in 0..frame.len() {
+            let e = decode_response::<SaslHandshake>(frame.slice(..cut), v).unwrap_err();
+            assert!(decode_position(&e) <= cut, "v{v} cut at {cut}");
+        }
+        // The mechanisms count (after the correlation id and error code) says 2^31 - 1.
+        let mut hostile = BytesMut::from(&frame[..6]);
+        hostile.put_i32(i32::MAX);
+        let e = decode_response::<SaslHandshake>(hostile.freeze(), v).unwrap_err();
+        assert_eq!(decode_position(&e), 6, "v{v}: {e}");
+    }
+    for v in SaslAuthenticate::VERSIONS.min..=SaslAuthenticate::VERSIONS.max {
+        let mut resp = SaslAuthenticateResponse::default()
+            .with_error_code(58)
+            .with_error_message(Some(s("Authentication failed: invalid credentials")))
+            .with_auth_bytes(Bytes::from_static(b"v=6rriTRBi23WpRR"));
+        if v >= 1 {
+            resp.session_lifetime_ms = 3_600_000;
+        }
+        let frame = encode_response::<SaslAuthenticate>(&resp, v, 3)
+            .unwrap()
+            .slice(4..);
+        let (cid, back) = decode_response::<SaslAuthenticate>(frame.clone(), v).unwrap();
+        assert_eq!((cid, &back), (3, &resp), "v{v}");
+        for cut in 0..frame.len() {
+            let e = decode_response::<SaslAuthenticate>(frame.slice(..cut), v).unwrap_err();
+            assert!(decode_position(&e) <= cut, "v{v} cut at {cut}");
+        }
     }
 }
 

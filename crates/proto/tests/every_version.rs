@@ -15,6 +15,8 @@ use kdirect_proto::api::list_offsets::{self, ListOffsets, OffsetQuery, OffsetSpe
 use kdirect_proto::api::metadata::{self, Metadata};
 use kdirect_proto::api::offset_commit::{self, CommitEntry, OffsetCommit};
 use kdirect_proto::api::offset_fetch::{self, OffsetFetch};
+use kdirect_proto::api::sasl_authenticate::{self, SaslAuthenticate};
+use kdirect_proto::api::sasl_handshake::{self, SaslHandshake};
 use kdirect_proto::kafka_protocol;
 use kdirect_proto::message::{encode_request, Api};
 use kdirect_proto::IsolationLevel;
@@ -150,5 +152,19 @@ proptest! {
         }];
         let back = roundtrip::<Fetch>(&fetch::request(&params, &topics, version).unwrap(), version);
         prop_assert_eq!(back.isolation_level, iso.as_i8());
+    }
+}
+
+#[test]
+fn sasl_requests_encode_at_every_claimed_version() {
+    for version in SaslHandshake::VERSIONS.min..=SaslHandshake::VERSIONS.max {
+        let back = roundtrip::<SaslHandshake>(&sasl_handshake::request("SCRAM-SHA-512"), version);
+        assert_eq!(back.mechanism.as_str(), "SCRAM-SHA-512");
+    }
+    for version in SaslAuthenticate::VERSIONS.min..=SaslAuthenticate::VERSIONS.max {
+        let token = b"n,,n=alice,r=nonce".to_vec();
+        let back =
+            roundtrip::<SaslAuthenticate>(&sasl_authenticate::request(token.clone()), version);
+        assert_eq!(&back.auth_bytes[..], &token[..]);
     }
 }

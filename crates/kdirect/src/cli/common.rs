@@ -15,21 +15,77 @@ pub struct ConnectArgs {
     /// request.timeout.ms
     #[arg(long, default_value_t = 30_000, value_name = "MS")]
     pub request_timeout_ms: u64,
+    /// A setting by its Kafka name (repeatable): the security settings `security.protocol`,
+    /// `sasl.mechanism`, `sasl.username`, `sasl.password`, `sasl.oauthbearer.token`,
+    /// `ssl.ca.location`, `ssl.certificate.location`, `ssl.key.location`,
+    /// `ssl.endpoint.identification.algorithm`, and `client.id`; `consume` takes every library
+    /// setting (`-X fetch.max.wait.ms=100 -X maxOffsetsPerTrigger=5000`). Each security
+    /// setting is also read from the environment as KDIRECT_ + the key upper-cased with dots
+    /// as underscores (KDIRECT_SASL_PASSWORD), so that a password need not be typed on a
+    /// command line; -X wins over the environment.
+    #[arg(short = 'X', long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
 }
 
 impl ConnectArgs {
     /// Connects to the cluster.
     pub async fn connect(&self) -> Result<Cluster, CliError> {
-        connect(&self.bootstrap, self.request_timeout_ms).await
+        connect(&self.bootstrap, self.request_timeout_ms, &self.set).await
+    }
+
+    /// The settings to apply, in order: the security settings from the environment, then
+    /// each `-X KEY=VALUE`.
+    pub fn settings(&self) -> Result<Vec<(String, String)>, CliError> {
+        settings(&self.set)
     }
 }
 
+/// `KDIRECT_SASL_PASSWORD` for `sasl.password`.
+pub fn env_name(key: &str) -> String {
+    format!("KDIRECT_{}", key.to_ascii_uppercase().replace('.', "_"))
+}
+
+/// The security settings from the environment, then `-X KEY=VALUE` pairs.
+pub fn settings(set: &[String]) -> Result<Vec<(String, String)>, CliError> {
+    let mut out: Vec<(String, String)> = kdirect_engine::security::KEYS
+        .iter()
+        .filter_map(|k| {
+            std::env::var(env_name(k))
+                .ok()
+                .map(|v| ((*k).to_owned(), v))
+        })
+        .collect();
+    for kv in set {
+        let (k, v) = kv.split_once('=').ok_or_else(|| {
+            // Never echo the argument: it may be a secret typed without its key.
+            CliError("-X takes KEY=VALUE (an argument without '=' was given)".to_owned())
+        })?;
+        out.push((k.trim().to_owned(), v.trim().to_owned()));
+    }
+    Ok(out)
+}
+
 /// Connects to `bootstrap` (`HOST:PORT[,HOST:PORT…]`) with `request.timeout.ms` (the connect
-/// timeout is the same, at most 10 s).
-pub async fn connect(bootstrap: &str, request_timeout_ms: u64) -> Result<Cluster, CliError> {
+/// timeout is the same, at most 10 s) and the connection settings of `set` (`-X`) and the
+/// environment.
+pub async fn connect(
+    bootstrap: &str,
+    request_timeout_ms: u64,
+    set: &[String],
+) -> Result<Cluster, CliError> {
     let mut config = ConnConfig::default();
     config.request_timeout = Duration::from_millis(request_timeout_ms);
     config.connect_timeout = Duration::from_millis(request_timeout_ms.min(10_000));
+    for (k, v) in settings(set)? {
+        if k == "client.id" {
+            config.client_id = v;
+        } else if !config.security.set(&k, &v)? {
+            return Err(CliError(format!(
+                "-X {k}: not a connection setting (this command takes security.protocol, \
+                 sasl.*, ssl.* and client.id; consume takes every library setting)"
+            )));
+        }
+    }
     // Cluster::connect splits comma-separated entries itself.
     Ok(Cluster::connect(&[bootstrap.to_owned()], config).await?)
 }

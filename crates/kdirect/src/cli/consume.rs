@@ -87,10 +87,6 @@ pub struct Args {
     /// report the lost range and go on from the log start (failOnDataLoss).
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     fail_on_data_loss: bool,
-    /// Any library setting by its Kafka or Spark name (repeatable), e.g.
-    /// `-X fetch.max.wait.ms=100 -X maxOffsetsPerTrigger=5000`.
-    #[arg(short = 'X', long = "set", value_name = "KEY=VALUE")]
-    set: Vec<String>,
     /// One line per batch to stderr: id, records, offsets, the batch's records/s.
     #[arg(long)]
     progress: bool,
@@ -259,11 +255,9 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
     if let Some(ts) = args.ending_timestamp {
         builder = builder.ending(Ending::Timestamp(ts));
     }
-    for kv in &args.set {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| CliError(format!("-X {kv}: expected KEY=VALUE")))?;
-        builder = builder.set(k.trim(), v.trim())?;
+    // The security settings from the environment (KDIRECT_SASL_PASSWORD, …), then each -X.
+    for (k, v) in args.conn.settings()? {
+        builder = builder.set(&k, &v)?;
     }
     // With a store, the stream owns the commit protocol: it resumes from the committed
     // positions, re-runs a logged-but-uncommitted batch with exactly its ranges, and logs each

@@ -29,6 +29,11 @@ pub struct StoreArgs {
     /// request.timeout.ms
     #[arg(long, default_value_t = 30_000, value_name = "MS")]
     pub request_timeout_ms: u64,
+    /// A connection setting by its Kafka name (repeatable): `security.protocol`, `sasl.*`,
+    /// `ssl.*`, `client.id`. The security settings are also read from the environment as
+    /// KDIRECT_ + the key upper-cased with dots as underscores (KDIRECT_SASL_PASSWORD).
+    #[arg(short = 'X', long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
 }
 
 impl StoreArgs {
@@ -38,7 +43,7 @@ impl StoreArgs {
             return Ok(None);
         };
         Ok(Some(Arc::new(
-            super::common::connect(b, self.request_timeout_ms).await?,
+            super::common::connect(b, self.request_timeout_ms, &self.set).await?,
         )))
     }
 

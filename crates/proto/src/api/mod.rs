@@ -10,6 +10,8 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod offset_commit;
 pub mod offset_fetch;
+pub mod sasl_authenticate;
+pub mod sasl_handshake;
 
 use kafka_protocol::messages::{ApiKey, TopicName};
 use kafka_protocol::protocol::StrBytes;
@@ -47,6 +49,8 @@ pub(crate) fn first_flexible_version(key: ApiKey) -> Option<i16> {
         ApiKey::FindCoordinator => find_coordinator::FIRST_FLEXIBLE_VERSION,
         ApiKey::OffsetCommit => offset_commit::FIRST_FLEXIBLE_VERSION,
         ApiKey::OffsetFetch => offset_fetch::FIRST_FLEXIBLE_VERSION,
+        ApiKey::SaslHandshake => sasl_handshake::FIRST_FLEXIBLE_VERSION,
+        ApiKey::SaslAuthenticate => sasl_authenticate::FIRST_FLEXIBLE_VERSION,
         _ => return None,
     })
 }
@@ -69,6 +73,8 @@ pub(crate) fn check_body(key: ApiKey, version: i16, r: &mut Reader<'_>) -> Res<(
         ApiKey::Fetch => fetch::walk(r, version, None).map(drop),
         ApiKey::FindCoordinator => find_coordinator::check(r, version),
         ApiKey::OffsetCommit => offset_commit::check(r, version),
+        ApiKey::SaslHandshake => sasl_handshake::check(r, version),
+        ApiKey::SaslAuthenticate => sasl_authenticate::check(r, version),
         _ => offset_fetch::check(r, version),
     }
 }

@@ -1,0 +1,309 @@
+//! Security settings, by the names of the Java client and librdkafka: `security.protocol`,
+//! `sasl.*` and `ssl.*`.
+//!
+//! [`Security`] is part of [`crate::conn::ConnConfig`]; every connection the engine opens
+//! (bootstrap, leaders, the group coordinator) goes through
+//! [`BrokerConnection::connect`](crate::conn::BrokerConnection::connect), which applies it:
+//! TLS first (`SSL`, `SASL_SSL`; see `tls.rs`), then the ApiVersions handshake, then SASL (`SASL_PLAINTEXT`, `SASL_SSL`; see [`crate::sasl`]).
+//! Secrets (`sasl.password`, `sasl.oauthbearer.token`) are held as [`Secret`], whose `Debug`
+//! prints `<redacted>`, and never appear in an error.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::error::{Error, ErrorKind};
+
+/// `security.protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum SecurityProtocol {
+    /// No TLS, no SASL (the default).
+    #[default]
+    Plaintext,
+    /// TLS.
+    Ssl,
+    /// SASL without TLS.
+    SaslPlaintext,
+    /// SASL over TLS.
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    /// Parses `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL` (any case).
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s.to_ascii_uppercase().as_str() {
+            "PLAINTEXT" => Self::Plaintext,
+            "SSL" => Self::Ssl,
+            "SASL_PLAINTEXT" => Self::SaslPlaintext,
+            "SASL_SSL" => Self::SaslSsl,
+            _ => return None,
+        })
+    }
+
+    /// The setting's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Plaintext => "PLAINTEXT",
+            Self::Ssl => "SSL",
+            Self::SaslPlaintext => "SASL_PLAINTEXT",
+            Self::SaslSsl => "SASL_SSL",
+        }
+    }
+
+    /// Whether the connection is TLS.
+    pub fn tls(self) -> bool {
+        matches!(self, Self::Ssl | Self::SaslSsl)
+    }
+
+    /// Whether the connection authenticates with SASL.
+    pub fn sasl(self) -> bool {
+        matches!(self, Self::SaslPlaintext | Self::SaslSsl)
+    }
+}
+
+/// `sasl.mechanism`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SaslMechanism {
+    /// `PLAIN` (RFC 4616): the password is sent as is; use it over TLS only.
+    Plain,
+    /// `SCRAM-SHA-256` (RFC 5802, RFC 7677).
+    ScramSha256,
+    /// `SCRAM-SHA-512`.
+    ScramSha512,
+    /// `OAUTHBEARER` (RFC 7628, KIP-255) with a static token (`sasl.oauthbearer.token`).
+    OAuthBearer,
+}
+
+impl SaslMechanism {
+    /// Parses a mechanism name (any case).
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s.to_ascii_uppercase().as_str() {
+            "PLAIN" => Self::Plain,
+            "SCRAM-SHA-256" => Self::ScramSha256,
+            "SCRAM-SHA-512" => Self::ScramSha512,
+            "OAUTHBEARER" => Self::OAuthBearer,
+            _ => return None,
+        })
+    }
+
+    /// The name the broker knows it by.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Plain => "PLAIN",
+            Self::ScramSha256 => "SCRAM-SHA-256",
+            Self::ScramSha512 => "SCRAM-SHA-512",
+            Self::OAuthBearer => "OAUTHBEARER",
+        }
+    }
+}
+
+/// A password or token: `Debug` prints `<redacted>`, and nothing else prints it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret.
+    pub fn new(s: impl Into<String>) -> Self {
+        Secret(s.into())
+    }
+
+    /// The secret itself, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// How connections are secured. The default is plaintext.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Security {
+    /// `security.protocol`.
+    pub protocol: SecurityProtocol,
+    /// `sasl.mechanism`; required with `SASL_*` (kdirect has no GSSAPI, the Java default).
+    pub sasl_mechanism: Option<SaslMechanism>,
+    /// `sasl.username` (PLAIN and SCRAM).
+    pub sasl_username: Option<String>,
+    /// `sasl.password` (PLAIN and SCRAM).
+    pub sasl_password: Option<Secret>,
+    /// `sasl.oauthbearer.token`: a static OAUTHBEARER token (a JWT).
+    pub sasl_oauthbearer_token: Option<Secret>,
+    /// `ssl.ca.location`: a PEM file of CA certificates to trust instead of the built-in
+    /// roots (Mozilla's, from `webpki-roots`).
+    pub ssl_ca_location: Option<PathBuf>,
+    /// `ssl.certificate.location`: the client's certificate chain (PEM), for mutual TLS.
+    pub ssl_certificate_location: Option<PathBuf>,
+    /// `ssl.key.location`: the client's private key (PEM: PKCS#8, RSA or EC).
+    pub ssl_key_location: Option<PathBuf>,
+    /// `ssl.endpoint.identification.algorithm`: `https` (the default, `true`) checks that the
+    /// broker's certificate names the host connected to; `none` (`false`) skips that check
+    /// (the chain is still verified) and prints a warning.
+    pub ssl_endpoint_identification: EndpointIdentification,
+}
+
+/// `ssl.endpoint.identification.algorithm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum EndpointIdentification {
+    /// `https`: the certificate must name the broker's host (the default).
+    #[default]
+    Https,
+    /// `none`: the host name is not checked.
+    None,
+}
+
+/// The keys [`Security::set`] knows, in the order the documentation lists them.
+pub const KEYS: &[&str] = &[
+    "security.protocol",
+    "sasl.mechanism",
+    "sasl.username",
+    "sasl.password",
+    "sasl.oauthbearer.token",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.endpoint.identification.algorithm",
+];
+
+/// The keys whose values are secrets.
+pub const SECRET_KEYS: &[&str] = &["sasl.password", "sasl.oauthbearer.token"];
+
+impl Security {
+    /// Applies one setting by its Kafka name. `Ok(false)`: `key` is not a security setting.
+    /// The error never quotes a secret's value.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<bool, Error> {
+        let bad = |what: &str| -> Error {
+            ErrorKind::Config(format!("{key}: '{value}' is not {what}")).into()
+        };
+        let path = |v: &str| (!v.is_empty()).then(|| PathBuf::from(v));
+        match key {
+            "security.protocol" => {
+                self.protocol = SecurityProtocol::parse(value)
+                    .ok_or_else(|| bad("PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"))?;
+            }
+            "sasl.mechanism" => {
+                self.sasl_mechanism = Some(SaslMechanism::parse(value).ok_or_else(|| {
+                    bad("PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (no GSSAPI)")
+                })?);
+            }
+            "sasl.username" => self.sasl_username = Some(value.to_owned()),
+            "sasl.password" => self.sasl_password = Some(Secret::new(value)),
+            "sasl.oauthbearer.token" => self.sasl_oauthbearer_token = Some(Secret::new(value)),
+            "ssl.ca.location" => self.ssl_ca_location = path(value),
+            "ssl.certificate.location" => self.ssl_certificate_location = path(value),
+            "ssl.key.location" => self.ssl_key_location = path(value),
+            "ssl.endpoint.identification.algorithm" => {
+                self.ssl_endpoint_identification = match value.to_ascii_lowercase().as_str() {
+                    "https" => EndpointIdentification::Https,
+                    "none" | "" => EndpointIdentification::None,
+                    _ => return Err(bad("https or none")),
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Checks that the settings go together (a SASL protocol has a mechanism and its
+    /// credentials; a client certificate has its key).
+    pub fn check(&self) -> Result<(), Error> {
+        let config = |m: String| -> Error { ErrorKind::Config(m).into() };
+        let p = self.protocol.as_str();
+        if self.protocol.sasl() {
+            let Some(m) = self.sasl_mechanism else {
+                return Err(config(format!(
+                    "security.protocol={p} needs sasl.mechanism (PLAIN, SCRAM-SHA-256, \
+                     SCRAM-SHA-512 or OAUTHBEARER)"
+                )));
+            };
+            match m {
+                SaslMechanism::OAuthBearer => {
+                    if self.sasl_oauthbearer_token.is_none() {
+                        return Err(config(
+                            "sasl.mechanism=OAUTHBEARER needs sasl.oauthbearer.token".to_owned(),
+                        ));
+                    }
+                }
+                _ => {
+                    if self.sasl_username.is_none() || self.sasl_password.is_none() {
+                        return Err(config(format!(
+                            "sasl.mechanism={} needs sasl.username and sasl.password",
+                            m.name()
+                        )));
+                    }
+                }
+            }
+        }
+        if self.ssl_certificate_location.is_some() != self.ssl_key_location.is_some() {
+            return Err(config(
+                "ssl.certificate.location and ssl.key.location go together (mutual TLS)".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_parse_and_secrets_never_print() {
+        let mut s = Security::default();
+        for (k, v) in [
+            ("security.protocol", "sasl_ssl"),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+            ("sasl.username", "alice"),
+            ("sasl.password", "hunter2-secret"),
+            ("sasl.oauthbearer.token", "tok-secret"),
+            ("ssl.ca.location", "/etc/ca.pem"),
+            ("ssl.endpoint.identification.algorithm", "none"),
+        ] {
+            assert!(s.set(k, v).unwrap(), "{k}");
+        }
+        assert!(!s.set("fetch.max.bytes", "1").unwrap());
+        assert_eq!(s.protocol, SecurityProtocol::SaslSsl);
+        assert_eq!(s.sasl_mechanism, Some(SaslMechanism::ScramSha512));
+        assert_eq!(s.sasl_password.as_ref().unwrap().expose(), "hunter2-secret");
+        assert_eq!(s.ssl_endpoint_identification, EndpointIdentification::None);
+        s.check().unwrap();
+        let debug = format!("{s:?}");
+        assert!(
+            !debug.contains("hunter2") && !debug.contains("tok-secret"),
+            "{debug}"
+        );
+        assert!(
+            debug.contains("<redacted>") && debug.contains("alice"),
+            "{debug}"
+        );
+    }
+
+    #[test]
+    fn bad_values_and_missing_settings_are_named() {
+        let mut s = Security::default();
+        let e = s.set("security.protocol", "TLS").unwrap_err().to_string();
+        assert!(
+            e.contains("security.protocol") && e.contains("SASL_SSL"),
+            "{e}"
+        );
+        let e = s.set("sasl.mechanism", "GSSAPI").unwrap_err().to_string();
+        assert!(e.contains("GSSAPI"), "{e}");
+        s.set("security.protocol", "SASL_PLAINTEXT").unwrap();
+        let e = s.check().unwrap_err().to_string();
+        assert!(e.contains("needs sasl.mechanism"), "{e}");
+        s.set("sasl.mechanism", "PLAIN").unwrap();
+        s.set("sasl.username", "alice").unwrap();
+        let e = s.check().unwrap_err().to_string();
+        assert!(e.contains("sasl.password"), "{e}");
+        s.set("sasl.password", "x").unwrap();
+        s.set("ssl.certificate.location", "/c.pem").unwrap();
+        let e = s.check().unwrap_err().to_string();
+        assert!(e.contains("ssl.key.location"), "{e}");
+    }
+}
