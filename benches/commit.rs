@@ -2,8 +2,10 @@
 //! batch starting where the previous one ended (so every commit passes compare-and-set and
 //! writes). Named `commit/<store>/4p`.
 //!
-//! - checkpoint: on local disk (under cargo's target tmpdir), with fsync of the file and the
-//!   directory; `log_plan` runs outside the timed part, as it runs before the batch.
+//! - fdatasync-floor: a new 120-byte file and one fdatasync in the same directory, the floor
+//!   a checkpoint commit (one durable write) is quoted against.
+//! - checkpoint: on local disk (under cargo's target tmpdir), one fdatasync per batch file;
+//!   `log_plan` runs outside the timed part, as it runs before the batch.
 //! - sqlite: a file in the same place (WAL, synchronous=FULL).
 //! - postgres / mysql / redis: `KDIRECT_TEST_POSTGRES`, `KDIRECT_TEST_MYSQL`,
 //!   `KDIRECT_TEST_REDIS`; skipped with a printed reason when unset.
@@ -107,8 +109,45 @@ fn service(var: &str) -> Option<String> {
     }
 }
 
+/// The floor a checkpoint commit is measured against: creating a small file of a commit's
+/// size in the same directory and one fdatasync of it, nothing else.
+fn bench_fdatasync(c: &mut Criterion, dir: &std::path::Path) {
+    use std::io::Write;
+    let floor = dir.join("floor");
+    std::fs::create_dir_all(&floor).unwrap();
+    let bytes = vec![b'x'; 120];
+    let mut next = 0u64;
+    let samples = Mutex::new(Vec::<Duration>::new());
+    c.bench_function("commit/fdatasync-floor", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let path = floor.join(next.to_string());
+                next += 1;
+                let t = Instant::now();
+                let mut f = std::fs::File::create_new(&path).unwrap();
+                f.write_all(&bytes).unwrap();
+                f.sync_data().unwrap();
+                let d = t.elapsed();
+                samples.lock().unwrap().push(d);
+                total += d;
+            }
+            total
+        })
+    });
+    let mut s = samples.into_inner().unwrap();
+    s.sort();
+    println!(
+        "commit/fdatasync-floor: p50 {:.3} ms, p99 {:.3} ms over {} writes",
+        percentile(&s, 0.5).as_secs_f64() * 1e3,
+        percentile(&s, 0.99).as_secs_f64() * 1e3,
+        s.len()
+    );
+}
+
 fn commit(c: &mut Criterion) {
     let dir = tmp();
+    bench_fdatasync(c, &dir);
     bench_store(
         c,
         "checkpoint",

@@ -10,6 +10,7 @@ mod fetch;
 mod hostile;
 mod kill;
 mod migrate;
+mod output;
 mod real_kafka;
 mod secure;
 mod stream;

@@ -873,7 +873,7 @@ fn a_bad_record_names_broker_partition_and_offset() {
 }
 
 /// A fake broker in this process with topic `topic`: `partitions` × `records` of 100 B.
-fn fake_topic(
+pub(crate) fn fake_topic(
     rt: &tokio::runtime::Runtime,
     topic: &str,
     partitions: i32,

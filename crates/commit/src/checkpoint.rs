@@ -454,6 +454,35 @@ impl Inner {
         Ok(file)
     }
 
+    /// [`write_new`], replacing a torn file left by a crash (the newest of its directory,
+    /// counted as absent by `read_state`) instead of failing on it.
+    fn write_batch_file(&self, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+        match write_new(path, bytes) {
+            Err(e)
+                if matches!(e.kind(), StoreErrorKind::AlreadyExists { .. })
+                    && self.is_torn(path) =>
+            {
+                let dir = path.parent().unwrap_or(&self.dir);
+                replace_torn(dir, path, bytes)
+            }
+            other => other,
+        }
+    }
+
+    /// Whether `path` is a batch file a crash cut short, as page-granular writeback leaves
+    /// them: empty, with NUL bytes (pages the size covers that never reached the disk), or cut
+    /// at a page boundary — and not parsing. Text cut anywhere else, or garbage, is not a
+    /// tear: it is corruption, refused by name (a person must look).
+    fn is_torn(&self, path: &Path) -> bool {
+        let Ok(bytes) = read_bounded(path) else {
+            return false;
+        };
+        let parses = std::str::from_utf8(&bytes)
+            .ok()
+            .is_some_and(|t| CheckpointFile::decode(t, path).is_ok());
+        !parses && (bytes.is_empty() || bytes.contains(&0) || bytes.len() % 4096 == 0)
+    }
+
     /// Batch ids present in `sub`, checked to be contiguous.
     fn ids(&self, sub: &str) -> Result<Vec<u64>, StoreError> {
         let d = self.dir.join(sub);
@@ -544,8 +573,23 @@ impl Inner {
     }
 
     fn read_state(&self) -> Result<DiskState, StoreError> {
-        let offsets = self.ids("offsets")?;
-        let commits = self.ids("commits")?;
+        let mut offsets = self.ids("offsets")?;
+        let mut commits = self.ids("commits")?;
+        // A batch file is written with one fdatasync (`write_new`): a crash before it ends can
+        // leave the newest file of a directory torn (empty, cut short, NUL-filled). That file
+        // was never acknowledged, so it counts as not written. Only the newest can be torn;
+        // anything else that does not parse is corruption, reported below.
+        if commits
+            .last()
+            .is_some_and(|&c| self.is_torn(&self.commits_path(c)))
+        {
+            commits.pop();
+        }
+        if offsets.last().is_some_and(|&o| {
+            commits.last().is_none_or(|&c| c < o) && self.is_torn(&self.offsets_path(o))
+        }) {
+            offsets.pop();
+        }
         let last_o = offsets.last().copied();
         let last_c = commits.last().copied();
         // Every retained batch file must parse: corruption anywhere is reported, not skipped.
@@ -652,7 +696,7 @@ impl Inner {
             from: Some(froms(&batch.ranges)),
             offsets: untils(&batch.ranges),
         };
-        match create_new(&self.dir.join("offsets"), &path, file.encode().as_bytes()) {
+        match self.write_batch_file(&path, file.encode().as_bytes()) {
             Ok(()) => Ok(true),
             Err(e) if matches!(e.kind(), StoreErrorKind::AlreadyExists { .. }) => {
                 // A re-run of the logged batch logs the same ranges again: fine. Other ranges
@@ -723,7 +767,7 @@ impl Inner {
             offsets: positions_file(&state),
         };
         let path = self.commits_path(batch.id);
-        match create_new(&self.dir.join("commits"), &path, file.encode().as_bytes()) {
+        match self.write_batch_file(&path, file.encode().as_bytes()) {
             Ok(()) => {}
             Err(e) if matches!(e.kind(), StoreErrorKind::AlreadyExists { .. }) => {
                 return Ok((self.recommit(batch)?, None))
@@ -903,9 +947,64 @@ pub(crate) fn read_bounded(path: &Path) -> Result<Vec<u8>, StoreError> {
     Ok(bytes)
 }
 
+/// Writes a batch file with one durable write: `path` is created only if absent (O_EXCL: a
+/// batch file is never overwritten, and of two writers one fails), written, and made durable
+/// with one fdatasync. On the journaling filesystems kdirect runs on (ext4, XFS, btrfs), the
+/// fsync of a newly created file also makes its directory entry durable (the entry is in the
+/// journal transaction the fsync commits), so the directory needs no fsync of its own. A crash
+/// before the fdatasync returns can leave a torn file: it was never acknowledged, and
+/// `read_state` counts the newest file of a directory as absent when it is torn; a torn file
+/// in the way of a new write is replaced (`replace_torn`).
+fn write_new(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let mut f = match File::create_new(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(StoreErrorKind::AlreadyExists {
+                path: path.to_owned(),
+                reason: "a batch file is never overwritten".to_owned(),
+            }
+            .into())
+        }
+        Err(e) => return Err(io(path, "create")(e)),
+    };
+    let written = f
+        .write_all(bytes)
+        .map_err(io(path, "write"))
+        .and_then(|()| f.sync_data().map_err(io(path, "fdatasync")));
+    if written.is_err() {
+        // Not acknowledged: leave no half-written file behind (a full disk, an I/O error).
+        drop(f);
+        let _ = fs::remove_file(path);
+    }
+    written
+}
+
+/// Replaces the torn file at `path` with `bytes`: temp file, fsync, rename over it, fsync the
+/// directory (the slow path, once after a crash).
+fn replace_torn(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}-torn", std::process::id()));
+    let result = (|| {
+        let mut f = File::create(&tmp).map_err(io(&tmp, "create"))?;
+        f.write_all(bytes).map_err(io(&tmp, "write"))?;
+        f.sync_all().map_err(io(&tmp, "fsync"))?;
+        fs::rename(&tmp, path).map_err(io(path, "rename"))
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(dir, "fsync directory"))
+}
+
 /// Creates `path` (in directory `dir`) with `bytes`, atomically and never over an existing
 /// file: temp file, fsync, hard link to the final name (fails if it exists), remove the temp,
-/// fsync the directory.
+/// fsync the directory. For the `metadata` file and `set_positions` (rare writes).
 fn create_new(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static SEQ: AtomicU64 = AtomicU64::new(0);

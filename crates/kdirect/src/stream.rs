@@ -1147,6 +1147,8 @@ impl Driver {
         for (s, e) in starts.iter().zip(&ends) {
             let tp = TopicPartition::new(s.topic.clone(), s.partition);
             let mut end = e.offset;
+            // The end is asked after the start, and a log start never passes the end at any
+            // moment, so these two can only disagree when the broker's offsets are wrong.
             // Offsets that make no sense (a negative log start, an end below it) are the
             // broker's fault, reported as such: never read as "nothing to read".
             if s.offset < 0 || end < s.offset {

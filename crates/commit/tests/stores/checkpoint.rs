@@ -6,7 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use kdirect_commit::checkpoint::CheckpointStore;
-use kdirect_commit::{open_store, OffsetStore, OpenOptions, StoreErrorKind};
+use kdirect_commit::{open_store, CommitOutcome, OffsetStore, OpenOptions, StoreErrorKind};
 
 use crate::common::{batch, exercise, pos};
 use crate::support::{rt, tmpdir};
@@ -224,5 +224,53 @@ fn edited_by_hand_is_honoured() {
         .unwrap();
     assert_eq!(c.positions, pos("t", &[(0, 1234), (1, 5)]));
     assert_eq!(c.next_batch_id(), 4);
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// One fdatasync per batch file leaves, after a crash, at most the newest file of a directory
+/// torn the way page writeback tears: empty, NUL-filled, or cut at a page boundary. It was
+/// never acknowledged, so it counts as not written: a torn commit leaves its batch pending
+/// (re-run, then committed over the torn file), a torn plan leaves nothing pending.
+#[test]
+fn a_torn_newest_file_counts_as_not_written_and_is_replaced() {
+    // commits/3 torn three ways.
+    for torn in [Vec::new(), vec![0u8; 120], {
+        let mut page = b"v1\n{\"batchId\":3,\"timestampMs\":0}\n{\"t\":{\"0\":".to_vec();
+        page.resize(4096, b' ');
+        page
+    }] {
+        let dir = populated("ckpt-torn-commit");
+        fs::remove_file(dir.join("offsets/4")).unwrap();
+        fs::write(dir.join("commits/3"), &torn).unwrap();
+        rt().block_on(async {
+            let s = CheckpointStore::open(&dir, 100).unwrap();
+            let c = s.load(&[]).await.unwrap();
+            assert_eq!(c.batch_id, Some(2));
+            let pending = c.pending.expect("batch 3 is pending again");
+            assert_eq!(pending.id, 3);
+            assert_eq!(s.commit(&pending).await.unwrap(), CommitOutcome::Committed);
+            let c = s.load(&[]).await.unwrap();
+            assert_eq!((c.batch_id, c.pending), (Some(3), None));
+            assert_eq!(c.positions, pos("t", &[(0, 40)]));
+        });
+        let _ = fs::remove_dir_all(&dir);
+    }
+    // offsets/4 torn: no batch pending; batch 4 is planned again and committed.
+    let dir = populated("ckpt-torn-plan");
+    fs::write(dir.join("offsets/4"), [0u8; 64]).unwrap();
+    rt().block_on(async {
+        let s = CheckpointStore::open(&dir, 100).unwrap();
+        let c = s.load(&[]).await.unwrap();
+        assert_eq!((c.batch_id, c.pending.is_none()), (Some(3), true));
+        let b4 = batch(4, "t", &[(0, 40, 45)]);
+        s.log_plan(&b4).await.unwrap();
+        assert_eq!(s.commit(&b4).await.unwrap(), CommitOutcome::Committed);
+    });
+    let _ = fs::remove_dir_all(&dir);
+    // Torn anywhere but the newest file is corruption.
+    let dir = populated("ckpt-torn-old");
+    let bad = dir.join("commits/1");
+    fs::write(&bad, []).unwrap();
+    assert_refused(&dir, &bad);
     let _ = fs::remove_dir_all(&dir);
 }

@@ -323,7 +323,17 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
     let mut line = String::with_capacity(512);
     let mut io_err: Option<std::io::Error> = None;
     let mut last_report = Instant::now();
-    while let Some(batch) = stream.next_batch().await? {
+    // SIGINT/SIGTERM: the batch in progress is finished (output and commit), then exit 0; a
+    // second signal exits at once without committing.
+    let shutdown = Shutdown::install()?;
+    loop {
+        let next = tokio::select! {
+            biased;
+            // Waiting for a batch, nothing in flight: stop now.
+            () = shutdown.requested() => break,
+            next = stream.next_batch() => next?,
+        };
+        let Some(batch) = next else { break };
         let (id, offsets, before) = (batch.id(), batch.offset_count(), stats.records);
         let mut progress = |stats: &Stats| {
             if args.progress {
@@ -355,6 +365,9 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
             stats.batches += 1;
             stream.commit_transaction(batch, tx).await?;
             progress(&stats);
+            if shutdown.is_requested() {
+                break;
+            }
             continue;
         } else if let Some(sink) = &file_sink {
             // Exactly-once output with a store that logs plans: a re-run batch rewrites the
@@ -407,10 +420,16 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
                 return Err(CliError(format!("writing output: {e}")));
             }
             if let Some(w) = out.as_mut() {
+                // Every batch reaches the file or the pipe before the next is fetched: a
+                // quiet topic's records are never held back in the buffer.
+                if let Err(e) = w.flush() {
+                    if e.kind() == std::io::ErrorKind::BrokenPipe {
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                    return Err(CliError(format!("writing output: {e}")));
+                }
                 // The output must be durable before the offsets move past it.
                 if args.store.is_some() {
-                    w.flush()
-                        .map_err(|e| CliError(format!("writing output: {e}")))?;
                     if let Some(f) = &durable {
                         f.sync_data()
                             .map_err(|e| CliError(format!("syncing output: {e}")))?;
@@ -424,6 +443,9 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
         stats.batches += 1;
         stream.commit(batch).await?;
         progress(&stats);
+        if shutdown.is_requested() {
+            break;
+        }
     }
     if let Some(w) = out.as_mut() {
         w.flush()
@@ -572,4 +594,56 @@ fn parse_cover_line(line: &str) -> Option<(u64, Positions)> {
         );
     }
     Some((len, pos))
+}
+
+/// SIGINT and SIGTERM, watched on a thread of their own (so that a second signal ends the
+/// process even while the runtime's thread is blocked writing output).
+#[derive(Debug)]
+struct Shutdown {
+    requested: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    notify: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl Shutdown {
+    fn install() -> Result<Shutdown, CliError> {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        use std::sync::atomic::Ordering;
+        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+            .map_err(|e| CliError(format!("cannot watch signals: {e}")))?;
+        let requested = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let notify = std::sync::Arc::new(tokio::sync::Notify::new());
+        let (r, n) = (requested.clone(), notify.clone());
+        std::thread::Builder::new()
+            .name("kdirect-signals".into())
+            .spawn(move || {
+                for sig in signals.forever() {
+                    let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
+                    if r.swap(true, Ordering::SeqCst) {
+                        eprintln!(
+                            "kdirect: {name} again: exiting now, without committing the batch \
+                             in progress (it is read again on the next run)"
+                        );
+                        std::process::exit(128 + sig);
+                    }
+                    eprintln!(
+                        "kdirect: {name}: finishing the batch in progress (output and commit), \
+                         then exiting; send it again to exit at once"
+                    );
+                    n.notify_one();
+                }
+            })
+            .map_err(|e| CliError(format!("cannot watch signals: {e}")))?;
+        Ok(Shutdown { requested, notify })
+    }
+
+    fn is_requested(&self) -> bool {
+        self.requested.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Resolves once a signal asked the run to end.
+    async fn requested(&self) {
+        while !self.is_requested() {
+            self.notify.notified().await;
+        }
+    }
 }
