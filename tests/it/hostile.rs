@@ -243,7 +243,7 @@ fn a_cluster_restart_mid_run_is_waited_out_with_nothing_lost_or_doubled() {
         )
         .unwrap();
     }
-    let child = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kdirect"))
         .args([
             "consume",
             "-b",
@@ -260,13 +260,27 @@ fn a_cluster_restart_mid_run_is_waited_out_with_nothing_lost_or_doubled() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Stop the broker once the run is under way (it has delivered something), restart it 3 s
-    // later: the outage is the scenario, so these sleeps are the test's subject.
-    std::thread::sleep(Duration::from_millis(1500));
+    // The run's output, read as it comes.
+    let stdout = child.stdout.take().unwrap();
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let reader = {
+        let lines = lines.clone();
+        std::thread::spawn(move || {
+            for l in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+                lines.lock().unwrap().push(l.unwrap());
+            }
+        })
+    };
+    // Once the first batch (5,000 records, then a 1 s pause for the rate) is delivered, the
+    // broker goes away for 3 s: the outage is the scenario, so that sleep is its subject.
+    crate::support::wait_until(Duration::from_secs(60), "the first batch", || {
+        lines.lock().unwrap().len() >= 5_000
+    });
     fake.stop_broker(1).unwrap();
     std::thread::sleep(Duration::from_secs(3));
     fake.restart_broker(1).unwrap();
     let out = child.wait_with_output().unwrap();
+    reader.join().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
@@ -279,9 +293,10 @@ fn a_cluster_restart_mid_run_is_waited_out_with_nothing_lost_or_doubled() {
             .any(|l| l.contains("WARN") && l.contains("retrying")),
         "no reconnect log line: {stderr}"
     );
-    let mut offsets: Vec<i64> = String::from_utf8(out.stdout)
+    let mut offsets: Vec<i64> = lines
+        .lock()
         .unwrap()
-        .lines()
+        .iter()
         .map(|l| {
             serde_json::from_str::<serde_json::Value>(l).unwrap()["offset"]
                 .as_i64()

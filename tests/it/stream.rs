@@ -1315,3 +1315,55 @@ fn pattern_subscription_picks_up_new_topics_from_their_start() {
     assert_eq!(topics, ["pa.three".to_owned(), "pa.two".to_owned()].into());
     assert_eq!(out.lines().count(), 150);
 }
+
+/// No wasted round trips: a long run of batches over a topic with lag refreshes metadata on
+/// a timer (not per batch) and plans from the ends its Fetch answers reported (ListOffsets
+/// only for partitions a batch caught up). With both ages at zero it is the old cost: one
+/// Metadata and two ListOffsets rounds per batch.
+#[test]
+fn batches_with_lag_cost_no_metadata_or_list_offsets_round_each() {
+    const METADATA: i16 = 3;
+    const LIST_OFFSETS: i16 = 2;
+    let run = |ages: Option<&str>| {
+        let rt = rt();
+        let fake = fake_topic(&rt, "rt", 4, 20_000);
+        let boot = fake.bootstrap();
+        let mut args = vec![
+            "consume",
+            "-b",
+            &boot,
+            "-t",
+            "rt",
+            "--until-latest",
+            "--max-offsets-per-batch",
+            "800",
+            "--output",
+            "null",
+            "--progress",
+        ];
+        if let Some(a) = ages {
+            args.extend(["-X", a]);
+        }
+        let o = kdirect(&args);
+        let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{stderr}");
+        let batches = progress_records(&stderr).len() as u64;
+        let by_api = fake.stats(1).unwrap().requests_by_api;
+        let n = |k: i16| by_api.get(&k).copied().unwrap_or(0);
+        (batches, n(METADATA), n(LIST_OFFSETS))
+    };
+    let (batches, metadata, list_offsets) = run(None);
+    assert_eq!(batches, 100, "80,000 offsets in batches of 800");
+    // A handful at the start (bootstrap, build, the ends of the run) — not one per batch.
+    assert!(
+        metadata < 10,
+        "{metadata} Metadata requests for {batches} batches"
+    );
+    assert!(
+        list_offsets < 10,
+        "{list_offsets} ListOffsets requests for {batches} batches"
+    );
+    let (batches, metadata, list_offsets) = run(Some("metadata.max.age.ms=0"));
+    assert!(metadata >= batches, "{metadata} for {batches}");
+    let _ = list_offsets;
+}

@@ -117,6 +117,7 @@ impl FakeClusterBuilder {
                 delay: Duration::ZERO,
                 connections_accepted: 0,
                 requests: 0,
+                requests_by_api: Default::default(),
             });
             listeners.push((id, l));
         }
@@ -146,13 +147,15 @@ impl FakeClusterBuilder {
 }
 
 /// Per-broker counters, for tests that assert on reconnects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct BrokerStats {
     /// Connections accepted since the cluster started.
     pub connections_accepted: u64,
     /// Requests received since the cluster started.
     pub requests: u64,
+    /// Those requests by API key (`ApiKey as i16`).
+    pub requests_by_api: std::collections::BTreeMap<i16, u64>,
     /// Whether the broker is serving.
     pub running: bool,
 }
@@ -245,6 +248,7 @@ impl FakeCluster {
         Ok(BrokerStats {
             connections_accepted: b.connections_accepted,
             requests: b.requests,
+            requests_by_api: b.requests_by_api.clone(),
             running: b.running,
         })
     }

@@ -188,6 +188,7 @@ async fn handle_request(
         let mut st = shared.lock();
         let b = st.broker_mut(id).map_err(WireError::new)?;
         b.requests += 1;
+        *b.requests_by_api.entry(key).or_insert(0) += 1;
         if let Some(n) = b.drop_after.as_mut() {
             *n = n.saturating_sub(1);
             if *n == 0 {

@@ -41,6 +41,8 @@ pub(crate) struct BrokerState {
     pub delay: Duration,
     pub connections_accepted: u64,
     pub requests: u64,
+    /// Requests by API key.
+    pub requests_by_api: std::collections::BTreeMap<i16, u64>,
 }
 
 #[derive(Debug)]

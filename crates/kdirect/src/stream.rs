@@ -36,7 +36,7 @@ use kdirect_commit::{
 use kdirect_engine::cluster::Cluster;
 use kdirect_engine::conn::ConnConfig;
 use kdirect_engine::fetch::{
-    fetch_ranges_within, FetchConfig, MemoryBudget, RangeData, RangeRecords,
+    fetch_ranges_within, FetchConfig, MemoryBudget, ObservedEnds, RangeData, RangeRecords,
 };
 use kdirect_engine::plan::{
     BatchCompletion, DataLossPolicy, LostRange, OffsetRange, PartitionSnapshot, PidConfig,
@@ -48,6 +48,7 @@ use kdirect_engine::security::{
     EndpointIdentification, SaslMechanism, Secret, Security, SecurityProtocol,
 };
 use kdirect_engine::{Error as EngineError, ErrorKind};
+use kdirect_proto::api::list_offsets::PartitionOffset;
 
 use crate::Error;
 use kdirect_proto::api::list_offsets::OffsetSpec;
@@ -126,6 +127,15 @@ pub struct StreamConfig {
     /// A batch to re-run first with exactly these ranges (a write-ahead-logged batch that was
     /// never committed).
     pub replay: Option<(u64, Vec<OffsetRange>)>,
+    /// `metadata.max.age.ms`: metadata is refreshed when older than this (and after any
+    /// error), not for every batch. New topics of a pattern and new partitions are seen
+    /// within it. Default 5 s (the Java client's 5 min is long for a stream that plans
+    /// batches from partitions).
+    pub metadata_max_age: Duration,
+    /// `ends.max.age.ms`: a partition's log start and end as a Fetch answer gave them plan
+    /// the next batch while younger than this, instead of a ListOffsets round. Default 1 s;
+    /// 0 asks ListOffsets for every batch.
+    pub ends_max_age: Duration,
 }
 
 /// Builds a [`DirectStream`] from Kafka-style keys or typed setters.
@@ -233,6 +243,8 @@ impl Default for DirectStreamBuilder {
                 resume_positions: BTreeMap::new(),
                 resume_batch_id: 0,
                 replay: None,
+                metadata_max_age: Duration::from_secs(5),
+                ends_max_age: Duration::from_secs(1),
             },
             rate_set: false,
             store: None,
@@ -348,6 +360,8 @@ impl DirectStreamBuilder {
             "request.timeout.ms" => self.request_timeout(ms(value)?),
             "default.api.timeout.ms" => self.default_api_timeout(ms(value)?),
             "reconnect.timeout.ms" => self.reconnect_timeout(Some(ms(value)?)),
+            "metadata.max.age.ms" => self.metadata_max_age(ms(value)?),
+            "ends.max.age.ms" => self.ends_max_age(ms(value)?),
             "isolation.level" => self.isolation(match value {
                 "read_committed" => IsolationLevel::ReadCommitted,
                 "read_uncommitted" => IsolationLevel::ReadUncommitted,
@@ -511,6 +525,20 @@ impl DirectStreamBuilder {
     /// (a bounded stream: `default.api.timeout.ms`).
     pub fn reconnect_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.config.conn.reconnect_timeout = timeout;
+        self
+    }
+
+    /// `metadata.max.age.ms`: how old metadata may get before a batch refreshes it (it is
+    /// refreshed after any error too). Default 5 s.
+    pub fn metadata_max_age(mut self, age: Duration) -> Self {
+        self.config.metadata_max_age = age;
+        self
+    }
+
+    /// `ends.max.age.ms`: how old the ends a Fetch answer reported may be and still plan the
+    /// next batch without a ListOffsets round. Default 1 s; zero turns the reuse off.
+    pub fn ends_max_age(mut self, age: Duration) -> Self {
+        self.config.ends_max_age = age;
         self
     }
 
@@ -920,6 +948,8 @@ impl DirectStreamBuilder {
             started: Instant::now(),
             until: Mutex::new(None),
             adaptive,
+            metadata: Mutex::new(None),
+            observed: Mutex::new(BTreeMap::new()),
             config: c,
         });
         Ok(DirectStream {
@@ -1011,6 +1041,12 @@ struct Driver {
     until: Mutex<Option<BTreeMap<TopicPartition, i64>>>,
     /// No rate limit was set: bound batches by the memory they take.
     adaptive: bool,
+    /// The last metadata refresh and the topics it subscribed: reused for
+    /// `metadata.max.age.ms`, dropped on any error.
+    metadata: Mutex<Option<(Instant, Vec<String>)>>,
+    /// Each partition's ends as the last Fetch answer for it gave them, and when: they plan
+    /// the next batch while younger than `ends.max.age.ms`, instead of a ListOffsets round.
+    observed: Mutex<BTreeMap<TopicPartition, (ObservedEnds, Instant)>>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -1030,8 +1066,58 @@ impl Driver {
         self.started.elapsed()
     }
 
-    async fn snapshot(&self) -> Result<Vec<PartitionSnapshot>, EngineError> {
+    /// The subscribed topics with their metadata: refreshed when older than
+    /// `metadata.max.age.ms` or after an error, else the cluster's current view (which the
+    /// fetcher refreshes itself when a leader moves).
+    async fn metadata(
+        &self,
+    ) -> Result<(Arc<kdirect_engine::cluster::ClusterView>, Vec<String>), EngineError> {
+        let cached = self
+            .metadata
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < self.config.metadata_max_age)
+            .map(|(_, names)| names.clone());
+        if let Some(names) = cached {
+            return Ok((self.cluster.view(), names));
+        }
         let (view, names) = subscribed(&self.cluster, &self.config).await?;
+        *self.metadata.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some((Instant::now(), names.clone()));
+        Ok((view, names))
+    }
+
+    /// After an error: the next snapshot refreshes metadata and asks ListOffsets.
+    fn forget(&self) {
+        *self.metadata.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        self.observed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
+    /// Keeps the ends the Fetch answers of `data` reported, for partitions with more to read
+    /// past their range. A partition the batch caught up is asked again (ListOffsets) so that
+    /// a new record is seen at once, never up to `ends.max.age.ms` late.
+    fn observe(&self, data: &[RangeData]) {
+        let now = Instant::now();
+        let mut seen = self.observed.lock().unwrap_or_else(PoisonError::into_inner);
+        for d in data {
+            let tp = d.range.topic_partition();
+            match d.observed {
+                Some(o) if o.end > d.range.until => {
+                    seen.insert(tp, (o, now));
+                }
+                _ => {
+                    seen.remove(&tp);
+                }
+            }
+        }
+    }
+
+    async fn snapshot(&self) -> Result<Vec<PartitionSnapshot>, EngineError> {
+        let (view, names) = self.metadata().await?;
         let topics: Vec<&str> = names.iter().map(String::as_str).collect();
         for t in &topics {
             self.check_topic_id(t, view.topic(t)?.id)?;
@@ -1050,14 +1136,62 @@ impl Driver {
             }
         }
         let iso = self.config.fetch.params.isolation;
-        let starts = self
-            .cluster
-            .list_offsets(&parts, OffsetSpec::Earliest, iso)
-            .await?;
-        let ends = self
-            .cluster
-            .list_offsets(&parts, OffsetSpec::Latest, iso)
-            .await?;
+        // Partitions a recent Fetch answer gave both ends of need no ListOffsets round (the
+        // end it saw is at most ends.max.age.ms old: a batch planned from it is smaller at
+        // worst, never wrong). The ends of a bounded stream are asked at its start.
+        let unresolved_ending = self.config.ending.is_some()
+            && self
+                .until
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_none();
+        let fresh: BTreeMap<TopicPartition, ObservedEnds> = if unresolved_ending {
+            BTreeMap::new()
+        } else {
+            let seen = self.observed.lock().unwrap_or_else(PoisonError::into_inner);
+            parts
+                .iter()
+                .filter_map(|(t, p)| {
+                    let tp = TopicPartition::new(t.clone(), *p);
+                    seen.get(&tp)
+                        .filter(|(_, at)| at.elapsed() < self.config.ends_max_age)
+                        .map(|(o, _)| (tp, *o))
+                })
+                .collect()
+        };
+        let ask: Vec<(String, i32)> = parts
+            .iter()
+            .filter(|(t, p)| !fresh.contains_key(&TopicPartition::new(t.clone(), *p)))
+            .cloned()
+            .collect();
+        let (mut starts, mut ends) = if ask.is_empty() {
+            (Vec::new(), Vec::new())
+        } else {
+            let starts = self
+                .cluster
+                .list_offsets(&ask, OffsetSpec::Earliest, iso)
+                .await?;
+            let ends = self
+                .cluster
+                .list_offsets(&ask, OffsetSpec::Latest, iso)
+                .await?;
+            (starts, ends)
+        };
+        for (tp, o) in &fresh {
+            let listed = |offset| PartitionOffset {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                error: kdirect_proto::ErrorCode::NONE,
+                offset,
+                timestamp: -1,
+                leader_epoch: -1,
+            };
+            starts.push(listed(o.log_start));
+            ends.push(listed(o.end));
+        }
+        let key = |o: &PartitionOffset| (o.topic.clone(), o.partition);
+        starts.sort_by_key(key);
+        ends.sort_by_key(key);
         let tps: Vec<TopicPartition> = parts
             .iter()
             .map(|(t, p)| TopicPartition::new(t.clone(), *p))
@@ -1257,6 +1391,7 @@ impl Driver {
             let want: Vec<OffsetRange> = ranges.iter().filter(|r| !r.is_empty()).cloned().collect();
             let data =
                 fetch_ranges_within(&self.cluster, &want, &self.config.fetch, &self.budget).await?;
+            self.observe(&data);
             let now = self.now();
             return Ok(Some(Batch {
                 id,
@@ -1289,6 +1424,7 @@ impl Driver {
             let snap = match self.snapshot().await {
                 Ok(snap) => snap,
                 Err(e) if self.was_known(&e) => {
+                    self.forget();
                     let since = *missing_since.get_or_insert_with(Instant::now);
                     if since.elapsed() >= self.config.conn.retry_timeout {
                         return Err(e);
@@ -1299,6 +1435,7 @@ impl Driver {
                 // The brokers are unreachable (a restart, a network cut): keep trying with
                 // backoff, as a long-running consumer does, for reconnect.timeout.ms.
                 Err(e) if e.is_retriable() => {
+                    self.forget();
                     reconnect.wait(e, &self.config).await?;
                     continue;
                 }
@@ -1328,10 +1465,14 @@ impl Driver {
                         .await
                         {
                             Ok(d) => break d,
-                            Err(e) if e.is_retriable() => reconnect.wait(e, &self.config).await?,
+                            Err(e) if e.is_retriable() => {
+                                self.forget();
+                                reconnect.wait(e, &self.config).await?
+                            }
                             Err(e) => return Err(e),
                         }
                     };
+                    self.observe(&data);
                     let offsets: u64 = want.iter().map(OffsetRange::len).sum();
                     let bytes: usize = data.iter().map(RangeData::bytes).sum();
                     if self.adaptive && offsets > 0 {

@@ -254,8 +254,20 @@ pub struct RangeData {
     pub range: OffsetRange,
     /// The chunks, in offset order; together they cover `[from, until)`.
     pub chunks: Vec<Chunk>,
+    /// The partition's log start and end (high watermark, or last stable offset under
+    /// read_committed) as the last Fetch answer for it gave them (Fetch v5+).
+    pub observed: Option<ObservedEnds>,
     max_decompressed: usize,
     scratch: Arc<ScratchPool>,
+}
+
+/// A partition's ends as a Fetch answer reported them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObservedEnds {
+    /// The log start offset.
+    pub log_start: i64,
+    /// The high watermark, or the last stable offset under read_committed.
+    pub end: i64,
 }
 
 impl RangeData {
@@ -492,7 +504,19 @@ pub async fn fetch_ranges_within(
                     .retry_backoff
                     .saturating_mul(1 << retries.min(10))
                     .min(Duration::from_secs(1));
-                tracing::debug!(attempt = retries, "fetch round retried: {e}");
+                // A broker that cannot be reached is worth a warning per attempt; a leader
+                // moving is routine.
+                if matches!(
+                    e.root().kind(),
+                    ErrorKind::Connect { .. }
+                        | ErrorKind::Disconnected { .. }
+                        | ErrorKind::Timeout { .. }
+                        | ErrorKind::Bootstrap { .. }
+                ) {
+                    tracing::warn!(attempt = retries, "fetch retrying: {e}");
+                } else {
+                    tracing::debug!(attempt = retries, "fetch round retried: {e}");
+                }
                 tokio::time::sleep(jittered(backoff)).await;
                 // A refresh that cannot reach any broker keeps the old view: the next round's
                 // connections fail and are retried the same way, until the deadline.

@@ -20,7 +20,7 @@ use kdirect_proto::message::Api;
 use kdirect_proto::{ErrorCode, IsolationLevel};
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::{Chunk, FetchConfig, MemoryBudget, RangeData, ScratchPool, Sizing};
+use super::{Chunk, FetchConfig, MemoryBudget, ObservedEnds, RangeData, ScratchPool, Sizing};
 use crate::cluster::ClusterView;
 use crate::error::{BrokerName, Error, ErrorKind};
 use crate::plan::OffsetRange;
@@ -101,6 +101,7 @@ impl FetchSession {
                 .map(|r| RangeData {
                     range: r.clone(),
                     chunks: Vec::new(),
+                    observed: None,
                     max_decompressed: cfg.max_decompressed,
                     scratch: budget.scratch.clone(),
                 })
@@ -357,6 +358,25 @@ impl FetchSession {
                 .fetch_offset(at)
                 .until(r.until)
                 .isolation(self.isolation);
+            // The partition's ends as this answer saw them: what plans the next batch when
+            // fresh (no ListOffsets round for it).
+            if p.log_start_offset >= 0 {
+                let end = if self.isolation == IsolationLevel::ReadCommitted
+                    && p.last_stable_offset >= 0
+                {
+                    p.last_stable_offset
+                } else {
+                    p.high_watermark
+                };
+                if end >= p.log_start_offset {
+                    if let Some(out) = self.out.get_mut(i) {
+                        out.observed = Some(ObservedEnds {
+                            log_start: p.log_start_offset,
+                            end,
+                        });
+                    }
+                }
+            }
             let mut reader = RecordBatchReader::new(p.records.clone(), opts)
                 .with_aborted_transactions(p.aborted_transactions.iter().copied())
                 .with_scratch(self.scratch.take());
