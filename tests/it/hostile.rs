@@ -481,3 +481,91 @@ fn a_partition_missing_from_the_store_is_said_aloud() {
     );
     assert!(!stderr.contains("mp-0 has no"), "{stderr}");
 }
+
+/// A broker that accepts connections and never answers: a bounded run gives up after about
+/// `default.api.timeout.ms` (plus at most one `request.timeout.ms` in flight), with an error
+/// naming the broker and the timeout — it used to take 338 s with the defaults.
+#[test]
+fn a_silent_broker_ends_a_bounded_run_within_the_api_timeout() {
+    let rt = rt();
+    let fake = rt.block_on(async { FakeCluster::builder().topic("si", 1).build().await.unwrap() });
+    let recs: Vec<FakeRecord> = (0..10)
+        .map(|i| FakeRecord::value(Bytes::from(format!("r{i}"))))
+        .collect();
+    fake.append_batch(
+        "si",
+        0,
+        encode_batch(&recs, &BatchOptions::codec(Codec::None)).unwrap(),
+    )
+    .unwrap();
+    let boot = fake.bootstrap();
+    // Silent from the first Fetch on: the run gets its metadata and offsets, then nothing.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+        .args([
+            "consume",
+            "-b",
+            &boot,
+            "-t",
+            "si",
+            "--until-latest",
+            "--output",
+            "null",
+            "-X",
+            "default.api.timeout.ms=3000",
+            "-X",
+            "request.timeout.ms=1000",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    fake.set_fetch_fault("si", 0, None).unwrap();
+    fake.set_response_delay(1, Duration::from_secs(3600))
+        .unwrap();
+    // Bounded: it must end; 60 s is a guard far above the 3 s + 1 s the settings allow.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("a silent broker kept the bounded run going for 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(stderr.contains("timed out"), "{stderr}");
+    assert!(
+        stderr.contains(&boot),
+        "the error names the broker: {stderr}"
+    );
+    // Silent in the middle of a run (the stream built, its first batch planned): the same
+    // bounded end, through the fetcher's retries and the stream's.
+    fake.set_response_delay(1, Duration::ZERO).unwrap();
+    rt.block_on(async {
+        use kdirect::engine::plan::StartPolicy;
+        let mut stream = kdirect::DirectStream::builder()
+            .bootstrap(&boot)
+            .topics(&["si"])
+            .start(StartPolicy::Earliest)
+            .until_latest(true)
+            .set("default.api.timeout.ms", "3000")
+            .unwrap()
+            .set("request.timeout.ms", "1000")
+            .unwrap()
+            .build()
+            .await
+            .unwrap();
+        fake.set_response_delay(1, Duration::from_secs(3600))
+            .unwrap();
+        let guard = tokio::time::timeout(Duration::from_secs(60), stream.next_batch()).await;
+        let err = guard
+            .expect("a silent broker kept next_batch waiting for 60 s")
+            .expect_err("no batch from a silent broker");
+        let msg = err.to_string();
+        assert!(msg.contains("timed out") && msg.contains(&boot), "{msg}");
+        assert!(msg.contains("gave up after"), "{msg}");
+    });
+}
