@@ -227,3 +227,90 @@ fn offsets_set_refuses_missing_partitions_and_lag_says_what_is_unknown() {
         stdout(&o)
     );
 }
+
+/// kcat's `-o` start forms, `-e` and `-c` (issue 16): `-o beginning` used to write a 6 MB file
+/// named `beginning` (it was `--output`); output moved to the long flag.
+#[test]
+fn kcat_start_forms_exit_at_end_and_count() {
+    // kdirect's fake broker: librdkafka's mock does not answer ListOffsets by time.
+    let rt = crate::support::rt();
+    let fake = rt.block_on(async {
+        kdirect_fake_broker::FakeCluster::builder()
+            .topic("kc", 2)
+            .build()
+            .await
+            .unwrap()
+    });
+    for p in 0..2 {
+        let recs: Vec<kdirect_fake_broker::FakeRecord> = (0..10)
+            .map(|i| {
+                kdirect_fake_broker::FakeRecord::value(bytes::Bytes::from(format!("v{p}-{i}")))
+                    .with_timestamp(1_700_000_000_000 + i * 1000)
+            })
+            .collect();
+        fake.append_records("kc", p, &recs, kdirect_fake_broker::Codec::None)
+            .unwrap();
+    }
+    let boot = fake.bootstrap();
+    let dir = crate::support::tempdir("kcat");
+    let run = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+            .args(["consume", "-b", &boot, "-t", "kc", "--bytes", "utf8"])
+            .args(args)
+            .current_dir(&dir)
+            .env_remove("KDIRECT_BOOTSTRAP")
+            .output()
+            .unwrap();
+        let offsets: Vec<(i64, i64)> = stdout(&o)
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                (
+                    v["partition"].as_i64().unwrap(),
+                    v["offset"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        (o, offsets)
+    };
+    let (o, all) = run(&["-o", "beginning", "-e"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(all.len(), 20);
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "-o wrote a file in the working directory"
+    );
+    let (_, none) = run(&["-o", "end", "-e"]);
+    assert!(none.is_empty(), "{none:?}");
+    let (_, last) = run(&["-o", "-3", "-e"]);
+    let mut want: Vec<(i64, i64)> = (0..2).flat_map(|p| (7..10).map(move |o| (p, o))).collect();
+    let mut got = last.clone();
+    got.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(got, want);
+    let (_, from5) = run(&["-o", "5", "-e"]);
+    assert_eq!(from5.len(), 10);
+    assert!(from5.iter().all(|&(_, o)| o >= 5));
+    // s@: the first record at or after 1_700_000_004_000 is offset 4 of each partition.
+    let (_, since) = run(&["-o", "s@1700000004000", "-e"]);
+    assert_eq!(since.len(), 12);
+    // e@: up to (not including) the record at 1_700_000_002_000: offsets 0 and 1.
+    let (_, until) = run(&["-o", "e@1700000002000"]);
+    assert_eq!(until.len(), 4, "{until:?}");
+    // -c: exactly that many records, then exit 0 (no -e needed).
+    let (o, counted) = run(&["-o", "beginning", "-c", "7"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(counted.len(), 7);
+    // Mistakes are named.
+    let (o, _) = run(&["-o", "stored", "-e"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--store"), "{}", stderr(&o));
+    let (o, _) = run(&["-o", "begining"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("beginning, end, stored"),
+        "{}",
+        stderr(&o)
+    );
+}

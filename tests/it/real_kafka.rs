@@ -541,7 +541,7 @@ fn ends_and_timestamps_match_the_java_client() {
             "--starting",
             "none",
             "--until-latest",
-            "-o",
+            "--output",
             "null",
         ])
         .output()

@@ -33,6 +33,12 @@ pub enum StartPolicy {
     Explicit(BTreeMap<TopicPartition, StartOffset>),
     /// No default: [`PlanError::NoPosition`] naming the partitions (`auto.offset.reset=none`).
     None,
+    /// This offset in every partition (kcat's `-o N`); past the end, the end; below the log
+    /// start, data loss as for any position.
+    Offset(i64),
+    /// This many offsets before the end of every partition, or the log start when it has
+    /// fewer (kcat's `-o -N`).
+    FromEnd(u64),
 }
 
 /// One partition's explicit start (Spark's JSON uses -2 for earliest and -1 for latest).
@@ -228,6 +234,12 @@ fn start_position(
             Some(StartOffset::Offset(o)) => Start::At(*o),
             _ => Start::NoPosition,
         },
+        StartPolicy::Offset(o) => Start::At((*o).min(snap.end)),
+        StartPolicy::FromEnd(n) => Start::At(
+            snap.end
+                .saturating_sub(i64::try_from(*n).unwrap_or(i64::MAX))
+                .max(snap.log_start),
+        ),
         _ => Start::NoPosition,
     }
 }

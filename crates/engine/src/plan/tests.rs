@@ -1536,3 +1536,29 @@ fn start_by_timestamp_per_partition_with_a_strategy() {
         "{e}"
     );
 }
+
+#[test]
+fn kcat_offset_and_from_end_starts() {
+    // Logs [10, 100) and [0, 30): `-o 50` starts at 50 and at the end 30 (past it); `-o -25`
+    // starts 25 before each end, at the log start when a partition has fewer.
+    let logs = [snap(0, 10, 100), snap(1, 0, 30)];
+    let mut p = planner(PlannerConfig::new(secs(1)).with_start(StartPolicy::Offset(50)));
+    let b = batch(p.plan(secs(0), &logs));
+    assert_eq!(spans(&b), [(0, 50, 100), (1, 30, 30)]);
+    let mut p = planner(PlannerConfig::new(secs(1)).with_start(StartPolicy::FromEnd(25)));
+    let b = batch(p.plan(secs(0), &logs));
+    assert_eq!(spans(&b), [(0, 75, 100), (1, 5, 30)]);
+    let mut p = planner(PlannerConfig::new(secs(1)).with_start(StartPolicy::FromEnd(95)));
+    let b = batch(p.plan(secs(0), &logs));
+    assert_eq!(spans(&b), [(0, 10, 100), (1, 0, 30)]);
+    // Below the log start: data loss, as for any position.
+    let mut p = planner(PlannerConfig::new(secs(1)).with_start(StartPolicy::Offset(5)));
+    assert!(matches!(
+        p.plan(secs(0), &logs),
+        Err(PlanError::DataLoss {
+            lost_from: 5,
+            lost_until: 10,
+            ..
+        })
+    ));
+}

@@ -41,6 +41,18 @@ pub struct Args {
     /// `{"t":{"0":23,"1":-2}}` (-2 earliest, -1 latest; every partition read listed).
     #[arg(long, default_value = "earliest", value_parser = parse_start)]
     starting: StartPolicy,
+    /// kcat's start forms: `beginning`, `end`, `stored` (the store's positions; a partition
+    /// without one is an error), an offset `N`, `-N` (N before the end), `s@MS` (the first
+    /// record at or after a time) or `e@MS` (stop at the first record at or after a time).
+    #[arg(short = 'o', long = "offset", value_name = "START", value_parser = parse_kcat_offset, conflicts_with = "starting", allow_hyphen_values = true)]
+    offset: Option<KcatOffset>,
+    /// Exit at the end of the topic (as kcat's `-e`; the same as `--until-latest`).
+    #[arg(short = 'e')]
+    exit_at_end: bool,
+    /// Stop after this many records (as kcat's `-c`). Not with `--store`: a batch is
+    /// committed whole, so a count that ends inside one would commit records never printed.
+    #[arg(short = 'c', long = "count", value_name = "N", conflicts_with_all = ["store", "output_dir"])]
+    count: Option<u64>,
     /// Stop once the end offsets seen at start are reached, and exit 0 (the same as
     /// `--trigger available-now`).
     #[arg(long)]
@@ -94,7 +106,7 @@ pub struct Args {
     #[arg(long, default_value = "read_uncommitted", value_parser = parse_isolation)]
     isolation: IsolationLevel,
     /// `-` for stdout, a file path, or `null` to read every byte and print nothing.
-    #[arg(short, long, default_value = "-")]
+    #[arg(long, default_value = "-")]
     output: String,
     /// Encoding of keys, values and header values.
     #[arg(long = "bytes", value_enum, default_value_t = BytesFormat::Base64)]
@@ -139,6 +151,38 @@ pub struct Args {
 fn parse_trigger_arg(s: &str) -> Result<Trigger, String> {
     parse_trigger(s).ok_or_else(|| {
         format!("'{s}' is not as-fast-as-possible, available-now or processing-time=<ms>")
+    })
+}
+
+/// A kcat `-o` value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum KcatOffset {
+    /// Where to start.
+    Start(StartPolicy),
+    /// The store's positions only.
+    Stored,
+    /// Stop at the first record at or after this time.
+    EndAt(i64),
+}
+
+fn parse_kcat_offset(s: &str) -> Result<KcatOffset, String> {
+    let bad = || {
+        format!(
+            "'{s}' is not a start: beginning, end, stored, an offset N, -N (N before the end), \
+             s@MS or e@MS"
+        )
+    };
+    let ms = |t: &str| t.parse::<i64>().ok().filter(|t| *t >= 0).ok_or_else(bad);
+    Ok(match s {
+        "beginning" => KcatOffset::Start(StartPolicy::Earliest),
+        "end" => KcatOffset::Start(StartPolicy::Latest),
+        "stored" => KcatOffset::Stored,
+        _ if s.starts_with("s@") => KcatOffset::Start(StartPolicy::Timestamp(ms(&s[2..])?)),
+        _ if s.starts_with("e@") => KcatOffset::EndAt(ms(&s[2..])?),
+        _ if s.starts_with('-') => KcatOffset::Start(StartPolicy::FromEnd(
+            s[1..].parse::<u64>().map_err(|_| bad())?,
+        )),
+        _ => KcatOffset::Start(StartPolicy::Offset(ms(s)?)),
     })
 }
 
@@ -196,13 +240,27 @@ impl Stats {
 }
 
 pub async fn run(args: Args) -> Result<ExitCode, CliError> {
+    let start = match &args.offset {
+        Some(KcatOffset::Start(p)) => p.clone(),
+        Some(KcatOffset::Stored) if args.store.is_none() => {
+            return Err(CliError(
+                "-o stored reads the store's positions: give --store SPEC (and --group)".into(),
+            ))
+        }
+        // Partitions without a stored position are an error naming them.
+        Some(KcatOffset::Stored) => StartPolicy::None,
+        Some(KcatOffset::EndAt(_)) | None => args.starting.clone(),
+    };
     let mut builder = DirectStream::builder()
         .bootstrap(&args.conn.bootstrap)
         .topics(&args.topic)
-        .start(args.starting.clone())
+        .start(start)
         .isolation(args.isolation)
-        .until_latest(args.until_latest)
+        .until_latest(args.until_latest || args.exit_at_end)
         .memory_budget(args.memory_mib << 20);
+    if let Some(KcatOffset::EndAt(ts)) = args.offset {
+        builder = builder.ending(Ending::Timestamp(ts));
+    }
     let pattern = match (&args.pattern, args.topic.as_slice()) {
         (Some(p), _) => Some(p.clone()),
         (None, [one]) if one.starts_with('^') => Some(one.clone()),
@@ -395,8 +453,14 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
             }
             file.finish()?;
         } else {
+            let limit = args.count.unwrap_or(u64::MAX);
             batch
                 .for_each_record(|range, r| {
+                    // -c N: the records past the count are not printed (no store: nothing is
+                    // committed for them).
+                    if stats.records >= limit {
+                        return;
+                    }
                     stats.add(r.key(), r.value());
                     if let Some(w) = out.as_mut() {
                         line.clear();
@@ -443,7 +507,7 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
         stats.batches += 1;
         stream.commit(batch).await?;
         progress(&stats);
-        if shutdown.is_requested() {
+        if shutdown.is_requested() || args.count.is_some_and(|c| stats.records >= c) {
             break;
         }
     }
