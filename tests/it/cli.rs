@@ -314,3 +314,131 @@ fn kcat_start_forms_exit_at_end_and_count() {
         stderr(&o)
     );
 }
+
+/// `-F file.properties` passes settings like -X (-X wins), and a mistyped key names the one it
+/// meant, from either.
+#[test]
+fn properties_files_and_mistyped_keys() {
+    let rt = crate::support::rt();
+    let fake = rt.block_on(async {
+        kdirect_fake_broker::FakeCluster::builder()
+            .topic("pf", 1)
+            .build()
+            .await
+            .unwrap()
+    });
+    let recs: Vec<kdirect_fake_broker::FakeRecord> = (0..20)
+        .map(|i| kdirect_fake_broker::FakeRecord::value(bytes::Bytes::from(format!("v{i}"))))
+        .collect();
+    fake.append_records("pf", 0, &recs, kdirect_fake_broker::Codec::None)
+        .unwrap();
+    let boot = fake.bootstrap();
+    let dir = crate::support::tempdir("props");
+    let props = dir.join("kdirect.properties");
+    std::fs::write(
+        &props,
+        "# a comment\n\n! another\nmaxOffsetsPerTrigger = 5\nclient.id: from-file\n",
+    )
+    .unwrap();
+    let p = props.to_str().unwrap();
+    let consume = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_kdirect"))
+            .args([
+                "consume",
+                "-b",
+                &boot,
+                "-t",
+                "pf",
+                "-e",
+                "--progress",
+                "--output",
+                "null",
+            ])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let batches = |o: &Output| {
+        stderr(o)
+            .lines()
+            .filter(|l| l.contains("kdirect: batch"))
+            .count()
+    };
+    let o = consume(&["-F", p]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(batches(&o), 4, "{}", stderr(&o));
+    // -X wins over the file.
+    let o = consume(&["-F", p, "-X", "maxOffsetsPerTrigger=10"]);
+    assert_eq!(batches(&o), 2, "{}", stderr(&o));
+    // A typo, from -X or from the file, names the key meant.
+    let o = consume(&["-X", "maxOfsetsPerTrigger=10"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("did you mean 'maxOffsetsPerTrigger'"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::write(&props, "fetch.max.wait=100\n").unwrap();
+    let o = consume(&["-F", p]);
+    assert!(
+        stderr(&o).contains("did you mean 'fetch.max.wait.ms'"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::write(&props, "sasl.password hunter2\n").unwrap();
+    let o = consume(&["-F", p]);
+    assert!(
+        stderr(&o).contains(":1: expected key=value"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stderr(&o).contains("hunter2"), "{}", stderr(&o));
+}
+
+/// kcat's output shapes: -f format strings, -J with kcat's field names, -K key delimiter, -u.
+#[test]
+fn kcat_output_formats() {
+    let rt = crate::support::rt();
+    let fake = rt.block_on(async {
+        kdirect_fake_broker::FakeCluster::builder()
+            .topic("of", 1)
+            .build()
+            .await
+            .unwrap()
+    });
+    let recs = vec![
+        kdirect_fake_broker::FakeRecord::value(bytes::Bytes::from("v0"))
+            .with_key(bytes::Bytes::from("k0"))
+            .with_header("h", Some(bytes::Bytes::from("x")))
+            .with_timestamp(1_700_000_000_000),
+        kdirect_fake_broker::FakeRecord::value(bytes::Bytes::from("v1"))
+            .with_timestamp(1_700_000_001_000),
+    ];
+    fake.append_records("of", 0, &recs, kdirect_fake_broker::Codec::None)
+        .unwrap();
+    let boot = fake.bootstrap();
+    let consume = |extra: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+            .args(["consume", "-b", &boot, "-t", "of", "-e"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o)
+    };
+    assert_eq!(
+        consume(&["-f", "%t/%p/%o %k=%s (%K,%S) %T [%h] 100%%\\n"]),
+        "of/0/0 k0=v0 (2,2) 1700000000000 [h=x] 100%\nof/0/1 =v1 (-1,2) 1700000001000 [] 100%\n"
+    );
+    let json: Vec<serde_json::Value> = consume(&["-J"])
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        json[0],
+        serde_json::json!({"topic": "of", "partition": 0, "offset": 0, "tstype": "create",
+            "ts": 1_700_000_000_000i64, "headers": ["h", "x"], "key": "k0", "payload": "v0"})
+    );
+    assert_eq!(json[1]["key"], serde_json::Value::Null);
+    assert_eq!(consume(&["-K", ":", "-u"]), "k0:v0\n:v1\n");
+}

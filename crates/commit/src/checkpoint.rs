@@ -533,6 +533,18 @@ impl Inner {
                 s.latest_offsets = Some(batch.id);
                 s.oldest = s.oldest.or(Some(batch.id));
                 s.pending = Some(batch.clone());
+                // Old batches' files go here, before the batch runs, not in the commit: the
+                // commit is one fdatasync and nothing else.
+                if let Some((c, _)) = &s.committed {
+                    let oldest = s.oldest.unwrap_or(*c);
+                    match self.retain(oldest, batch.id, *c) {
+                        Ok(o) => s.oldest = Some(o),
+                        Err(e) => {
+                            *slot = None;
+                            return Err(e);
+                        }
+                    }
+                }
                 *slot = Some(s);
                 Ok(())
             }
@@ -774,11 +786,10 @@ impl Inner {
             }
             Err(e) => return Err(e),
         }
-        let oldest = self.retain(oldest.unwrap_or(batch.id), batch.id)?;
         Ok((
             CommitOutcome::Committed,
             Some(DiskState {
-                oldest: Some(oldest),
+                oldest: Some(oldest.unwrap_or(batch.id)),
                 committed: Some((batch.id, state)),
                 latest_offsets: Some(batch.id),
                 pending: None,
@@ -814,8 +825,12 @@ impl Inner {
 
     /// Deletes the files of batches `oldest..` older than the last `retention` batches, oldest
     /// first (so that a crash half-way leaves no gap). Returns the new oldest id.
-    fn retain(&self, oldest: u64, latest: u64) -> Result<u64, StoreError> {
-        let keep_from = (latest + 1).saturating_sub(self.retention as u64);
+    /// Removes the files of batches before the last `retention` up to `planned` (the batch
+    /// just logged), never the last committed one's (`committed`): it holds the positions.
+    fn retain(&self, oldest: u64, planned: u64, committed: u64) -> Result<u64, StoreError> {
+        let keep_from = (planned + 1)
+            .saturating_sub(self.retention as u64)
+            .min(committed);
         for id in oldest..keep_from {
             for sub in ["offsets", "commits"] {
                 let p = self.dir.join(sub).join(id.to_string());
@@ -883,7 +898,7 @@ impl Inner {
             &self.commits_path(batch_id),
             commit.encode().as_bytes(),
         )?;
-        self.retain(s.oldest.unwrap_or(batch_id), batch_id)?;
+        self.retain(s.oldest.unwrap_or(batch_id), batch_id, batch_id)?;
         Ok(())
     }
 }

@@ -440,7 +440,10 @@ impl DirectStreamBuilder {
                 if me.config.conn.security.set(key, value)? {
                     return Ok(me);
                 }
-                return Err(ErrorKind::Config(format!("unknown setting '{key}'")).into());
+                let hint = closest_key(key)
+                    .map(|k| format!("; did you mean '{k}'?"))
+                    .unwrap_or_default();
+                return Err(ErrorKind::Config(format!("unknown setting '{key}'{hint}")).into());
             }
         })
     }
@@ -1970,5 +1973,118 @@ mod tests {
         // A budget smaller than four batches still reads one partition at a time.
         assert_eq!(partition_cap(64 << 10, Some(1 << 20)), 1);
         assert_eq!(partition_cap(0, Some(0)), 1);
+    }
+}
+
+/// Every key [`DirectStreamBuilder::set`] takes, for suggesting the closest to a mistyped one.
+pub const SETTINGS: &[&str] = &[
+    "bootstrap.servers",
+    "group.id",
+    "subscribe",
+    "subscribePattern",
+    "client.id",
+    "request.timeout.ms",
+    "default.api.timeout.ms",
+    "reconnect.timeout.ms",
+    "metadata.max.age.ms",
+    "ends.max.age.ms",
+    "isolation.level",
+    "fetch.min.bytes",
+    "fetch.max.bytes",
+    "fetch.max.wait.ms",
+    "max.partition.fetch.bytes",
+    "check.crcs",
+    "startingOffsets",
+    "auto.offset.reset",
+    "startingTimestamp",
+    "startingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "endingOffsets",
+    "endingTimestamp",
+    "maxOffsetsPerTrigger",
+    "maxRatePerPartition",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "failOnDataLoss",
+    "backpressure.enabled",
+    "batch.interval.ms",
+    "minRatePerPartition",
+    "trigger",
+    "memory.budget.bytes",
+    "security.protocol",
+    "sasl.mechanism",
+    "sasl.username",
+    "sasl.password",
+    "sasl.oauthbearer.token",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.endpoint.identification.algorithm",
+];
+
+/// The known key closest to `key` (case-insensitive edit distance), if it is close enough to
+/// be a typo: at most a third of the key's length.
+fn closest_key(key: &str) -> Option<&'static str> {
+    let key = key.to_ascii_lowercase();
+    SETTINGS
+        .iter()
+        .map(|k| (edit_distance(&key, &k.to_ascii_lowercase()), *k))
+        .min()
+        .filter(|(d, _)| *d <= key.len().max(3) / 3)
+        .map(|(_, k)| k)
+}
+
+/// Levenshtein distance over bytes.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b = b.as_bytes();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.bytes().enumerate() {
+        let mut prev = row.first().copied().unwrap_or(0);
+        if let Some(first) = row.first_mut() {
+            *first = i + 1;
+        }
+        for (j, &cb) in b.iter().enumerate() {
+            let above = row.get(j + 1).copied().unwrap_or(usize::MAX);
+            let left = row.get(j).copied().unwrap_or(usize::MAX);
+            let diagonal = prev + usize::from(ca != cb);
+            prev = above;
+            if let Some(cell) = row.get_mut(j + 1) {
+                *cell = diagonal.min(above + 1).min(left + 1);
+            }
+        }
+    }
+    row.last().copied().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod settings_tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_setting_is_known_and_typos_get_the_closest() {
+        // The list and `set` agree: every listed key is accepted (with some valid value)...
+        for key in SETTINGS {
+            let e = DirectStreamBuilder::default().set(key, "x");
+            if let Err(e) = e {
+                assert!(!e.to_string().contains("unknown setting"), "{key}: {e}");
+            }
+        }
+        // ...and a typo names the key it meant.
+        let e = DirectStreamBuilder::default()
+            .set("maxOffsetPerTrigger", "10")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("did you mean 'maxOffsetsPerTrigger'"), "{e}");
+        let e = DirectStreamBuilder::default()
+            .set("fetch.max.wait", "10")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("did you mean 'fetch.max.wait.ms'"), "{e}");
+        let e = DirectStreamBuilder::default()
+            .set("completely.different", "1")
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("did you mean"), "{e}");
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 }

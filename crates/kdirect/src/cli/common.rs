@@ -25,19 +25,60 @@ pub struct ConnectArgs {
     /// command line; -X wins over the environment.
     #[arg(short = 'X', long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
+    /// Settings from a Java properties file (`key=value` lines, `#` comments), as kcat's -F:
+    /// applied before -X, so -X wins.
+    #[arg(short = 'F', long = "config-file", value_name = "FILE")]
+    pub config_file: Option<std::path::PathBuf>,
 }
 
 impl ConnectArgs {
     /// Connects to the cluster.
     pub async fn connect(&self) -> Result<Cluster, CliError> {
-        connect(&self.bootstrap, self.request_timeout_ms, &self.set).await
+        connect(&self.bootstrap, self.request_timeout_ms, &self.pairs()?).await
     }
 
     /// The settings to apply, in order: the security settings from the environment, then
-    /// each `-X KEY=VALUE`.
+    /// the `-F` file's, then each `-X KEY=VALUE`.
     pub fn settings(&self) -> Result<Vec<(String, String)>, CliError> {
-        settings(&self.set)
+        settings(&self.pairs()?)
     }
+
+    /// The `-F` file's lines and the `-X` arguments, as `KEY=VALUE`.
+    fn pairs(&self) -> Result<Vec<String>, CliError> {
+        let mut out = match &self.config_file {
+            Some(path) => read_properties(path)?,
+            None => Vec::new(),
+        };
+        out.extend(self.set.iter().cloned());
+        Ok(out)
+    }
+}
+
+/// A Java properties file's `key=value` (or `key: value`) lines, comments (`#`, `!`) and
+/// blank lines skipped. A line without a separator is an error naming the file and line
+/// (never its text: it may hold a secret).
+pub fn read_properties(path: &std::path::Path) -> Result<Vec<String>, CliError> {
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| CliError(format!("{shown}: {e}")))?;
+    if !meta.is_file() || meta.len() > 1 << 20 {
+        return Err(CliError(format!(
+            "{shown}: not a properties file (a regular file of at most 1 MiB)"
+        )));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| CliError(format!("{shown}: {e}")))?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+            continue;
+        }
+        let Some(at) = line.find(['=', ':']) else {
+            return Err(CliError(format!("{shown}:{}: expected key=value", n + 1)));
+        };
+        let (k, v) = (line[..at].trim(), line[at + 1..].trim());
+        out.push(format!("{k}={v}"));
+    }
+    Ok(out)
 }
 
 /// `KDIRECT_SASL_PASSWORD` for `sasl.password`.

@@ -108,6 +108,27 @@ pub struct Args {
     /// `-` for stdout, a file path, or `null` to read every byte and print nothing.
     #[arg(long, default_value = "-")]
     output: String,
+    /// kcat's -J: one JSON object per record with kcat's field names (`topic`, `partition`,
+    /// `offset`, `tstype`, `ts`, `headers` as [key, value, …], `key`, `payload`; text as
+    /// UTF-8, invalid bytes replaced).
+    #[arg(short = 'J', conflicts_with_all = ["format", "output_dir"])]
+    kcat_json: bool,
+    /// kcat's -f: a format per record: %t topic, %p partition, %o offset, %k key, %s value,
+    /// %K key size, %S value size (-1 when null), %T timestamp, %h headers (k=v,…), %% a %,
+    /// \n \t \\ escapes. Keys and values are written as they are (raw bytes).
+    #[arg(
+        short = 'f',
+        long = "format",
+        value_name = "FMT",
+        conflicts_with = "output_dir"
+    )]
+    format: Option<String>,
+    /// kcat's -K: print `KEY<DELIM>VALUE` per line (raw bytes) instead of JSON.
+    #[arg(short = 'K', value_name = "DELIM", conflicts_with_all = ["format", "output_dir"])]
+    key_delimiter: Option<String>,
+    /// kcat's -u: write each record at once (output is otherwise written once per batch).
+    #[arg(short = 'u')]
+    unbuffered: bool,
     /// Encoding of keys, values and header values.
     #[arg(long = "bytes", value_enum, default_value_t = BytesFormat::Base64)]
     bytes: BytesFormat,
@@ -379,6 +400,7 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
     let started = Instant::now();
     let mut stats = Stats::default();
     let mut line = String::with_capacity(512);
+    let mut raw: Vec<u8> = Vec::with_capacity(512);
     let mut io_err: Option<std::io::Error> = None;
     let mut last_report = Instant::now();
     // SIGINT/SIGTERM: the batch in progress is finished (output and commit), then exit 0; a
@@ -463,14 +485,34 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
                     }
                     stats.add(r.key(), r.value());
                     if let Some(w) = out.as_mut() {
-                        line.clear();
-                        push_record_json(
-                            &mut line,
-                            Some((&range.topic, range.partition)),
-                            r,
-                            args.bytes,
-                        );
-                        if let Err(e) = w.write_all(line.as_bytes()) {
+                        let written = if let Some(fmt) = &args.format {
+                            raw.clear();
+                            push_record_format(&mut raw, fmt, &range.topic, range.partition, r);
+                            w.write_all(&raw)
+                        } else if let Some(delim) = &args.key_delimiter {
+                            raw.clear();
+                            raw.extend_from_slice(r.key().unwrap_or_default());
+                            raw.extend_from_slice(delim.as_bytes());
+                            raw.extend_from_slice(r.value().unwrap_or_default());
+                            raw.push(b'\n');
+                            w.write_all(&raw)
+                        } else if args.kcat_json {
+                            line.clear();
+                            push_record_kcat_json(&mut line, &range.topic, range.partition, r);
+                            w.write_all(line.as_bytes())
+                        } else {
+                            line.clear();
+                            push_record_json(
+                                &mut line,
+                                Some((&range.topic, range.partition)),
+                                r,
+                                args.bytes,
+                            );
+                            w.write_all(line.as_bytes())
+                        };
+                        let written =
+                            written.and_then(|()| if args.unbuffered { w.flush() } else { Ok(()) });
+                        if let Err(e) = written {
                             io_err.get_or_insert(e);
                         }
                     }
@@ -708,6 +750,91 @@ impl Shutdown {
     async fn requested(&self) {
         while !self.is_requested() {
             self.notify.notified().await;
+        }
+    }
+}
+
+/// One record in kcat's `-J` shape.
+fn push_record_kcat_json(line: &mut String, topic: &str, partition: i32, r: &kdirect::Record<'_>) {
+    let text = |b: Option<&[u8]>| match b {
+        Some(b) => serde_json::Value::from(String::from_utf8_lossy(b).into_owned()),
+        None => serde_json::Value::Null,
+    };
+    let mut headers = Vec::new();
+    for h in r.headers() {
+        headers.push(text(Some(h.key())));
+        headers.push(text(h.value()));
+    }
+    let v = serde_json::json!({
+        "topic": topic,
+        "partition": partition,
+        "offset": r.offset(),
+        "tstype": "create",
+        "ts": r.timestamp(),
+        "headers": if headers.is_empty() { serde_json::Value::Null } else { headers.into() },
+        "key": text(r.key()),
+        "payload": text(r.value()),
+    });
+    line.push_str(&v.to_string());
+    line.push('\n');
+}
+
+/// One record by a kcat `-f` format.
+fn push_record_format(
+    out: &mut Vec<u8>,
+    fmt: &str,
+    topic: &str,
+    partition: i32,
+    r: &kdirect::Record<'_>,
+) {
+    let size = |b: Option<&[u8]>| b.map_or(-1, |b| b.len() as i64);
+    let mut chars = fmt.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '%' => match chars.next() {
+                Some('t') => out.extend_from_slice(topic.as_bytes()),
+                Some('p') => out.extend_from_slice(partition.to_string().as_bytes()),
+                Some('o') => out.extend_from_slice(r.offset().to_string().as_bytes()),
+                Some('k') => out.extend_from_slice(r.key().unwrap_or_default()),
+                Some('s') => out.extend_from_slice(r.value().unwrap_or_default()),
+                Some('K') => out.extend_from_slice(size(r.key()).to_string().as_bytes()),
+                Some('S') => out.extend_from_slice(size(r.value()).to_string().as_bytes()),
+                Some('T') => out.extend_from_slice(r.timestamp().to_string().as_bytes()),
+                Some('h') => {
+                    for (i, h) in r.headers().enumerate() {
+                        if i > 0 {
+                            out.push(b',');
+                        }
+                        out.extend_from_slice(h.key());
+                        out.push(b'=');
+                        out.extend_from_slice(h.value().unwrap_or_default());
+                    }
+                }
+                Some('%') => out.push(b'%'),
+                Some(other) => {
+                    out.push(b'%');
+                    let mut b = [0u8; 4];
+                    out.extend_from_slice(other.encode_utf8(&mut b).as_bytes());
+                }
+                None => out.push(b'%'),
+            },
+            '\\' => match chars.next() {
+                Some('n') => out.push(b'\n'),
+                Some('t') => out.push(b'\t'),
+                Some('r') => out.push(b'\r'),
+                Some('0') => out.push(0),
+                Some('\\') => out.push(b'\\'),
+                Some(other) => {
+                    out.push(b'\\');
+                    let mut b = [0u8; 4];
+                    out.extend_from_slice(other.encode_utf8(&mut b).as_bytes());
+                }
+                None => out.push(b'\\'),
+            },
+            other => {
+                let mut b = [0u8; 4];
+                out.extend_from_slice(other.encode_utf8(&mut b).as_bytes());
+            }
         }
     }
 }
