@@ -1367,3 +1367,62 @@ fn batches_with_lag_cost_no_metadata_or_list_offsets_round_each() {
     assert!(metadata >= batches, "{metadata} for {batches}");
     let _ = list_offsets;
 }
+
+/// Retention removes records between a batch's plan and its fetch: with failOnDataLoss=false
+/// the range goes on from the log start and the batch reports the lost offsets; every offset
+/// is delivered once or reported lost, never both, never neither.
+#[test]
+fn records_removed_between_plan_and_fetch_follow_the_data_loss_policy() {
+    rt().block_on(async {
+        let fake = FakeCluster::builder()
+            .topic("ret", 1)
+            .build()
+            .await
+            .unwrap();
+        for b in 0..10 {
+            let recs: Vec<FakeRecord> = (0..100)
+                .map(|i| FakeRecord::value(Bytes::from(format!("r{}", b * 100 + i))))
+                .collect();
+            fake.append_records("ret", 0, &recs, Codec::None).unwrap();
+        }
+        let mut stream = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["ret"])
+            .start(StartPolicy::Earliest)
+            .until_latest(true)
+            .fail_on_data_loss(false)
+            .set("maxOffsetsPerTrigger", "100")
+            .unwrap()
+            .build()
+            .await
+            .unwrap();
+        let mut seen: BTreeMap<i64, u32> = BTreeMap::new();
+        let mut lost: Vec<(i64, i64)> = Vec::new();
+        let first = stream.next_batch().await.unwrap().unwrap();
+        first
+            .for_each_record(|_, r| *seen.entry(r.offset()).or_insert(0) += 1)
+            .unwrap();
+        stream.done(first);
+        // Retention moves the log start past the next ranges the stream will plan from the
+        // ends its last fetch saw.
+        fake.set_log_start("ret", 0, 450).unwrap();
+        while let Some(batch) = stream.next_batch().await.unwrap() {
+            for l in batch.lost() {
+                lost.push((l.from, l.until));
+            }
+            batch
+                .for_each_record(|_, r| *seen.entry(r.offset()).or_insert(0) += 1)
+                .unwrap();
+            stream.done(batch);
+        }
+        assert!(!lost.is_empty(), "nothing reported lost");
+        for o in 0..1000 {
+            let in_lost = lost.iter().any(|&(f, u)| f <= o && o < u);
+            match (seen.get(&o), in_lost) {
+                (Some(1), false) | (None, true) => {}
+                (n, l) => panic!("offset {o}: seen {n:?}, reported lost {l}: {lost:?}"),
+            }
+        }
+        assert!(lost.iter().all(|&(_, u)| u <= 450), "{lost:?}");
+    });
+}

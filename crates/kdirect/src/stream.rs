@@ -40,8 +40,8 @@ use kdirect_engine::fetch::{
 };
 use kdirect_engine::plan::{
     BatchCompletion, DataLossPolicy, LostRange, OffsetRange, PartitionSnapshot, PidConfig,
-    PlanOutcome, Planner, PlannerConfig, RatePolicy, StartOffset, StartPolicy, TimestampLookup,
-    TimestampStrategy, TopicPartition, Trigger, WaitReason,
+    PlanError, PlanOutcome, Planner, PlannerConfig, RatePolicy, StartOffset, StartPolicy,
+    TimestampLookup, TimestampStrategy, TopicPartition, Trigger, WaitReason,
 };
 use kdirect_engine::record::{OwnedRecord, Record};
 use kdirect_engine::security::{
@@ -1450,12 +1450,16 @@ impl Driver {
             let outcome = self.planner().plan(now, &snap)?;
             match outcome {
                 PlanOutcome::Batch(plan) => {
-                    let want: Vec<OffsetRange> = plan
+                    let mut want: Vec<OffsetRange> = plan
                         .ranges
                         .iter()
                         .filter(|r| !r.is_empty())
                         .cloned()
                         .collect();
+                    // Records retention removed between the plan and the fetch: under
+                    // failOnDataLoss=false the range goes on from the log start, and the batch
+                    // reports what was lost.
+                    let mut fetch_lost: Vec<LostRange> = Vec::new();
                     // The plan is made (the planner's positions moved): a fetch that ran out of
                     // retries while the brokers are away is tried again, the same ranges.
                     let data = loop {
@@ -1472,7 +1476,42 @@ impl Driver {
                                 self.forget();
                                 reconnect.wait(e, &self.config).await?
                             }
-                            Err(e) => return Err(e),
+                            Err(e) => match (self.config.data_loss, e.root().kind()) {
+                                (
+                                    DataLossPolicy::Earliest,
+                                    ErrorKind::Plan(PlanError::DataLoss {
+                                        topic,
+                                        partition,
+                                        lost_from,
+                                        lost_until,
+                                        reason,
+                                    }),
+                                ) => {
+                                    let Some(r) = want
+                                        .iter_mut()
+                                        .find(|r| r.topic == *topic && r.partition == *partition)
+                                    else {
+                                        return Err(e);
+                                    };
+                                    let until = (*lost_until).min(r.until);
+                                    if until <= r.from {
+                                        return Err(e);
+                                    }
+                                    // The whole range up to the log start: a failed
+                                    // fetch keeps none of what it read.
+                                    fetch_lost.push(LostRange {
+                                        topic: topic.clone(),
+                                        partition: *partition,
+                                        from: r.from.min(*lost_from),
+                                        until,
+                                        reason: *reason,
+                                    });
+                                    r.from = until;
+                                    want.retain(|r| !r.is_empty());
+                                    self.forget();
+                                }
+                                _ => return Err(e),
+                            },
                         }
                     };
                     self.observe(&data);
@@ -1493,6 +1532,7 @@ impl Driver {
                             .unwrap_or_else(PoisonError::into_inner),
                     );
                     lost.extend(plan.lost);
+                    lost.extend(fetch_lost);
                     return Ok(Some(Batch {
                         id: plan.batch_id,
                         ranges: plan.ranges,
