@@ -442,3 +442,65 @@ fn kcat_output_formats() {
     assert_eq!(json[1]["key"], serde_json::Value::Null);
     assert_eq!(consume(&["-K", ":", "-u"]), "k0:v0\n:v1\n");
 }
+
+/// `lag` shows each partition's log start and the margin retention has before it eats unread
+/// data (negative: it already did, said in words), in text and JSON; `--watch` repeats.
+#[test]
+fn lag_shows_the_retention_margin_and_watches() {
+    let rt = crate::support::rt();
+    let fake = rt.block_on(async {
+        kdirect_fake_broker::FakeCluster::builder()
+            .topic("lm", 2)
+            .build()
+            .await
+            .unwrap()
+    });
+    for p in 0..2 {
+        let recs: Vec<kdirect_fake_broker::FakeRecord> = (0..100)
+            .map(|i| kdirect_fake_broker::FakeRecord::value(bytes::Bytes::from(format!("v{i}"))))
+            .collect();
+        fake.append_records("lm", p, &recs, kdirect_fake_broker::Codec::None)
+            .unwrap();
+    }
+    let boot = fake.bootstrap();
+    let dir = crate::support::tempdir("lagm");
+    let store = format!("checkpoint:{}", dir.join("ck").display());
+    let o = kdirect(&[
+        "offsets", "set", "-b", &boot, "--store", &store, "-g", "g", "-t", "lm", "0=60", "1=20",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    fake.set_log_start("lm", 0, 50).unwrap();
+    fake.set_log_start("lm", 1, 30).unwrap();
+    let o = kdirect(&[
+        "lag", "-b", &boot, "--store", &store, "-g", "g", "-t", "lm", "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let parts = v["partitions"].as_array().unwrap();
+    assert_eq!(parts[0]["log_start"], 50);
+    assert_eq!(parts[0]["retention_margin"], 10);
+    assert_eq!(parts[0]["lag"], 40);
+    assert_eq!(parts[1]["retention_margin"], -10);
+    assert_eq!(v["min_retention_margin"], -10);
+    let o = kdirect(&["lag", "-b", &boot, "--store", &store, "-g", "g", "-t", "lm"]);
+    let text = stdout(&o);
+    assert!(text.contains("lm\t0\t60\t50\t100\t40\t10"), "{text}");
+    assert!(text.contains("data lost\t10 offsets"), "{text}");
+    // --watch prints again until stopped.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+        .args([
+            "lag", "-b", &boot, "--store", &store, "-g", "g", "-t", "lm", "--watch", "0.2",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let mut headers = 0;
+    while headers < 2 {
+        if lines.next().unwrap().unwrap().starts_with("topic\t") {
+            headers += 1;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

@@ -25,6 +25,9 @@ pub struct Args {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// Print again every SECONDS until stopped.
+    #[arg(long, value_name = "SECONDS")]
+    watch: Option<f64>,
 }
 
 /// One partition's line.
@@ -32,8 +35,12 @@ struct Row {
     topic: String,
     partition: i32,
     committed: Option<i64>,
+    log_start: i64,
     end: i64,
     lag: Option<i64>,
+    /// Offsets between the log start and the committed position: how many records retention
+    /// may still remove before it eats unread data (negative: it already did).
+    margin: Option<i64>,
 }
 
 pub async fn run(args: Args) -> Result<ExitCode, CliError> {
@@ -42,6 +49,20 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
         .store
         .open_existing(&args.store.store, Some(cluster.clone()))
         .await?;
+    loop {
+        report(&args, &cluster, &store).await?;
+        let Some(secs) = args.watch else {
+            return Ok(ExitCode::SUCCESS);
+        };
+        tokio::time::sleep(std::time::Duration::from_secs_f64(secs.max(0.1))).await;
+    }
+}
+
+async fn report(
+    args: &Args,
+    cluster: &kdirect_engine::cluster::Cluster,
+    store: &kdirect_commit::AnyStore,
+) -> Result<(), CliError> {
     let committed = store.load(&args.topic).await?;
     let names: Vec<&str> = args.topic.iter().map(String::as_str).collect();
     let view = cluster.refresh(Some(&names)).await?;
@@ -51,12 +72,16 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
             partitions.push((t.clone(), p.partition));
         }
     }
+    let starts = cluster
+        .list_offsets(&partitions, OffsetSpec::Earliest, args.isolation)
+        .await?;
     let ends = cluster
         .list_offsets(&partitions, OffsetSpec::Latest, args.isolation)
         .await?;
-    let rows: Vec<Row> = ends
+    let rows: Vec<Row> = starts
         .iter()
-        .map(|e| {
+        .zip(&ends)
+        .map(|(s, e)| {
             let committed = committed
                 .positions
                 .get(&TopicPartition::new(e.topic.clone(), e.partition))
@@ -65,8 +90,10 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
                 topic: e.topic.clone(),
                 partition: e.partition,
                 committed,
+                log_start: s.offset,
                 end: e.offset,
                 lag: committed.map(|c| (e.offset - c).max(0)),
+                margin: committed.map(|c| c - s.offset),
             }
         })
         .collect();
@@ -75,6 +102,7 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
     let unknown = rows.iter().filter(|r| r.lag.is_none()).count();
     let total: Option<i64> =
         (unknown < rows.len()).then(|| rows.iter().filter_map(|r| r.lag).sum());
+    let min_margin = rows.iter().filter_map(|r| r.margin).min();
     let mut out = std::io::stdout().lock();
     if args.json {
         let doc = json!({
@@ -83,24 +111,31 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
             "batch_id": committed.batch_id,
             "total_lag": total,
             "partitions_without_position": unknown,
+            "min_retention_margin": min_margin,
             "partitions": rows.iter().map(|r| json!({
                 "topic": r.topic, "partition": r.partition, "committed": r.committed,
-                "end": r.end, "lag": r.lag,
+                "log_start": r.log_start, "end": r.end, "lag": r.lag,
+                "retention_margin": r.margin,
             })).collect::<Vec<_>>(),
         });
         writeln!(out, "{doc}")?;
     } else {
-        writeln!(out, "topic\tpartition\tcommitted\tend\tlag")?;
+        writeln!(
+            out,
+            "topic\tpartition\tcommitted\tlog_start\tend\tlag\tmargin"
+        )?;
         let dash = |v: Option<i64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
         for r in &rows {
             writeln!(
                 out,
-                "{}\t{}\t{}\t{}\t{}",
+                "{}\t{}\t{}\t{}\t{}\t{}\t{}",
                 r.topic,
                 r.partition,
                 dash(r.committed),
+                r.log_start,
                 r.end,
-                dash(r.lag)
+                dash(r.lag),
+                dash(r.margin)
             )?;
         }
         match (total, unknown) {
@@ -111,6 +146,14 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
                 "total lag\t{t} (plus {n} partitions without a committed position)"
             )?,
         }
+        if let Some(m) = min_margin.filter(|m| *m < 0) {
+            writeln!(
+                out,
+                "data lost\t{} offsets below the committed position were removed by retention",
+                -m
+            )?;
+        }
     }
-    Ok(ExitCode::SUCCESS)
+    out.flush()?;
+    Ok(())
 }
