@@ -504,3 +504,81 @@ fn lag_shows_the_retention_margin_and_watches() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// `offsets reset` speaks kafka-consumer-groups: a dry run unless --execute, --to-earliest,
+/// --to-latest, --to-offset and --shift-by kept within the log, --to-datetime, --by-duration,
+/// --export / --from-file round trip, --all-topics.
+#[test]
+fn offsets_reset_with_kafka_vocabulary_and_a_dry_run_by_default() {
+    let rt = crate::support::rt();
+    let fake = rt.block_on(async {
+        kdirect_fake_broker::FakeCluster::builder()
+            .topic("rz", 2)
+            .build()
+            .await
+            .unwrap()
+    });
+    for p in 0..2 {
+        let recs: Vec<kdirect_fake_broker::FakeRecord> = (0..100)
+            .map(|i| {
+                kdirect_fake_broker::FakeRecord::value(bytes::Bytes::from(format!("v{i}")))
+                    .with_timestamp(1_700_000_000_000 + i * 1000)
+            })
+            .collect();
+        fake.append_records("rz", p, &recs, kdirect_fake_broker::Codec::None)
+            .unwrap();
+    }
+    fake.set_log_start("rz", 1, 10).unwrap();
+    let boot = fake.bootstrap();
+    let dir = crate::support::tempdir("reset");
+    let store = format!("checkpoint:{}", dir.join("ck").display());
+    let base = ["-b", boot.as_str(), "--store", store.as_str(), "-g", "g"];
+    let reset = |extra: &[&str]| {
+        let mut args = vec!["offsets", "reset"];
+        args.extend_from_slice(&base);
+        args.extend_from_slice(extra);
+        let o = kdirect(&args);
+        assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+        stdout(&o)
+    };
+    let show = || {
+        let o = kdirect(&["offsets", "show", "--store", &store, "-g", "g"]);
+        stdout(&o)
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let set = kdirect(&[
+        "offsets", "set", "-b", &boot, "--store", &store, "-g", "g", "-t", "rz", "0=50", "1=50",
+    ]);
+    assert!(set.status.success(), "{}", stderr(&set));
+    // A dry run prints and writes nothing.
+    let dry = reset(&["-t", "rz", "--to-earliest"]);
+    assert!(dry.contains("g\trz\t1\t50\t10"), "{dry}");
+    assert!(dry.contains("dry run"), "{dry}");
+    assert_eq!(show(), ["rz\t0\t50", "rz\t1\t50"]);
+    // Kept within the log.
+    let out = reset(&["-t", "rz", "--shift-by", "-45"]);
+    assert!(
+        out.contains("rz\t0\t50\t5") && out.contains("rz\t1\t50\t10"),
+        "{out}"
+    );
+    let out = reset(&["-t", "rz", "--to-offset", "1000"]);
+    assert!(out.contains("rz\t0\t50\t100"), "{out}");
+    // 22:13:30 UTC is 10 s after the first record: offset 10.
+    let out = reset(&["-t", "rz", "--to-datetime", "2023-11-14T22:13:30Z"]);
+    assert!(out.contains("rz\t0\t50\t10"), "{out}");
+    // A day ago is after every record: the end.
+    let out = reset(&["--all-topics", "--by-duration", "P1D"]);
+    assert!(out.contains("rz\t0\t50\t100"), "{out}");
+    // --export, then --from-file --execute writes exactly that.
+    let csv = reset(&["-t", "rz", "--to-latest", "--export"]);
+    assert_eq!(csv, "rz,0,100\nrz,1,100\n");
+    let file = dir.join("plan.csv");
+    std::fs::write(&file, "rz,0,7\nrz,1,12\n").unwrap();
+    reset(&["--from-file", file.to_str().unwrap(), "--execute"]);
+    assert_eq!(show(), ["rz\t0\t7", "rz\t1\t12"]);
+    reset(&["-t", "rz", "--to-latest", "--execute"]);
+    assert_eq!(show(), ["rz\t0\t100", "rz\t1\t100"]);
+}

@@ -19,7 +19,9 @@ pub enum Command {
     Show(ShowArgs),
     /// Set positions in a store: `kdirect offsets set --store S -g G -t T 0=1200 1=900`.
     Set(SetArgs),
-    /// Set every partition of a topic to earliest, latest or a timestamp (needs -b).
+    /// Reset a group's positions with kafka-consumer-groups' vocabulary (--to-earliest,
+    /// --to-latest, --to-offset, --to-datetime, --shift-by, --by-duration, --from-file): a dry
+    /// run that prints the new positions unless --execute (needs -b).
     Reset(ResetArgs),
     /// Copy a group's positions from one store to another (`--store FROM --to TO`).
     Migrate(MigrateArgs),
@@ -142,15 +144,135 @@ pub struct SetArgs {
 
 /// Arguments of `kdirect offsets reset`.
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args([
+    "to", "to_earliest", "to_latest", "to_offset", "to_datetime", "shift_by", "by_duration",
+    "from_file", "to_current",
+])))]
 pub struct ResetArgs {
     #[command(flatten)]
     store: StoreArgs,
-    /// The topic.
-    #[arg(short, long)]
-    topic: String,
-    /// `earliest`, `latest`, or a time in ms since the Unix epoch.
+    /// The topic (repeatable, comma-separated).
+    #[arg(short, long, value_delimiter = ',', required_unless_present_any = ["all_topics", "from_file"])]
+    topic: Vec<String>,
+    /// Every topic the store holds positions for.
+    #[arg(long, conflicts_with = "topic")]
+    all_topics: bool,
+    /// `earliest`, `latest`, or a time in ms since the Unix epoch (kdirect's older form).
     #[arg(long, value_parser = parse_spec)]
-    to: OffsetSpec,
+    to: Option<OffsetSpec>,
+    /// Each partition's log start.
+    #[arg(long)]
+    to_earliest: bool,
+    /// Each partition's end.
+    #[arg(long)]
+    to_latest: bool,
+    /// The stored positions as they are (to --export them).
+    #[arg(long)]
+    to_current: bool,
+    /// This offset in every partition (kept within the log).
+    #[arg(long, value_name = "OFFSET")]
+    to_offset: Option<i64>,
+    /// The first record at or after this time: `YYYY-MM-DDTHH:mm:SS[.sss][Z|±HH:MM]` (UTC
+    /// without a zone, as Kafka's tool reads it in its own zone).
+    #[arg(long, value_name = "DATETIME", value_parser = parse_datetime)]
+    to_datetime: Option<i64>,
+    /// The stored position moved by N (negative: back), kept within the log.
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    shift_by: Option<i64>,
+    /// The first record at or after now minus this ISO-8601 duration (`PT1H`, `P1DT2H30M`).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
+    by_duration: Option<i64>,
+    /// Positions from a CSV file as --export writes it (`topic,partition,offset` lines).
+    #[arg(long, value_name = "FILE")]
+    from_file: Option<std::path::PathBuf>,
+    /// Print the new positions as CSV (`topic,partition,offset`), as Kafka's tool does.
+    #[arg(long)]
+    export: bool,
+    /// Write the new positions (without it: a dry run that only prints them).
+    #[arg(long, conflicts_with = "dry_run")]
+    execute: bool,
+    /// Only print the new positions (the default; for scripts that say it).
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// `2026-12-01T07:00:00`, `…:00.250`, `…Z`, `…+01:00` → ms since the Unix epoch.
+fn parse_datetime(s: &str) -> Result<i64, String> {
+    let bad = || format!("'{s}' is not YYYY-MM-DDTHH:mm:SS[.sss][Z|+HH:MM|-HH:MM]");
+    let (date, rest) = s.split_once('T').ok_or_else(bad)?;
+    let num = |t: &str| t.parse::<i64>().map_err(|_| bad());
+    let mut d = date.split('-');
+    let (y, mo, da) = (
+        num(d.next().ok_or_else(bad)?)?,
+        num(d.next().ok_or_else(bad)?)?,
+        num(d.next().ok_or_else(bad)?)?,
+    );
+    // The zone: Z, +HH:MM or -HH:MM at the end, else UTC.
+    let (time, offset_min) = if let Some(t) = rest.strip_suffix('Z') {
+        (t, 0)
+    } else if let Some(at) = rest.rfind(['+', '-']) {
+        let (t, z) = rest.split_at(at);
+        let sign = if z.starts_with('-') { -1 } else { 1 };
+        let (zh, zm) = z[1..].split_once(':').unwrap_or((&z[1..], "0"));
+        (t, sign * (num(zh)? * 60 + num(zm)?))
+    } else {
+        (rest, 0)
+    };
+    let mut t = time.split(':');
+    let (h, mi) = (
+        num(t.next().ok_or_else(bad)?)?,
+        num(t.next().ok_or_else(bad)?)?,
+    );
+    let sec = t.next().unwrap_or("0");
+    let (sec, frac) = sec.split_once('.').unwrap_or((sec, ""));
+    let ms_part = if frac.is_empty() {
+        0
+    } else {
+        num(&format!("{:0<3}", &frac[..frac.len().min(3)]))?
+    };
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&da) || h > 23 || mi > 59 {
+        return Err(bad());
+    }
+    // Days from 1970-01-01 (Howard Hinnant's days_from_civil).
+    let yy = if mo <= 2 { y - 1 } else { y };
+    let era = yy.div_euclid(400);
+    let yoe = yy - era * 400;
+    let mp = (mo + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + da - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Ok(((days * 24 + h) * 60 + mi - offset_min) * 60_000 + num(sec)? * 1000 + ms_part)
+}
+
+/// `PT1H`, `P1DT2H30M15.5S` → ms.
+fn parse_duration_ms(s: &str) -> Result<i64, String> {
+    let bad = || format!("'{s}' is not an ISO-8601 duration (PnDTnHnMnS, e.g. PT1H30M)");
+    let body = s.strip_prefix('P').ok_or_else(bad)?;
+    let (days, time) = body.split_once('T').unwrap_or((body, ""));
+    let mut ms = 0f64;
+    let mut take = |part: &str, units: &[(char, f64)]| -> Result<(), String> {
+        let mut num = String::new();
+        for c in part.chars() {
+            if c.is_ascii_digit() || c == '.' {
+                num.push(c);
+                continue;
+            }
+            let (_, unit) = units.iter().find(|(u, _)| *u == c).ok_or_else(bad)?;
+            ms += num.parse::<f64>().map_err(|_| bad())? * unit;
+            num.clear();
+        }
+        if num.is_empty() {
+            Ok(())
+        } else {
+            Err(bad())
+        }
+    };
+    take(days, &[('D', 86_400_000.0), ('W', 7.0 * 86_400_000.0)])?;
+    take(time, &[('H', 3_600_000.0), ('M', 60_000.0), ('S', 1000.0)])?;
+    if body.is_empty() || ms <= 0.0 {
+        return Err(bad());
+    }
+    Ok(ms as i64)
 }
 
 /// Arguments of `kdirect offsets migrate`.
@@ -192,6 +314,7 @@ mod store_cmd {
     use std::process::ExitCode;
 
     use kdirect_commit::{Committed, OffsetStore, Positions, TopicPartition};
+    use kdirect_proto::api::list_offsets::OffsetSpec;
     use kdirect_proto::IsolationLevel;
     use serde_json::json;
 
@@ -301,40 +424,179 @@ mod store_cmd {
 
     pub async fn reset(args: ResetArgs) -> Result<ExitCode, CliError> {
         let cluster = args.store.require_cluster("offsets reset").await?;
-        let store = args
-            .store
-            .open(&args.store.store, Some(cluster.clone()))
-            .await?;
-        let before = store.load(std::slice::from_ref(&args.topic)).await?;
-        let view = cluster.refresh(Some(&[args.topic.as_str()])).await?;
-        let partitions: Vec<(String, i32)> = view
-            .topic(&args.topic)?
-            .partitions
-            .iter()
-            .map(|p| (args.topic.clone(), p.partition))
-            .collect();
-        let offsets = cluster
-            .list_offsets(&partitions, args.to, IsolationLevel::ReadUncommitted)
-            .await?;
-        let mut positions = Positions::new();
-        for o in offsets {
-            // No record at or after the timestamp: the end.
-            let at = if o.offset < 0 {
-                cluster
-                    .list_offsets(
-                        &[(o.topic.clone(), o.partition)],
-                        kdirect_proto::api::list_offsets::OffsetSpec::Latest,
-                        IsolationLevel::ReadUncommitted,
-                    )
-                    .await?[0]
-                    .offset
-            } else {
-                o.offset
-            };
-            positions.insert(TopicPartition::new(o.topic, o.partition), at);
+        let store = if args.execute {
+            args.store
+                .open(&args.store.store, Some(cluster.clone()))
+                .await?
+        } else {
+            // A dry run creates nothing.
+            args.store
+                .open_existing(&args.store.store, Some(cluster.clone()))
+                .await?
+        };
+        let from_file = match &args.from_file {
+            Some(path) => Some(read_reset_csv(path)?),
+            None => None,
+        };
+        let mut topics: Vec<String> = if args.all_topics {
+            store
+                .load(&[])
+                .await?
+                .positions
+                .keys()
+                .map(|tp| tp.topic.clone())
+                .collect()
+        } else if let Some(f) = &from_file {
+            f.keys().map(|tp| tp.topic.clone()).collect()
+        } else {
+            args.topic.clone()
+        };
+        topics.sort();
+        topics.dedup();
+        if topics.is_empty() {
+            return Err(CliError(
+                "no topic to reset (the store holds no positions)".into(),
+            ));
         }
-        write(&store, &before, before.next_batch_id(), &positions).await?;
+        let before = store.load(&topics).await?;
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        let view = cluster.refresh(Some(&names)).await?;
+        let mut partitions: Vec<(String, i32)> = Vec::new();
+        for t in &topics {
+            for p in &view.topic(t)?.partitions {
+                partitions.push((t.clone(), p.partition));
+            }
+        }
+        let iso = IsolationLevel::ReadUncommitted;
+        let starts = cluster
+            .list_offsets(&partitions, OffsetSpec::Earliest, iso)
+            .await?;
+        let ends = cluster
+            .list_offsets(&partitions, OffsetSpec::Latest, iso)
+            .await?;
+        let at_time = match (args.to, args.to_datetime, args.by_duration) {
+            (Some(OffsetSpec::Timestamp(t)), _, _) | (_, Some(t), _) => Some(t),
+            (_, _, Some(d)) => Some(
+                i64::try_from(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap_or_default()
+                        .as_millis(),
+                )
+                .unwrap_or(i64::MAX)
+                    - d,
+            ),
+            _ => None,
+        };
+        let by_time = match at_time {
+            Some(t) => Some(
+                cluster
+                    .list_offsets(&partitions, OffsetSpec::Timestamp(t), iso)
+                    .await?,
+            ),
+            None => None,
+        };
+        let mut positions = Positions::new();
+        for (i, (s, e)) in starts.iter().zip(&ends).enumerate() {
+            let tp = TopicPartition::new(s.topic.clone(), s.partition);
+            let current = before.positions.get(&tp).copied();
+            let clamp = |o: i64| o.clamp(s.offset, e.offset.max(s.offset));
+            let new = if args.to_earliest || args.to == Some(OffsetSpec::Earliest) {
+                Some(s.offset)
+            } else if args.to_latest || args.to == Some(OffsetSpec::Latest) {
+                Some(e.offset)
+            } else if let Some(o) = args.to_offset {
+                Some(clamp(o))
+            } else if let Some(n) = args.shift_by {
+                current.map(|c| clamp(c.saturating_add(n)))
+            } else if args.to_current {
+                current
+            } else if let Some(f) = &from_file {
+                f.get(&tp).copied()
+            } else if let Some(found) = &by_time {
+                // No record at or after the time: the end.
+                found
+                    .get(i)
+                    .map(|o| if o.offset < 0 { e.offset } else { o.offset })
+            } else {
+                None
+            };
+            if let Some(o) = new {
+                positions.insert(tp, o);
+            }
+        }
+        if let Some(f) = &from_file {
+            if let Some(tp) = f.keys().find(|tp| !positions.contains_key(tp)) {
+                return Err(CliError(format!(
+                    "{}: {}-{} is not a partition of the cluster",
+                    args.from_file
+                        .as_ref()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default(),
+                    tp.topic,
+                    tp.partition
+                )));
+            }
+        }
+        let mut out = std::io::stdout().lock();
+        if args.export {
+            for (tp, o) in &positions {
+                writeln!(out, "{},{},{o}", tp.topic, tp.partition)?;
+            }
+        }
+        if args.execute {
+            drop(out);
+            write(&store, &before, before.next_batch_id(), &positions).await?;
+        } else if !args.export {
+            writeln!(out, "GROUP\tTOPIC\tPARTITION\tCURRENT-OFFSET\tNEW-OFFSET")?;
+            for (tp, o) in &positions {
+                let was = before
+                    .positions
+                    .get(tp)
+                    .map_or_else(|| "-".to_owned(), |w| w.to_string());
+                writeln!(
+                    out,
+                    "{}\t{}\t{}\t{was}\t{o}",
+                    args.store.group, tp.topic, tp.partition
+                )?;
+            }
+            writeln!(
+                out,
+                "# dry run: nothing written; add --execute to write these positions"
+            )?;
+        }
         Ok(ExitCode::SUCCESS)
+    }
+
+    /// `topic,partition,offset` lines (as --export and Kafka's tool write them).
+    fn read_reset_csv(path: &std::path::Path) -> Result<Positions, CliError> {
+        let shown = path.display();
+        let text = std::fs::read_to_string(path).map_err(|e| CliError(format!("{shown}: {e}")))?;
+        let mut out = Positions::new();
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let bad = || {
+                CliError(format!(
+                    "{shown}:{}: expected topic,partition,offset",
+                    n + 1
+                ))
+            };
+            let mut f = line.rsplitn(3, ',');
+            let (o, p, t) = (f.next(), f.next(), f.next());
+            let (Some(o), Some(p), Some(t)) = (o, p, t) else {
+                return Err(bad());
+            };
+            let p: i32 = p.trim().parse().map_err(|_| bad())?;
+            let o: i64 = o.trim().parse().map_err(|_| bad())?;
+            if p < 0 || o < 0 {
+                return Err(bad());
+            }
+            out.insert(TopicPartition::new(t.trim().to_owned(), p), o);
+        }
+        Ok(out)
     }
 
     pub async fn migrate(args: MigrateArgs) -> Result<ExitCode, CliError> {
@@ -379,5 +641,49 @@ mod store_cmd {
             to.describe()
         );
         Ok(ExitCode::SUCCESS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datetimes_and_durations_as_kafka_tools_write_them() {
+        assert_eq!(parse_datetime("1970-01-01T00:00:00").unwrap(), 0);
+        assert_eq!(
+            parse_datetime("2023-11-14T22:13:20Z").unwrap(),
+            1_700_000_000_000
+        );
+        assert_eq!(
+            parse_datetime("2023-11-14T22:13:20.250").unwrap(),
+            1_700_000_000_250
+        );
+        assert_eq!(
+            parse_datetime("2023-11-14T23:13:20+01:00").unwrap(),
+            1_700_000_000_000
+        );
+        assert_eq!(
+            parse_datetime("2023-11-14T17:13:20-05:00").unwrap(),
+            1_700_000_000_000
+        );
+        assert_eq!(
+            parse_datetime("2000-02-29T00:00:00Z").unwrap(),
+            951_782_400_000
+        );
+        for bad in [
+            "2023-13-01T00:00:00",
+            "2023-11-14",
+            "yesterday",
+            "2023-11-14T25:00:00",
+        ] {
+            assert!(parse_datetime(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_duration_ms("PT1H").unwrap(), 3_600_000);
+        assert_eq!(parse_duration_ms("P1DT2H30M15.5S").unwrap(), 95_415_500);
+        assert_eq!(parse_duration_ms("P2W").unwrap(), 14 * 86_400_000);
+        for bad in ["P", "1H", "PT", "PT1X", "PT1"] {
+            assert!(parse_duration_ms(bad).is_err(), "{bad}");
+        }
     }
 }
