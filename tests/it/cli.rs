@@ -582,3 +582,89 @@ fn offsets_reset_with_kafka_vocabulary_and_a_dry_run_by_default() {
     reset(&["-t", "rz", "--to-latest", "--execute"]);
     assert_eq!(show(), ["rz\t0\t100", "rz\t1\t100"]);
 }
+
+/// `kdirect check` catches a wrong port, a wrong topic, a position lost to retention and an
+/// unreachable store, each with a fix; all ✓ exits 0, any ✗ exits 1; --json says the same.
+#[test]
+fn check_catches_the_usual_mistakes_each_with_a_fix() {
+    let rt = crate::support::rt();
+    let fake = rt.block_on(async {
+        kdirect_fake_broker::FakeCluster::builder()
+            .topic("orders", 2)
+            .build()
+            .await
+            .unwrap()
+    });
+    for p in 0..2 {
+        let recs: Vec<kdirect_fake_broker::FakeRecord> = (0..100)
+            .map(|i| kdirect_fake_broker::FakeRecord::value(bytes::Bytes::from(format!("v{i}"))))
+            .collect();
+        fake.append_records("orders", p, &recs, kdirect_fake_broker::Codec::Lz4)
+            .unwrap();
+    }
+    let boot = fake.bootstrap();
+    let dir = crate::support::tempdir("check");
+    let store = format!("checkpoint:{}", dir.join("ck").display());
+    let check = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+            .arg("check")
+            .args(args)
+            .env_remove("KDIRECT_STORE")
+            .output()
+            .unwrap();
+        (o.status.code(), stdout(&o))
+    };
+    // All well (the store does not exist yet: the first run creates it).
+    let (code, out) = check(&["-b", &boot, "-t", "orders", "--store", &store]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("✓ brokers") && out.contains("✓ records"),
+        "{out}"
+    );
+    assert!(!out.contains('✗'), "{out}");
+    // A wrong port.
+    let (code, out) = check(&["-b", &crate::support::dead_addr(), "-t", "orders"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("✗ brokers") && out.contains("fix: check -b"),
+        "{out}"
+    );
+    // A wrong topic, with the one meant.
+    let (code, out) = check(&["-b", &boot, "-t", "order"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("✗ topic order") && out.contains("did you mean 'orders'"),
+        "{out}"
+    );
+    // A position lost to retention: the exact range.
+    let set = kdirect(&[
+        "offsets", "set", "-b", &boot, "--store", &store, "-g", "g", "-t", "orders", "0=5", "1=60",
+    ]);
+    assert!(set.status.success(), "{}", stderr(&set));
+    fake.set_log_start("orders", 0, 40).unwrap();
+    let (code, out) = check(&["-b", &boot, "-t", "orders", "--store", &store, "-g", "g"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("orders-0: offsets [5, 40) were removed by retention"),
+        "{out}"
+    );
+    assert!(out.contains("fix: accept the loss"), "{out}");
+    // An unreachable store.
+    let dead = format!("postgres://kd:pw@{}/db", crate::support::dead_addr());
+    let (code, out) = check(&["-b", &boot, "-t", "orders", "--store", &dead, "--json"]);
+    assert_eq!(code, Some(1), "{out}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["ok"], false);
+    let store_check = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "store")
+        .unwrap();
+    assert_eq!(store_check["ok"], false, "{store_check}");
+    assert!(
+        store_check["fix"].as_str().unwrap().contains("reachable"),
+        "{store_check}"
+    );
+    assert!(!out.contains(":pw@"), "{out}");
+}

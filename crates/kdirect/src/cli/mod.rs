@@ -3,6 +3,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod check;
 mod common;
 mod consume;
 mod decode;
@@ -30,6 +31,9 @@ enum Command {
     Offsets(offsets::Command),
     /// Per partition: the committed position in an offset store, the log end, and the lag.
     Lag(lag::Args),
+    /// The pre-deploy health check: brokers, topics, leaders and replicas, the store, stored
+    /// positions inside the log, one record per partition decoded. ✓/✗ with a fix per ✗.
+    Check(check::Args),
     /// Read topics batch by batch (exact offset ranges) and print the records as JSON lines.
     Consume(Box<consume::Args>),
     /// Decode a file of record batches (a Fetch response partition's `records` bytes).
@@ -64,6 +68,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Metadata(a) => block_on(metadata::run(a)),
         Command::Offsets(c) => block_on(offsets::run(c)),
         Command::Lag(a) => block_on(lag::run(a)),
+        Command::Check(a) => block_on(check::run(a)),
         Command::Decode(a) => decode::run(a),
         Command::Consume(a) => block_on(consume::run(*a)),
         Command::FakeBroker(a) => block_on(fake_broker::run(a)),
