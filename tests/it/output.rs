@@ -165,3 +165,55 @@ fn a_closed_pipe_ends_the_run_quietly() {
     assert!(out.status.success(), "{}: {stderr}", out.status);
     assert!(!stderr.contains("error"), "{stderr}");
 }
+
+/// `--metrics-addr`: a Prometheus scrape returns per-partition lag and position, batches and
+/// records, while the stream runs.
+#[test]
+fn a_prometheus_scrape_returns_per_partition_lag() {
+    use std::io::Write;
+    let rt = rt();
+    let fake = fake_topic(&rt, "metered", 2, 5_000);
+    let addr = crate::support::dead_addr();
+    // Rate-limited so that lag remains while it is scraped.
+    let mut child = consume(
+        &fake.bootstrap(),
+        "metered",
+        &[
+            "--metrics-addr",
+            &addr,
+            "--max-rate-per-partition",
+            "1000",
+            "--output",
+            "null",
+        ],
+    );
+    let scrape = || {
+        let mut s = std::net::TcpStream::connect(&addr).ok()?;
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).ok()?;
+        Some(body)
+    };
+    let mut body = String::new();
+    wait_until(
+        Duration::from_secs(60),
+        "a scrape with partition lag",
+        || {
+            body = scrape().unwrap_or_default();
+            body.contains("kdirect_partition_lag{") && body.contains("kdirect_records_total")
+        },
+    );
+    let lag_line = body
+        .lines()
+        .find(|l| l.starts_with("kdirect_partition_lag{") && l.contains("partition=\"1\""))
+        .unwrap_or_else(|| panic!("{body}"));
+    assert!(lag_line.contains("topic=\"metered\""), "{lag_line}");
+    let lag: f64 = lag_line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(lag > 0.0 && lag < 5_000.0, "{lag_line}");
+    assert!(body.contains("kdirect_partition_position{"), "{body}");
+    assert!(body.contains("kdirect_batches_total"), "{body}");
+    signal(&child, "-TERM");
+    assert!(child.wait().unwrap().success());
+    let _ = child.stdout.take();
+}

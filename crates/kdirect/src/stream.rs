@@ -992,6 +992,7 @@ impl Reconnect {
             return Err(e.gave_up(self.attempts + 1, since.elapsed()));
         }
         self.attempts += 1;
+        metrics::counter!("kdirect_reconnect_attempts_total").increment(1);
         let backoff = c
             .fetch
             .retry_backoff
@@ -1089,6 +1090,39 @@ impl Driver {
         *self.metadata.lock().unwrap_or_else(PoisonError::into_inner) =
             Some((Instant::now(), names.clone()));
         Ok((view, names))
+    }
+
+    /// The stream's metrics after a batch is fetched (through the `metrics` facade: nothing
+    /// is recorded unless the application installs a recorder): each partition's position,
+    /// end, log start and lag, the batch's offsets, bytes and fetch time, memory in use.
+    fn record_metrics(
+        &self,
+        snap: &[PartitionSnapshot],
+        offsets: u64,
+        bytes: usize,
+        fetch: Duration,
+    ) {
+        metrics::counter!("kdirect_batches_total").increment(1);
+        metrics::counter!("kdirect_offsets_total").increment(offsets);
+        metrics::counter!("kdirect_fetched_bytes_total").increment(bytes as u64);
+        metrics::histogram!("kdirect_fetch_seconds").record(fetch.as_secs_f64());
+        metrics::gauge!("kdirect_memory_in_use_bytes").set(self.budget.in_use() as f64);
+        let planner = self.planner();
+        let positions = planner.positions();
+        for s in snap {
+            let labels = [
+                ("topic", s.topic.clone()),
+                ("partition", s.partition.to_string()),
+            ];
+            let position = positions
+                .get(&TopicPartition::new(s.topic.clone(), s.partition))
+                .copied()
+                .unwrap_or(s.log_start);
+            metrics::gauge!("kdirect_partition_position", &labels).set(position as f64);
+            metrics::gauge!("kdirect_partition_end_offset", &labels).set(s.end as f64);
+            metrics::gauge!("kdirect_partition_log_start_offset", &labels).set(s.log_start as f64);
+            metrics::gauge!("kdirect_partition_lag", &labels).set((s.end - position).max(0) as f64);
+        }
     }
 
     /// After an error: the next snapshot refreshes metadata and asks ListOffsets.
@@ -1460,6 +1494,7 @@ impl Driver {
                     // failOnDataLoss=false the range goes on from the log start, and the batch
                     // reports what was lost.
                     let mut fetch_lost: Vec<LostRange> = Vec::new();
+                    let fetch_started = Instant::now();
                     // The plan is made (the planner's positions moved): a fetch that ran out of
                     // retries while the brokers are away is tried again, the same ranges.
                     let data = loop {
@@ -1517,6 +1552,7 @@ impl Driver {
                     self.observe(&data);
                     let offsets: u64 = want.iter().map(OffsetRange::len).sum();
                     let bytes: usize = data.iter().map(RangeData::bytes).sum();
+                    self.record_metrics(&snap, offsets, bytes, fetch_started.elapsed());
                     if self.adaptive && offsets > 0 {
                         let cap = adaptive_cap(self.budget.total(), bytes as f64 / offsets as f64);
                         self.planner().set_max_offsets_per_trigger(Some(cap));
@@ -1624,10 +1660,14 @@ impl DirectStream {
     /// committed before), then releases it as [`done`](Self::done) does. Without a store it
     /// only releases the batch.
     pub async fn commit(&mut self, batch: Batch) -> Result<CommitOutcome, Error> {
+        let started = Instant::now();
         let outcome = match &self.store {
             Some(store) => store.commit(&batch.planned()).await?,
             None => CommitOutcome::Committed,
         };
+        if self.store.is_some() {
+            metrics::histogram!("kdirect_commit_seconds").record(started.elapsed().as_secs_f64());
+        }
         if self.outstanding == Some(batch.id) {
             self.outstanding = None;
         }

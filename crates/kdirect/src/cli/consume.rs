@@ -129,6 +129,11 @@ pub struct Args {
     /// kcat's -u: write each record at once (output is otherwise written once per batch).
     #[arg(short = 'u')]
     unbuffered: bool,
+    /// Serve Prometheus metrics on this address (`GET /metrics`): records and bytes, batches,
+    /// per-partition position, end, log start and lag, fetch and commit durations, reconnect
+    /// attempts, memory budget in use.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_addr: Option<std::net::SocketAddr>,
     /// Encoding of keys, values and header values.
     #[arg(long = "bytes", value_enum, default_value_t = BytesFormat::Base64)]
     bytes: BytesFormat,
@@ -261,6 +266,12 @@ impl Stats {
 }
 
 pub async fn run(args: Args) -> Result<ExitCode, CliError> {
+    if let Some(addr) = args.metrics_addr {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()
+            .map_err(|e| CliError(format!("--metrics-addr {addr}: {e}")))?;
+    }
     let start = match &args.offset {
         Some(KcatOffset::Start(p)) => p.clone(),
         Some(KcatOffset::Stored) if args.store.is_none() => {
@@ -548,6 +559,8 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
         }
         stats.batches += 1;
         stream.commit(batch).await?;
+        metrics::counter!("kdirect_records_total").absolute(stats.records);
+        metrics::counter!("kdirect_record_bytes_total").absolute(stats.bytes);
         progress(&stats);
         if shutdown.is_requested() || args.count.is_some_and(|c| stats.records >= c) {
             break;
