@@ -569,3 +569,49 @@ fn a_silent_broker_ends_a_bounded_run_within_the_api_timeout() {
         assert!(msg.contains("gave up after"), "{msg}");
     });
 }
+
+/// `--log-format json` writes each log line as one JSON object (here the warnings while a
+/// topic has no leader yet); `-v` and KDIRECT_LOG choose how much.
+#[test]
+fn log_lines_can_be_json() {
+    let rt = rt();
+    let fake = rt.block_on(async { FakeCluster::builder().topic("lj", 1).build().await.unwrap() });
+    fake.append_records("lj", 0, &[FakeRecord::value(Bytes::from("x"))], Codec::None)
+        .unwrap();
+    fake.set_topic_error("lj", Some(5)); // LEADER_NOT_AVAILABLE
+    let child = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+        .args([
+            "--log-format",
+            "json",
+            "consume",
+            "-b",
+            &fake.bootstrap(),
+            "-t",
+            "lj",
+            "-e",
+        ])
+        .env_remove("KDIRECT_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The topic gets its leader after a moment (the wait is the scenario).
+    std::thread::sleep(Duration::from_millis(600));
+    fake.set_topic_error("lj", None);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let warns: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(!warns.is_empty(), "no log line");
+    assert_eq!(warns[0]["level"], "WARN", "{stderr}");
+    assert!(
+        warns[0]["fields"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("LEADER_NOT_AVAILABLE"),
+        "{stderr}"
+    );
+}

@@ -20,6 +20,22 @@ mod store;
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// More log lines on stderr: -v info, -vv debug, -vvv trace (KDIRECT_LOG, in RUST_LOG
+    /// syntax, overrides).
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    /// Log lines as text or as JSON objects (one per line).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One readable line each.
+    Text,
+    /// One JSON object each (timestamp, level, fields, message).
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -63,7 +79,7 @@ impl<E: std::error::Error> From<E> for CliError {
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
-    init_logging();
+    init_logging(cli.verbose, cli.log_format);
     match cli.command {
         Command::Metadata(a) => block_on(metadata::run(a)),
         Command::Offsets(c) => block_on(offsets::run(c)),
@@ -87,15 +103,25 @@ fn block_on<F: std::future::Future<Output = Result<ExitCode, CliError>>>(
 }
 
 /// The library's log lines (reconnects, retries) on stderr, one line each, filtered by
-/// `KDIRECT_LOG` in `RUST_LOG` syntax (`KDIRECT_LOG=debug`, `KDIRECT_LOG=kdirect_engine=trace`);
-/// warnings and errors by default.
-fn init_logging() {
+/// `KDIRECT_LOG` in `RUST_LOG` syntax (`KDIRECT_LOG=debug`, `KDIRECT_LOG=kdirect_engine=trace`),
+/// else by `-v`; warnings and errors by default.
+fn init_logging(verbose: u8, format: LogFormat) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("KDIRECT_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
+    let level = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_env("KDIRECT_LOG").unwrap_or_else(|_| EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+        .with_target(false);
+    let _ = match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
 }
