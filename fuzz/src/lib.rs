@@ -1,0 +1,132 @@
+//! Helpers shared by the fuzz targets in `fuzz_targets/`: picking a version from a selector
+//! byte, re-encoding a decoded response to check it decodes to itself, and the properties every
+//! decompression codec must keep.
+
+use std::fmt::Debug;
+use std::io::Read;
+
+use kdirect_engine::record::{Compression, DecodeErrorKind, Scratch};
+use kdirect_proto::message::{decode_response, encode_response, Api};
+
+/// A version kdirect speaks for `A`, chosen by `sel` (wrapping around the range).
+pub fn version<A: Api>(sel: u8) -> i16 {
+    let r = A::VERSIONS;
+    r.min + i16::from(sel) % (r.max - r.min + 1)
+}
+
+/// Decodes `frame` (size prefix removed) the way `BrokerConnection::request_at` does:
+/// kdirect's bounded walk, then kafka-protocol. Where it is accepted, the response re-encodes
+/// (kafka-protocol's encoder, as the fake broker does) to a frame that decodes to the same
+/// response and correlation id.
+pub fn decode_and_round_trip<A: Api>(frame: &[u8], version: i16) -> Option<(i32, A::Response)>
+where
+    A::Response: PartialEq + Debug,
+{
+    let (cid, resp) = decode_response::<A>(bytes::Bytes::copy_from_slice(frame), version).ok()?;
+    let again = encode_response::<A>(&resp, version, cid)
+        .unwrap_or_else(|e| panic!("a decoded {:?} v{version} does not re-encode: {e}", A::KEY));
+    let body = again.slice(kdirect_proto::frame::SIZE_PREFIX_LEN..);
+    match decode_response::<A>(body, version) {
+        Ok((cid2, resp2)) => {
+            assert_eq!(cid, cid2, "correlation id changed in a round trip");
+            assert_eq!(resp, resp2, "response changed in a round trip");
+        }
+        Err(e) => panic!(
+            "{:?} v{version}: kafka-protocol's own encoding is refused by decode_response: {e}",
+            A::KEY
+        ),
+    }
+    Some((cid, resp))
+}
+
+/// The decompression cap a codec target uses: the first two input bytes, times 16 (0 to just
+/// under 1 MiB), so that small caps, and the boundary at exactly the output size, are reached.
+pub fn split_cap(data: &[u8]) -> Option<(usize, &[u8])> {
+    let (cap, deflated) = data.split_first_chunk::<2>()?;
+    Some((usize::from(u16::from_le_bytes(*cap)) * 16, deflated))
+}
+
+/// What one `Scratch::inflate` call gave: the inflated bytes, or the error's text and whether it
+/// is "larger than the cap".
+#[derive(Debug, PartialEq, Eq)]
+pub enum Inflated {
+    /// Decompressed bytes.
+    Ok(Vec<u8>),
+    /// Output would exceed the cap.
+    TooLarge(String),
+    /// Any other refusal.
+    Failed(String),
+}
+
+/// Inflates with `scratch` and records the outcome.
+pub fn inflate(scratch: &mut Scratch, codec: Compression, deflated: &[u8], cap: usize) -> Inflated {
+    match scratch.inflate(codec, deflated, cap) {
+        Ok(out) => Inflated::Ok(out.to_vec()),
+        Err(e @ DecodeErrorKind::DecompressedTooLarge { .. }) => Inflated::TooLarge(e.to_string()),
+        Err(e) => Inflated::Failed(e.to_string()),
+    }
+}
+
+/// The properties of one codec on arbitrary input: never more than `cap` bytes out; the same
+/// answer from a reused scratch buffer (and zstd context) as from a fresh one; an output of
+/// `n` bytes is accepted at cap `n` and refused as too large at cap `n - 1`; and, where a
+/// `reference` decoder accepts the input too, its output starts with ours (the reference may
+/// read concatenated frames that the batch codec ignores; see each target).
+pub fn check_codec(
+    codec: Compression,
+    data: &[u8],
+    reference: Option<fn(&[u8], usize) -> Option<Vec<u8>>>,
+) {
+    let Some((cap, deflated)) = split_cap(data) else {
+        return;
+    };
+    let mut scratch = Scratch::new();
+    let first = inflate(&mut scratch, codec, deflated, cap);
+    if let Inflated::Ok(out) = &first {
+        assert!(
+            out.len() <= cap,
+            "{codec}: {} bytes out, cap {cap}",
+            out.len()
+        );
+    }
+    // Reuse: the scratch now holds the first output (and a used zstd context).
+    let second = inflate(&mut scratch, codec, deflated, cap);
+    assert_eq!(
+        first, second,
+        "{codec}: a reused Scratch answers differently"
+    );
+    let Inflated::Ok(out) = first else {
+        return;
+    };
+    let n = out.len();
+    let exact = inflate(&mut Scratch::new(), codec, deflated, n);
+    assert_eq!(
+        exact,
+        Inflated::Ok(out.clone()),
+        "{codec}: refused at cap = its own output size"
+    );
+    if let Some(below) = n.checked_sub(1) {
+        let less = inflate(&mut scratch, codec, deflated, below);
+        assert!(
+            matches!(less, Inflated::TooLarge(_)),
+            "{codec}: {n} bytes out, but at cap {below}: {less:?}"
+        );
+    }
+    if let Some(reference) = reference {
+        if let Some(theirs) = reference(deflated, cap) {
+            assert!(
+                theirs.starts_with(&out),
+                "{codec}: the reference decoder disagrees ({} vs {} bytes)",
+                theirs.len(),
+                out.len()
+            );
+        }
+    }
+}
+
+/// Reads at most `cap + 1` bytes from `r`: a reference decoder's output, bounded like ours.
+pub fn read_bounded(r: impl Read, cap: usize) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    r.take(cap as u64 + 1).read_to_end(&mut out).ok()?;
+    Some(out)
+}
