@@ -7,7 +7,9 @@
 //!
 //! Properties (`kdirect_fuzz::check_codec`): never more output than the cap, never a panic; a
 //! reused scratch buffer answers as a fresh one; an output of n bytes is accepted at cap n and
-//! refused as too large (`DecompressedTooLarge`) at cap n - 1.
+//! refused as too large (`DecompressedTooLarge`) at cap n - 1 — or, for a block lz4_flex calls
+//! corrupt but the C decoder accepts (a match offset of 0, `regression-match-offset-0`),
+//! refused as corrupt.
 //!
 //! Input: two bytes of cap (little-endian, times 16: 0 to just under 1 MiB), then the compressed
 //! bytes.
