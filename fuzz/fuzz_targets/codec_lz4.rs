@@ -2,8 +2,9 @@
 //! (`crates/engine/src/record/compression.rs`), as a batch's records section is inflated. lz4: the
 //! LZ4 frame format (KIP-57) parsed by the engine, independent blocks through the C library, linked
 //! ones through lz4_flex. Checked against lz4_flex's own frame decoder wherever that accepts the
-//! input (it verifies checksums the engine skips, since the batch CRC covers them, and reads frames
-//! concatenated after the first, which the engine ignores: so its output must start with ours).
+//! input: the bytes both produce agree (lz4_flex verifies checksums the engine skips, since the
+//! batch CRC covers them; it reads frames concatenated after the first, which the engine
+//! ignores; and its reader stops at a block that decodes to nothing).
 //!
 //! Properties (`kdirect_fuzz::check_codec`): never more output than the cap, never a panic; a
 //! reused scratch buffer answers as a fresh one; an output of n bytes is accepted at cap n and

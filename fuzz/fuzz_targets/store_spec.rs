@@ -2,8 +2,7 @@
 //! (`kdirect_commit::redact`, used in every message and `Debug` that shows a spec).
 //!
 //! First input byte even: the rest is an arbitrary spec. Parsing and redacting never panic,
-//! redacting twice changes nothing more, and the parse error and the parsed spec's `Debug`
-//! show the spec only as redacted.
+//! and a parse error shows the spec as redacted.
 //!
 //! First input byte odd: a well-formed URL is built from the rest, split at 0 bytes into user,
 //! password, host/path and an optional secret query value: `scheme://user:PASSWORD@host/path`
@@ -84,7 +83,6 @@ fuzz_target!(|data: &[u8]| {
             return;
         };
         let once = redact(spec);
-        assert_eq!(redact(&once), once, "redacting a redacted spec changed it");
         let _ = shown(spec);
         if let Err(e) = StoreSpec::parse(spec) {
             assert!(
