@@ -61,7 +61,7 @@ fn secret(bytes: &[u8], keep: &[u8]) -> String {
 fn plain(bytes: &[u8], drop: &[u8]) -> String {
     String::from_utf8_lossy(bytes)
         .chars()
-        .filter(|c| !is_secret_char(*c) && !(c.is_ascii() && drop.contains(&(*c as u8))))
+        .filter(|&c| !is_secret_char(c) && !u8::try_from(c).is_ok_and(|b| drop.contains(&b)))
         .collect()
 }
 

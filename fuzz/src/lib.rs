@@ -51,6 +51,10 @@ pub enum Inflated {
     Failed(String),
 }
 
+/// An independent decoder: the inflated bytes (at most `cap + 1` of them), or `None` if it
+/// refuses the input.
+pub type Reference = fn(&[u8], usize) -> Option<Vec<u8>>;
+
 /// Inflates with `scratch` and records the outcome.
 pub fn inflate(scratch: &mut Scratch, codec: Compression, deflated: &[u8], cap: usize) -> Inflated {
     match scratch.inflate(codec, deflated, cap) {
@@ -65,11 +69,7 @@ pub fn inflate(scratch: &mut Scratch, codec: Compression, deflated: &[u8], cap: 
 /// `n` bytes is accepted at cap `n` and refused at cap `n - 1`, as too large unless the
 /// `reference` decoder refuses the input as corrupt; and, where the reference accepts the
 /// input, the bytes both produced agree.
-pub fn check_codec(
-    codec: Compression,
-    data: &[u8],
-    reference: Option<fn(&[u8], usize) -> Option<Vec<u8>>>,
-) {
+pub fn check_codec(codec: Compression, data: &[u8], reference: Option<Reference>) {
     let Some((cap, deflated)) = split_cap(data) else {
         return;
     };
