@@ -10,7 +10,7 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   echo "installing cargo-fuzz"
   cargo install cargo-fuzz --locked --quiet
 fi
-for target in record_batch fetch_response metadata_response; do
+for target in $(cargo fuzz list); do
   n=$(find "corpus/$target" -type f | wc -l)
   echo "replaying $n seeds through $target"
   # -runs=0 executes each seed once and stops; a crash makes cargo fuzz exit non-zero.

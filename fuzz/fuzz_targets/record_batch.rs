@@ -7,7 +7,9 @@
 #![no_main]
 
 use bytes::Bytes;
-use kdirect_engine::record::{AbortedTransaction, DecodeOptions, IsolationLevel, RecordBatchReader};
+use kdirect_engine::record::{
+    AbortedTransaction, DecodeOptions, IsolationLevel, RecordBatchReader,
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -135,10 +135,16 @@ impl CheckpointFile {
         let offsets = parse_offsets(&offsets).map_err(|r| corrupt(format!("line 3: {r}")))?;
         if let Some(from) = &from {
             for (topic, parts) in from {
-                for p in parts.keys() {
-                    if offsets.get(topic).and_then(|ps| ps.get(p)).is_none() {
+                for (p, &first) in parts {
+                    let Some(&until) = offsets.get(topic).and_then(|ps| ps.get(p)) else {
                         return Err(corrupt(format!(
                             "{topic}-{p} has a 'from' on line 2 but no offset on line 3"
+                        )));
+                    };
+                    if first > until {
+                        return Err(corrupt(format!(
+                            "{topic}-{p}: 'from' {first} on line 2 is past offset {until} on \
+                             line 3"
                         )));
                     }
                 }
@@ -1112,6 +1118,25 @@ mod tests {
                 OffsetRange::new("events", 1, from + 100, until + 100),
             ],
         )
+    }
+
+    /// Found by the `checkpoint_file` fuzz target: a plan whose `from` is past its offset
+    /// (`"0000001"` names partition 1 too) decoded into a range that ends before it starts.
+    #[test]
+    fn a_from_past_its_offset_is_corrupt() {
+        let text = "v1\n{\"batchId\":7,\"from\":{\"events\":{\"0000001\":1100,\"0\":900}}}\n\
+                    {\"events\":{\"0\":1200,\"1\":950}}\n";
+        let e = CheckpointFile::decode(text, Path::new("/ck/offsets/7")).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("/ck/offsets/7") && msg.contains("events-1"),
+            "{msg}"
+        );
+        assert!(msg.contains("1100") && msg.contains("950"), "{msg}");
+        // from == offset is an empty range, which is fine.
+        let empty = "v1\n{\"batchId\":7,\"from\":{\"e\":{\"0\":5}}}\n{\"e\":{\"0\":5}}\n";
+        let f = CheckpointFile::decode(empty, Path::new("/ck/offsets/7")).unwrap();
+        assert_eq!(f.ranges(), vec![OffsetRange::new("e", 0, 5, 5)]);
     }
 
     #[test]

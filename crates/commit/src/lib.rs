@@ -411,7 +411,8 @@ const SECRET_PARAMS: &[&str] = &["pwd", "auth", "key", "sslkey", "apikey"];
 /// `spec` with its secrets replaced by `***`, for every message and `Debug` output: the
 /// password in the user-info (everything between the user name and the **last** `@`, so a
 /// password containing `@`, `/` or `?` does not leak its tail) and the values of query
-/// parameters that carry secrets (`?password=…`, `&sslpassword=…`, `token`, …). A spec whose
+/// parameters that carry secrets (`?password=…`, `&sslpassword=…`, `token`, …; an `@` inside
+/// such a value hides what follows it up to the next parameter). A spec whose
 /// shape is unclear (no `://` but an `@`) loses everything before the `@`: over-redacting is
 /// the safe mistake.
 pub fn redact(spec: &str) -> String {
@@ -430,11 +431,13 @@ pub fn redact(spec: &str) -> String {
             out.push_str("://");
             match u.split_once(':') {
                 Some((user, _)) => {
-                    out.push_str(user);
+                    // A user name, or a query whose secret value holds `:` and `@`.
+                    redact_path_query(user, &mut out);
                     out.push_str(":***@");
                 }
                 None => {
-                    out.push_str(u);
+                    // A user name, or (with an `@` in a query value) a host, path and query.
+                    redact_path_query(u, &mut out);
                     out.push('@');
                 }
             }
@@ -446,22 +449,51 @@ pub fn redact(spec: &str) -> String {
         (None, Some(_)) => out.push_str("***@"),
         (None, None) => {}
     }
-    match tail.split_once('?') {
-        None => out.push_str(tail),
+    // An `@` inside a secret query value (`?password=s3@cr3t`) is the last `@`: what follows
+    // it is the rest of that value, up to the next parameter.
+    let in_secret_value = userinfo
+        .and_then(|u| u.split_once('?'))
+        .and_then(|(_, query)| query.rsplit('&').next())
+        .and_then(|kv| kv.split_once('='))
+        .is_some_and(|(k, _)| is_secret_param(k));
+    if in_secret_value {
+        out.push_str("***");
+        if let Some((_, params)) = tail.split_once('&') {
+            out.push('&');
+            redact_query(params, &mut out);
+        }
+        return out;
+    }
+    redact_path_query(tail, &mut out);
+    out
+}
+
+/// Appends `path?query` with the values of secret parameters replaced.
+fn redact_path_query(s: &str, out: &mut String) {
+    match s.split_once('?') {
+        None => out.push_str(s),
         Some((path, query)) => {
             out.push_str(path);
             out.push('?');
-            let params: Vec<String> = query
-                .split('&')
-                .map(|kv| match kv.split_once('=') {
-                    Some((k, _)) if is_secret_param(k) => format!("{k}=***"),
-                    _ => kv.to_owned(),
-                })
-                .collect();
-            out.push_str(&params.join("&"));
+            redact_query(query, out);
         }
     }
-    out
+}
+
+/// Appends `a=1&password=…` with the values of secret parameters replaced.
+fn redact_query(query: &str, out: &mut String) {
+    for (i, kv) in query.split('&').enumerate() {
+        if i > 0 {
+            out.push('&');
+        }
+        match kv.split_once('=') {
+            Some((k, _)) if is_secret_param(k) => {
+                out.push_str(k);
+                out.push_str("=***");
+            }
+            _ => out.push_str(kv),
+        }
+    }
 }
 
 fn is_secret_param(name: &str) -> bool {
@@ -569,6 +601,38 @@ mod tests {
         assert!(!format!("{e:?}").contains("s3cr3t"), "{e:?}");
         let s = StoreSpec::parse("postgres://u:s3cr3t@h/db").unwrap();
         assert!(!format!("{s:?}").contains("s3cr3t"), "{s:?}");
+    }
+
+    /// Found by the `store_spec` fuzz target: an `@` inside a secret query value became the
+    /// user-info's `@`, so the value's tail was printed as the host (and, without a password
+    /// in the user-info, its head as the user name).
+    #[test]
+    fn redact_hides_a_query_secret_holding_an_at_sign() {
+        let cases = [
+            (
+                "mysql://u:pw@h/d?ssl=on&password=s3@cr3t",
+                "mysql://u:***@***",
+            ),
+            (
+                "redis://h:6379/0?password=s3@cr3t&db=1&token=s3x",
+                "redis://h:***@***&db=1&token=***",
+            ),
+            ("postgres//h/d?password=s3@cr3t", "***@***"),
+            // No ':' in what precedes the '@': not a password, but still a query.
+            (
+                "redis://h/0?password=s3@cr3t",
+                "redis://h/0?password=***@***",
+            ),
+            // ... and with a ':' in the secret before its '@'.
+            (
+                "redis://h/0?password=s3:cr@3t",
+                "redis://h/0?password=***:***@***",
+            ),
+        ];
+        for (spec, want) in cases {
+            assert_eq!(redact(spec), want, "{spec}");
+            assert_eq!(redact(want), want, "redacting twice changes {want}");
+        }
     }
 
     #[test]

@@ -282,9 +282,10 @@ pub fn parse_offsets_json(json: &str) -> Result<BTreeMap<TopicPartition, i64>, S
             .as_object()
             .ok_or_else(|| format!("'{topic}': expected {{\"partition\":offset}}"))?;
         for (p, o) in parts {
-            let p: i32 = p
-                .parse()
-                .map_err(|_| format!("'{topic}': partition '{p}' is not a number"))?;
+            let p: i32 =
+                p.parse().ok().filter(|p| *p >= 0).ok_or_else(|| {
+                    format!("'{topic}': partition '{p}' is not a partition number")
+                })?;
             let o = o
                 .as_i64()
                 .filter(|o| *o >= -2)
@@ -2041,6 +2042,17 @@ impl Transaction {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Negative partition numbers are not partitions (the checkpoint reader refuses them too).
+    #[test]
+    fn offsets_json_refuses_negative_partitions() {
+        let e = parse_offsets_json(r#"{"events":{"-1":5}}"#).unwrap_err();
+        assert!(e.contains("events") && e.contains("'-1'"), "{e}");
+        let b = DirectStream::builder().set("startingOffsets", r#"{"events":{"-3":-2}}"#);
+        assert!(b.is_err());
+        let ok = parse_offsets_json(r#"{"events":{"0":5,"+1":-1}}"#).unwrap();
+        assert_eq!(ok.len(), 2);
+    }
 
     #[test]
     fn partition_cap_is_a_quarter_of_the_budget_in_stored_batches() {

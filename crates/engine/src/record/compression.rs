@@ -375,19 +375,28 @@ impl Scratch {
                         if frame_done && input.pos() >= src.len() {
                             return Ok(());
                         }
-                        // Ask for one more byte to tell "exactly at cap" from "over".
-                        let mut probe = [0u8; 1];
-                        let mut out = OutBuffer::around(&mut probe[..]);
-                        let hint = dctx
-                            .decompress_stream(&mut out, &mut input)
-                            .map_err(|c| Self::fail(codec, get_error_name(c)))?;
-                        if out.pos() > 0 {
-                            return Err(Self::too_large(codec, cap));
+                        // Ask for one more byte to tell "exactly at cap" from "over". Frames
+                        // that add nothing (empty or skippable ones) may follow: keep asking
+                        // while the input moves and no byte comes out.
+                        loop {
+                            let mut probe = [0u8; 1];
+                            let mut out = OutBuffer::around(&mut probe[..]);
+                            let before_in = input.pos();
+                            let hint = dctx
+                                .decompress_stream(&mut out, &mut input)
+                                .map_err(|c| Self::fail(codec, get_error_name(c)))?;
+                            if out.pos() > 0 {
+                                return Err(Self::too_large(codec, cap));
+                            }
+                            if hint == 0 && input.pos() >= src.len() {
+                                return Ok(());
+                            }
+                            if input.pos() == before_in {
+                                // Room for a byte, none produced, no input taken: the input
+                                // ran out mid-frame.
+                                return Err(Self::fail(codec, "truncated zstd frame"));
+                            }
                         }
-                        if hint == 0 && input.pos() >= src.len() {
-                            return Ok(());
-                        }
-                        return Err(Self::too_large(codec, cap));
                     }
                     let want = self
                         .used
@@ -543,5 +552,33 @@ mod tests {
             Err(DecodeErrorKind::DecompressedTooLarge { .. })
         ));
         assert!(s.buf.len() <= 1 << 20);
+    }
+
+    /// Found by the `codec_zstd` fuzz target: at the cap, one probe decoded the next frame's
+    /// header without output and, with more input left, called that "too large". Frames that
+    /// add no bytes (empty ones, after the data) fit any cap that holds the data.
+    #[test]
+    fn zstd_empty_frames_at_the_cap() {
+        let empty = zstd::bulk::compress(b"", 3).unwrap();
+        let two_empty = [&empty[..], &empty[..]].concat();
+        let mut s = Scratch::new();
+        assert_eq!(s.inflate(Compression::Zstd, &two_empty, 0).unwrap(), b"");
+        let abc = zstd::bulk::compress(b"abc", 3).unwrap();
+        let then_empty = [&abc[..], &empty[..], &empty[..]].concat();
+        assert_eq!(
+            s.inflate(Compression::Zstd, &then_empty, 3).unwrap(),
+            b"abc"
+        );
+        assert!(matches!(
+            s.inflate(Compression::Zstd, &then_empty, 2),
+            Err(DecodeErrorKind::DecompressedTooLarge { .. })
+        ));
+        // A frame cut short at the cap is still an error, not "fits".
+        let cut = [&abc[..], &abc[..abc.len() - 2]].concat();
+        assert!(s.inflate(Compression::Zstd, &cut, 3).is_err());
+        // The fuzzer's input: two empty frames (no checksum, no content size).
+        let found = [0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x3a, 0x01, 0x00, 0x00];
+        let twice = [&found[..], &found[..]].concat();
+        assert_eq!(s.inflate(Compression::Zstd, &twice, 0).unwrap(), b"");
     }
 }
