@@ -141,12 +141,9 @@ impl CheckpointFile {
                             "{topic}-{p} has a 'from' on line 2 but no offset on line 3"
                         )));
                     };
-                    if first > until {
-                        return Err(corrupt(format!(
-                            "{topic}-{p}: 'from' {first} on line 2 is past offset {until} on \
-                             line 3"
-                        )));
-                    }
+                    // A 'from' past its offset was written by older `offsets set` moving a
+                    // position back: no range of records, read as an empty one (`ranges`).
+                    let _ = (first, until);
                 }
             }
         }
@@ -170,7 +167,8 @@ impl CheckpointFile {
                     .and_then(|f| f.get(topic))
                     .and_then(|ps| ps.get(&p))
                     .copied()
-                    .unwrap_or(until);
+                    .unwrap_or(until)
+                    .min(until);
                 out.push(OffsetRange::new(topic.clone(), p, from, until));
             }
         }
@@ -874,7 +872,10 @@ impl Inner {
         let ranges: Vec<OffsetRange> = positions
             .iter()
             .map(|(tp, &to)| {
-                let from = state.get(tp).copied().unwrap_or(to);
+                // A move back (a reset to an earlier offset) is no range of records: it is
+                // logged as an empty one at the new position (a range never ends before it
+                // starts).
+                let from = state.get(tp).copied().unwrap_or(to).min(to);
                 OffsetRange::new(tp.topic.clone(), tp.partition, from, to)
             })
             .collect();
@@ -1123,17 +1124,19 @@ mod tests {
     /// Found by the `checkpoint_file` fuzz target: a plan whose `from` is past its offset
     /// (`"0000001"` names partition 1 too) decoded into a range that ends before it starts.
     #[test]
-    fn a_from_past_its_offset_is_corrupt() {
+    fn a_from_past_its_offset_is_an_empty_range_never_an_inverted_one() {
+        // Older `offsets set` wrote a move back as from > offset: it reads as an empty range at
+        // the offset, never as a range that ends before it starts.
         let text = "v1\n{\"batchId\":7,\"from\":{\"events\":{\"0000001\":1100,\"0\":900}}}\n\
                     {\"events\":{\"0\":1200,\"1\":950}}\n";
-        let e = CheckpointFile::decode(text, Path::new("/ck/offsets/7")).unwrap_err();
-        let msg = e.to_string();
-        assert!(
-            msg.contains("/ck/offsets/7") && msg.contains("events-1"),
-            "{msg}"
+        let f = CheckpointFile::decode(text, Path::new("/ck/offsets/7")).unwrap();
+        assert_eq!(
+            f.ranges(),
+            vec![
+                OffsetRange::new("events", 0, 900, 1200),
+                OffsetRange::new("events", 1, 950, 950)
+            ]
         );
-        assert!(msg.contains("1100") && msg.contains("950"), "{msg}");
-        // from == offset is an empty range, which is fine.
         let empty = "v1\n{\"batchId\":7,\"from\":{\"e\":{\"0\":5}}}\n{\"e\":{\"0\":5}}\n";
         let f = CheckpointFile::decode(empty, Path::new("/ck/offsets/7")).unwrap();
         assert_eq!(f.ranges(), vec![OffsetRange::new("e", 0, 5, 5)]);
