@@ -14,39 +14,14 @@ use std::collections::BTreeMap;
 use kdirect::{parse_offsets_json, starting_offsets_json, DirectStream};
 use libfuzzer_sys::fuzz_target;
 
-const KEYS: &[&str] = &[
-    "bootstrap.servers",
-    "group.id",
-    "subscribe",
-    "subscribePattern",
-    "client.id",
-    "request.timeout.ms",
-    "default.api.timeout.ms",
-    "reconnect.timeout.ms",
-    "isolation.level",
-    "fetch.min.bytes",
-    "fetch.max.bytes",
-    "fetch.max.wait.ms",
-    "max.partition.fetch.bytes",
-    "check.crcs",
-    "startingOffsets",
-    "auto.offset.reset",
-    "startingTimestamp",
-    "startingOffsetsByTimestamp",
-    "startingOffsetsByTimestampStrategy",
-    "endingOffsets",
-    "endingTimestamp",
-    "maxOffsetsPerTrigger",
-    "maxRatePerPartition",
-    "minOffsetsPerTrigger",
-    "maxTriggerDelay",
-    "failOnDataLoss",
-    "backpressure.enabled",
-    "batch.interval.ms",
-    "minRatePerPartition",
-    "trigger",
-    "memory.budget.bytes",
-];
+/// Every key the builder knows: the facade's settings and the engine's security keys.
+fn key(i: usize) -> Option<&'static str> {
+    kdirect::stream::SETTINGS
+        .iter()
+        .chain(kdirect_engine::security::KEYS)
+        .nth(i)
+        .copied()
+}
 
 fuzz_target!(|data: &[u8]| {
     let Some((&sel, rest)) = data.split_first() else {
@@ -55,8 +30,8 @@ fuzz_target!(|data: &[u8]| {
     let Ok(rest) = std::str::from_utf8(rest) else {
         return;
     };
-    let (key, value) = match KEYS.get(usize::from(sel)) {
-        Some(k) => (*k, rest),
+    let (key, value) = match key(usize::from(sel)) {
+        Some(k) => (k, rest),
         None => rest.split_once('\0').unwrap_or((rest, "")),
     };
     match DirectStream::builder().set(key, value) {

@@ -2068,7 +2068,8 @@ mod tests {
     }
 }
 
-/// Every key [`DirectStreamBuilder::set`] takes, for suggesting the closest to a mistyped one.
+/// Every key [`DirectStreamBuilder::set`] takes besides the security ones
+/// ([`kdirect_engine::security::KEYS`]), for suggesting the closest to a mistyped one.
 pub const SETTINGS: &[&str] = &[
     "bootstrap.servers",
     "group.id",
@@ -2103,26 +2104,30 @@ pub const SETTINGS: &[&str] = &[
     "minRatePerPartition",
     "trigger",
     "memory.budget.bytes",
-    "security.protocol",
-    "sasl.mechanism",
-    "sasl.username",
-    "sasl.password",
-    "sasl.oauthbearer.token",
-    "ssl.ca.location",
-    "ssl.certificate.location",
-    "ssl.key.location",
-    "ssl.endpoint.identification.algorithm",
 ];
 
 /// The known key closest to `key` (case-insensitive edit distance), if it is close enough to
 /// be a typo: at most a third of the key's length.
 fn closest_key(key: &str) -> Option<&'static str> {
-    let key = key.to_ascii_lowercase();
-    SETTINGS
-        .iter()
-        .map(|k| (edit_distance(&key, &k.to_ascii_lowercase()), *k))
+    closest(
+        key,
+        SETTINGS
+            .iter()
+            .chain(kdirect_engine::security::KEYS)
+            .copied(),
+    )
+}
+
+/// The candidate closest to `word` (case-insensitive edit distance) if it is close enough to
+/// be a typo of it: at most a third of its length. For "did you mean" hints (the CLI's too).
+#[doc(hidden)]
+pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let word = word.to_ascii_lowercase();
+    candidates
+        .into_iter()
+        .map(|k| (edit_distance(&word, &k.to_ascii_lowercase()), k))
         .min()
-        .filter(|(d, _)| *d <= key.len().max(3) / 3)
+        .filter(|(d, _)| *d <= word.len().max(3) / 3)
         .map(|(_, k)| k)
 }
 
@@ -2155,7 +2160,7 @@ mod settings_tests {
     #[test]
     fn every_listed_setting_is_known_and_typos_get_the_closest() {
         // The list and `set` agree: every listed key is accepted (with some valid value)...
-        for key in SETTINGS {
+        for key in SETTINGS.iter().chain(kdirect_engine::security::KEYS) {
             let e = DirectStreamBuilder::default().set(key, "x");
             if let Err(e) = e {
                 assert!(!e.to_string().contains("unknown setting"), "{key}: {e}");

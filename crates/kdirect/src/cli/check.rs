@@ -425,27 +425,5 @@ async fn store_checks(
 
 /// A topic whose name is close to `t` (a typo), if any.
 fn similar_topic<'a>(t: &str, names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
-    names
-        .filter(|n| !n.starts_with("__"))
-        .map(|n| (distance(t, n), n))
-        .filter(|(d, _)| *d <= t.len().max(3) / 3)
-        .min()
-        .map(|(_, n)| n)
-}
-
-fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for j in 0..b.len() {
-            let cur = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != b[j]))
-                .min(cur + 1)
-                .min(row[j] + 1);
-            prev = cur;
-        }
-    }
-    row[b.len()]
+    kdirect::stream::closest(t, names.filter(|n| !n.starts_with("__")))
 }
