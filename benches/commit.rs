@@ -89,13 +89,21 @@ fn bench_store(c: &mut Criterion, name: &str, spec: Option<String>) {
             total
         })
     });
-    let mut s = samples.into_inner().unwrap();
-    s.sort();
+    report(
+        &format!("commit/{name}/{PARTITIONS}p"),
+        samples.into_inner().unwrap(),
+        "commits",
+    );
+}
+
+/// Prints the p50 and p99 of every timed iteration (criterion's estimates are means).
+fn report(name: &str, mut samples: Vec<Duration>, what: &str) {
+    samples.sort();
     println!(
-        "commit/{name}/{PARTITIONS}p: p50 {:.3} ms, p99 {:.3} ms over {} commits",
-        percentile(&s, 0.5).as_secs_f64() * 1e3,
-        percentile(&s, 0.99).as_secs_f64() * 1e3,
-        s.len()
+        "{name}: p50 {:.3} ms, p99 {:.3} ms over {} {what}",
+        percentile(&samples, 0.5).as_secs_f64() * 1e3,
+        percentile(&samples, 0.99).as_secs_f64() * 1e3,
+        samples.len()
     );
 }
 
@@ -135,13 +143,10 @@ fn bench_fdatasync(c: &mut Criterion, dir: &std::path::Path) {
             total
         })
     });
-    let mut s = samples.into_inner().unwrap();
-    s.sort();
-    println!(
-        "commit/fdatasync-floor: p50 {:.3} ms, p99 {:.3} ms over {} writes",
-        percentile(&s, 0.5).as_secs_f64() * 1e3,
-        percentile(&s, 0.99).as_secs_f64() * 1e3,
-        s.len()
+    report(
+        "commit/fdatasync-floor",
+        samples.into_inner().unwrap(),
+        "writes",
     );
 }
 

@@ -404,9 +404,11 @@ impl Cluster {
                 });
                 return Err(last.gave_up(attempt, since.elapsed()));
             }
-            tokio::time::sleep(crate::fetch::jittered(Duration::from_millis(
-                50 << attempt.min(5),
-            )))
+            tokio::time::sleep(crate::fetch::backoff(
+                Duration::from_millis(50),
+                attempt,
+                Duration::from_millis(1600),
+            ))
             .await;
             view = self.refresh(Some(&topics)).await?;
             todo = retry;

@@ -432,19 +432,7 @@ impl BrokerConnection {
                 }
                 .into())
             }
-            Err(_) => {
-                return Err(ErrorKind::Connect {
-                    broker: broker.clone(),
-                    source: std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!(
-                            "no connection after {} ms",
-                            config.connect_timeout.as_millis()
-                        ),
-                    ),
-                }
-                .into())
-            }
+            Err(_) => return Err(timed_out(broker, "connection", config.connect_timeout)),
         };
         let _ = stream.set_nodelay(true);
         let shared = Arc::new(Shared {
@@ -475,17 +463,7 @@ impl BrokerConnection {
                     }
                     // Like a TCP connect timeout: retriable.
                     Err(_) => {
-                        return Err(ErrorKind::Connect {
-                            broker: broker.clone(),
-                            source: std::io::Error::new(
-                                std::io::ErrorKind::TimedOut,
-                                format!(
-                                    "no TLS handshake after {} ms",
-                                    config.connect_timeout.as_millis()
-                                ),
-                            ),
-                        }
-                        .into())
+                        return Err(timed_out(broker, "TLS handshake", config.connect_timeout))
                     }
                 };
                 let (read, write) = tokio::io::split(stream);
@@ -857,6 +835,19 @@ async fn read_loop<R: AsyncRead + Unpin>(
         }
     };
     shared.fail_all(&reason);
+}
+
+/// `connect.timeout` ran out before `what` was done: a (retriable) connect error naming the
+/// broker and the timeout.
+fn timed_out(broker: &BrokerName, what: &str, after: Duration) -> Error {
+    ErrorKind::Connect {
+        broker: broker.clone(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no {what} after {} ms", after.as_millis()),
+        ),
+    }
+    .into()
 }
 
 #[cfg(test)]

@@ -994,18 +994,18 @@ impl Reconnect {
         }
         self.attempts += 1;
         metrics::counter!("kdirect_reconnect_attempts_total").increment(1);
-        let backoff = c
-            .fetch
-            .retry_backoff
-            .saturating_mul(1 << self.attempts.min(10))
-            .min(Duration::from_secs(5));
+        let backoff = kdirect_engine::fetch::backoff(
+            c.fetch.retry_backoff,
+            self.attempts,
+            Duration::from_secs(5),
+        );
         tracing::warn!(
             attempt = self.attempts,
             elapsed_ms = since.elapsed().as_millis() as u64,
             backoff_ms = backoff.as_millis() as u64,
             "retrying: {e}"
         );
-        tokio::time::sleep(kdirect_engine::fetch::jittered(backoff)).await;
+        tokio::time::sleep(backoff).await;
         Ok(())
     }
 }

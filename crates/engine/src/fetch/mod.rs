@@ -500,10 +500,6 @@ pub async fn fetch_ranges_within(
                 if since.elapsed() >= cluster.config().retry_timeout {
                     return Err(e.gave_up(retries, since.elapsed()));
                 }
-                let backoff = cfg
-                    .retry_backoff
-                    .saturating_mul(1 << retries.min(10))
-                    .min(Duration::from_secs(1));
                 // A broker that cannot be reached is worth a warning per attempt; a leader
                 // moving is routine.
                 if matches!(
@@ -517,7 +513,8 @@ pub async fn fetch_ranges_within(
                 } else {
                     tracing::debug!(attempt = retries, "fetch round retried: {e}");
                 }
-                tokio::time::sleep(jittered(backoff)).await;
+                tokio::time::sleep(backoff(cfg.retry_backoff, retries, Duration::from_secs(1)))
+                    .await;
                 // A refresh that cannot reach any broker keeps the old view: the next round's
                 // connections fail and are retried the same way, until the deadline.
                 match cluster.refresh(Some(&topic_refs)).await {
@@ -531,9 +528,16 @@ pub async fn fetch_ranges_within(
     Ok(session.finish())
 }
 
+/// The wait before retry number `attempt` (from 1): `base` doubled per attempt up to `cap`,
+/// spread by [`jittered`]. The one backoff of the fetcher, ListOffsets and the stream's
+/// reconnects.
+pub fn backoff(base: Duration, attempt: u32, cap: Duration) -> Duration {
+    jittered(base.saturating_mul(1 << attempt.min(10)).min(cap))
+}
+
 /// `d` spread by ±20%, so that clients that failed together do not retry together (as the
 /// Java client's `retry.backoff` jitter does).
-pub fn jittered(d: Duration) -> Duration {
+fn jittered(d: Duration) -> Duration {
     use std::hash::{BuildHasher, Hasher};
     // A fresh random key per call: RandomState is seeded from the OS once per thread and
     // then varied, which is random enough to spread retries.

@@ -130,3 +130,39 @@ pub async fn connect(
     // Cluster::connect splits comma-separated entries itself.
     Ok(Cluster::connect(&[bootstrap.to_owned()], config).await?)
 }
+
+/// Every partition of `topics` (fresh metadata) with its log start and end, in the same
+/// (topic, partition) order.
+pub struct LogBounds {
+    pub partitions: Vec<(String, i32)>,
+    pub starts: Vec<kdirect_proto::api::list_offsets::PartitionOffset>,
+    pub ends: Vec<kdirect_proto::api::list_offsets::PartitionOffset>,
+}
+
+/// [`LogBounds`] of `topics`: one Metadata request, then ListOffsets earliest and latest.
+pub async fn log_bounds(
+    cluster: &Cluster,
+    topics: &[String],
+    isolation: kdirect_proto::IsolationLevel,
+) -> Result<LogBounds, CliError> {
+    use kdirect_proto::api::list_offsets::OffsetSpec;
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let view = cluster.refresh(Some(&names)).await?;
+    let mut partitions = Vec::new();
+    for t in topics {
+        for p in &view.topic(t)?.partitions {
+            partitions.push((t.clone(), p.partition));
+        }
+    }
+    let starts = cluster
+        .list_offsets(&partitions, OffsetSpec::Earliest, isolation)
+        .await?;
+    let ends = cluster
+        .list_offsets(&partitions, OffsetSpec::Latest, isolation)
+        .await?;
+    Ok(LogBounds {
+        partitions,
+        starts,
+        ends,
+    })
+}

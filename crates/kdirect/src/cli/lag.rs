@@ -3,10 +3,10 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use kdirect_commit::{OffsetStore, TopicPartition};
-use kdirect_proto::api::list_offsets::OffsetSpec;
 use kdirect_proto::IsolationLevel;
 use serde_json::json;
 
+use super::common::{log_bounds, LogBounds};
 use super::offsets::parse_isolation;
 use super::store::StoreArgs;
 use super::CliError;
@@ -64,20 +64,7 @@ async fn report(
     store: &kdirect_commit::AnyStore,
 ) -> Result<(), CliError> {
     let committed = store.load(&args.topic).await?;
-    let names: Vec<&str> = args.topic.iter().map(String::as_str).collect();
-    let view = cluster.refresh(Some(&names)).await?;
-    let mut partitions = Vec::new();
-    for t in &args.topic {
-        for p in &view.topic(t)?.partitions {
-            partitions.push((t.clone(), p.partition));
-        }
-    }
-    let starts = cluster
-        .list_offsets(&partitions, OffsetSpec::Earliest, args.isolation)
-        .await?;
-    let ends = cluster
-        .list_offsets(&partitions, OffsetSpec::Latest, args.isolation)
-        .await?;
+    let LogBounds { starts, ends, .. } = log_bounds(cluster, &args.topic, args.isolation).await?;
     let rows: Vec<Row> = starts
         .iter()
         .zip(&ends)

@@ -459,21 +459,12 @@ mod store_cmd {
             ));
         }
         let before = store.load(&topics).await?;
-        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-        let view = cluster.refresh(Some(&names)).await?;
-        let mut partitions: Vec<(String, i32)> = Vec::new();
-        for t in &topics {
-            for p in &view.topic(t)?.partitions {
-                partitions.push((t.clone(), p.partition));
-            }
-        }
         let iso = IsolationLevel::ReadUncommitted;
-        let starts = cluster
-            .list_offsets(&partitions, OffsetSpec::Earliest, iso)
-            .await?;
-        let ends = cluster
-            .list_offsets(&partitions, OffsetSpec::Latest, iso)
-            .await?;
+        let crate::cli::common::LogBounds {
+            partitions,
+            starts,
+            ends,
+        } = crate::cli::common::log_bounds(&cluster, &topics, iso).await?;
         let at_time = match (args.to, args.to_datetime, args.by_duration) {
             (Some(OffsetSpec::Timestamp(t)), _, _) | (_, Some(t), _) => Some(t),
             (_, _, Some(d)) => Some(
