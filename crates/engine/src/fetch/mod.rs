@@ -529,7 +529,7 @@ pub async fn fetch_ranges_within(
 }
 
 /// The wait before retry number `attempt` (from 1): `base` doubled per attempt up to `cap`,
-/// spread by [`jittered`]. The one backoff of the fetcher, ListOffsets and the stream's
+/// spread by ±20 % (jitter). The one backoff of the fetcher, ListOffsets and the stream's
 /// reconnects.
 pub fn backoff(base: Duration, attempt: u32, cap: Duration) -> Duration {
     jittered(base.saturating_mul(1 << attempt.min(10)).min(cap))
