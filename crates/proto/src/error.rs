@@ -3,6 +3,8 @@
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::VersionRange;
 
+use crate::api::consumer_protocol::ConsumerMessage;
+
 /// What went wrong turning messages into bytes or bytes into messages.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
@@ -60,6 +62,35 @@ pub enum ProtoError {
         /// The API.
         api: ApiKey,
         /// What is wrong.
+        reason: String,
+    },
+    /// Consumer-protocol bytes (a member's subscription in JoinGroup metadata, or its
+    /// assignment in SyncGroup) could not be decoded.
+    #[error(
+        "malformed consumer-protocol {message}{} ({len} bytes, failed at byte {position}): {reason}",
+        version.map_or_else(String::new, |v| format!(" v{v}"))
+    )]
+    ConsumerProtocolDecode {
+        /// Which message.
+        message: ConsumerMessage,
+        /// The version its prefix announced, `None` if decoding stopped before it.
+        version: Option<i16>,
+        /// Length of the message (version prefix included).
+        len: usize,
+        /// Where the offending field starts, from the start of the message.
+        position: usize,
+        /// Which field, and why.
+        reason: String,
+    },
+    /// A consumer-protocol message could not be encoded (a version below 0, or a field the
+    /// wire format or Kafka cannot carry).
+    #[error("cannot encode consumer-protocol {message} v{version}: {reason}")]
+    ConsumerProtocolEncode {
+        /// Which message.
+        message: ConsumerMessage,
+        /// The version asked for.
+        version: i16,
+        /// Which field, and why.
         reason: String,
     },
 }

@@ -4,7 +4,9 @@
 //! framing ([`frame`]), request/response headers and any API's encode/decode with an explicit
 //! version ([`message`]), one file per API kdirect uses ([`api`]: ApiVersions, Metadata,
 //! ListOffsets, Fetch, FindCoordinator, OffsetCommit, OffsetFetch, SaslHandshake,
-//! SaslAuthenticate), version negotiation
+//! SaslAuthenticate, and the classic consumer-group protocol: JoinGroup, SyncGroup,
+//! Heartbeat, LeaveGroup), the consumer protocol's subscription and assignment bytes that
+//! JoinGroup and SyncGroup carry ([`api::consumer_protocol`]), version negotiation
 //! against a broker's ApiVersions answer ([`versions`]) and Kafka error codes as data
 //! ([`code`]). Message types come from the `kafka-protocol` crate.
 //!
@@ -23,13 +25,15 @@
 //! - **Hand-written decoders** read a frame straight into kdirect's views, without
 //!   kafka-protocol: [`api::fetch::decode`] (Fetch 4–17 into a `FetchView` whose `records`
 //!   are slices of the frame), [`api::metadata::decode`] (Metadata 1–12 into a
-//!   `MetadataView`) and [`api::list_offsets::decode`] (ListOffsets 1–10). What they allocate
+//!   `MetadataView`), [`api::list_offsets::decode`] (ListOffsets 1–10) and the consumer
+//!   protocol's [`api::consumer_protocol::Subscription::decode`] and
+//!   [`api::consumer_protocol::Assignment::decode`]. What they allocate
 //!   is a constant factor of the frame's length: every `Vec` is reserved only after its count
 //!   passed the check above, strings are at most their wire length, and topic names (which
 //!   the Fetch and ListOffsets views repeat per partition) are refused beyond Kafka's
 //!   249-character limit.
 //! - **Everything else through kafka-protocol** ([`message::decode_response`] for any of the
-//!   seven APIs, and the ApiVersions handshake in [`api::api_versions::decode`]) first walks
+//!   other APIs, and the ApiVersions handshake in [`api::api_versions::decode`]) first walks
 //!   the whole frame with the same bounded reader against the API's schema at that version
 //!   (allocating nothing), and only then hands it to kafka-protocol. The walk reads exactly
 //!   what kafka-protocol reads, field for field, and is stricter where they could differ

@@ -24,6 +24,7 @@ use std::ops::Range;
 
 use kafka_protocol::messages::ApiKey;
 
+use crate::api::consumer_protocol::ConsumerMessage;
 use crate::error::ProtoError;
 
 /// Kafka refuses topic names longer than this (`Topic.MAX_NAME_LENGTH` in the Java broker),
@@ -31,14 +32,23 @@ use crate::error::ProtoError;
 /// partition rely on it to keep their size proportional to the frame.
 pub(crate) const MAX_TOPIC_NAME_LEN: usize = 249;
 
+/// What a [`Reader`] reads, for its errors: a response frame body of an API, or the consumer
+/// protocol's bytes embedded in JoinGroup metadata and SyncGroup assignments.
+#[derive(Debug, Clone, Copy)]
+enum Origin {
+    Response(ApiKey),
+    Embedded(ConsumerMessage),
+}
+
 /// A cursor over `buf[pos..end]`, reporting positions relative to the start of `buf` (the
-/// frame body).
+/// frame body, or the embedded message).
 #[derive(Debug, Clone)]
 pub(crate) struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
     end: usize,
-    api: ApiKey,
+    origin: Origin,
+    /// The version being read; for an embedded message, -1 until its prefix is read.
     version: i16,
     /// Compact strings/arrays/bytes, unsigned varints and tagged fields (KIP-482).
     pub(crate) flexible: bool,
@@ -53,10 +63,35 @@ impl<'a> Reader<'a> {
             buf,
             pos: 0,
             end: buf.len(),
-            api,
+            origin: Origin::Response(api),
             version,
             flexible,
         }
+    }
+
+    /// A reader over an embedded consumer-protocol message (never flexible); its version is
+    /// unknown until [`Reader::version_prefix`] reads it.
+    pub(crate) fn embedded(buf: &'a [u8], message: ConsumerMessage) -> Self {
+        Self {
+            buf,
+            pos: 0,
+            end: buf.len(),
+            origin: Origin::Embedded(message),
+            version: -1,
+            flexible: false,
+        }
+    }
+
+    /// The big-endian `i16` version that prefixes an embedded message (Java's
+    /// `MessageUtil.toVersionPrefixedByteBuffer`); negative versions are refused. Later errors
+    /// name it.
+    pub(crate) fn version_prefix(&mut self) -> Res<i16> {
+        let v = self.i16("version")?;
+        if v < 0 {
+            return Err(self.error_at(0, format!("version: unsupported version {v}")));
+        }
+        self.version = v;
+        Ok(v)
     }
 
     /// Bytes consumed from the start of the frame body.
@@ -71,12 +106,21 @@ impl<'a> Reader<'a> {
 
     /// A decode error at byte `at`.
     pub(crate) fn error_at(&self, at: usize, reason: impl Into<String>) -> ProtoError {
-        ProtoError::Decode {
-            api: self.api,
-            version: self.version,
-            len: self.buf.len(),
-            position: at,
-            reason: reason.into(),
+        match self.origin {
+            Origin::Response(api) => ProtoError::Decode {
+                api,
+                version: self.version,
+                len: self.buf.len(),
+                position: at,
+                reason: reason.into(),
+            },
+            Origin::Embedded(message) => ProtoError::ConsumerProtocolDecode {
+                message,
+                version: (self.version >= 0).then_some(self.version),
+                len: self.buf.len(),
+                position: at,
+                reason: reason.into(),
+            },
         }
     }
 
@@ -224,6 +268,21 @@ impl<'a> Reader<'a> {
         let start = self.pos;
         self.take(n, what)?;
         Ok(Some(start..start + n))
+    }
+
+    /// Nullable bytes, as a slice of the buffer.
+    pub(crate) fn nullable_slice(&mut self, what: &str) -> Res<Option<&'a [u8]>> {
+        let Some(n) = self.length(true, what)? else {
+            return Ok(None);
+        };
+        self.take(n, what).map(Some)
+    }
+
+    /// Bytes that must not be null (their range in the frame body).
+    pub(crate) fn bytes(&mut self, what: &str) -> Res<Range<usize>> {
+        let start = self.pos;
+        let v = self.nullable_bytes(what)?;
+        self.non_null(start, v, what)
     }
 
     /// The element count of a nullable array whose elements each take at least `min_size`
