@@ -27,6 +27,15 @@ impl StoreError {
     pub fn is_conflict(&self) -> bool {
         matches!(*self.0, StoreErrorKind::Conflict { .. })
     }
+
+    /// True for [`StoreErrorKind::Fenced`] and [`StoreErrorKind::Conflict`]: in group mode,
+    /// both mean the partitions moved to another member; the stream rejoins.
+    pub fn is_fenced(&self) -> bool {
+        matches!(
+            *self.0,
+            StoreErrorKind::Fenced { .. } | StoreErrorKind::Conflict { .. }
+        )
+    }
 }
 
 impl From<StoreErrorKind> for StoreError {
@@ -79,6 +88,16 @@ pub enum StoreErrorKind {
         expected_from: i64,
         /// What the store holds.
         stored: Stored,
+    },
+    /// Group mode: the member lost its partitions before this commit (a rebalance gave them
+    /// to another member), so the commit was refused; the batch's output must not be
+    /// published (a transaction is rolled back).
+    #[error("{store} refused the commit: this member no longer owns the partitions ({reason})")]
+    Fenced {
+        /// The store.
+        store: String,
+        /// Why.
+        reason: String,
     },
     /// A file operation failed.
     #[error("{op} {}: {source}", path.display())]

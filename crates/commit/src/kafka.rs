@@ -27,7 +27,8 @@ use std::time::Duration;
 use kdirect_engine::cluster::Cluster;
 use kdirect_engine::conn::BrokerConnection;
 use kdirect_proto::api::find_coordinator::{self, FindCoordinator};
-use kdirect_proto::api::offset_commit::{self, CommitEntry, OffsetCommit};
+use kdirect_engine::group::GroupMember;
+use kdirect_proto::api::offset_commit::{self, CommitEntry, Committer, OffsetCommit};
 use kdirect_proto::api::offset_fetch::{self, OffsetFetch};
 use kdirect_proto::ErrorCode;
 
@@ -49,6 +50,8 @@ pub struct KafkaGroupStore {
     group: String,
     coordinator: tokio::sync::Mutex<Option<BrokerConnection>>,
     backoff: Duration,
+    /// In group mode, the member whose generation each commit carries.
+    member: std::sync::OnceLock<Arc<GroupMember>>,
 }
 
 /// Why one attempt failed.
@@ -57,6 +60,14 @@ enum Attempt {
     Retry(StoreError),
     /// Give up.
     Fatal(StoreError),
+}
+
+/// The coordinator's answers to a commit from a member that lost its partitions.
+fn is_fenced(code: ErrorCode) -> bool {
+    code == ErrorCode::ILLEGAL_GENERATION
+        || code == ErrorCode::UNKNOWN_MEMBER_ID
+        || code == ErrorCode::REBALANCE_IN_PROGRESS
+        || code == ErrorCode::FENCED_INSTANCE_ID
 }
 
 fn is_coordinator_error(code: ErrorCode) -> bool {
@@ -74,7 +85,18 @@ impl KafkaGroupStore {
             group: group.to_owned(),
             coordinator: tokio::sync::Mutex::new(None),
             backoff: Duration::from_millis(100),
+            member: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Group mode: every commit from now on carries `member`'s generation and member id, so
+    /// the coordinator refuses the commit of a member that lost its partitions
+    /// (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID:
+    /// [`StoreErrorKind::Fenced`]). Administration (`set_positions`) still commits as a
+    /// standalone consumer, which the coordinator only accepts while the group is empty.
+    /// A second call keeps the first member.
+    pub fn attach_member(&self, member: Arc<GroupMember>) {
+        let _ = self.member.set(member);
     }
 
     /// The first backoff between retries (default 100 ms; doubles up to 2 s).
@@ -298,7 +320,29 @@ impl KafkaGroupStore {
         &self,
         batch_id: u64,
         positions: &Positions,
+        as_member: bool,
     ) -> Result<(), StoreError> {
+        let generation = match self.member.get().filter(|_| as_member) {
+            Some(m) => match m.generation() {
+                Some(g) => Some(g),
+                None => {
+                    return Err(StoreErrorKind::Fenced {
+                        store: self.describe(),
+                        reason: m
+                            .lost()
+                            .unwrap_or_else(|| "the member is not in a generation".to_owned()),
+                    }
+                    .into())
+                }
+            },
+            None => None,
+        };
+        let in_group = generation.is_some();
+        let committer = generation.as_ref().map_or(Committer::STANDALONE, |g| Committer {
+            generation_id: g.generation_id,
+            member_id: &g.member_id,
+            instance_id: g.instance_id.as_deref(),
+        });
         let metadata = format!("{METADATA_PREFIX}{batch_id}");
         let mut by_topic: BTreeMap<&str, Vec<CommitEntry>> = BTreeMap::new();
         for (tp, &offset) in positions {
@@ -319,12 +363,24 @@ impl KafkaGroupStore {
                 let version = conn
                     .version::<OffsetCommit>()
                     .map_err(|e| self.engine_attempt(e))?;
-                let req = offset_commit::request(&self.group, topics, version);
+                let req = offset_commit::request_as(&self.group, committer, topics, version);
                 let resp = conn
                     .request_at::<OffsetCommit>(&req, version)
                     .await
                     .map_err(|e| self.engine_attempt(e))?;
                 for (topic, partition, code) in offset_commit::view(&resp) {
+                    if is_fenced(code) && in_group {
+                        return Err(Attempt::Fatal(
+                            StoreErrorKind::Fenced {
+                                store: self.describe(),
+                                reason: format!(
+                                    "the coordinator refused the commit of {topic}-{partition} \
+                                     with {code}"
+                                ),
+                            }
+                            .into(),
+                        ));
+                    }
                     if let Some(code) = code.err() {
                         let e = self.code_err("OffsetCommit", Some((&topic, partition)), code);
                         return Err(if is_coordinator_error(code) || code.is_retriable() {
@@ -399,11 +455,12 @@ impl OffsetStore for KafkaGroupStore {
             }
             check_from(&self.describe(), &stored, batch)?;
         }
-        self.commit_positions(batch.id, &batch.positions()).await?;
+        self.commit_positions(batch.id, &batch.positions(), true)
+            .await?;
         Ok(CommitOutcome::Committed)
     }
 
     async fn set_positions(&self, batch_id: u64, positions: &Positions) -> Result<(), StoreError> {
-        self.commit_positions(batch_id, positions).await
+        self.commit_positions(batch_id, positions, false).await
     }
 }

@@ -10,6 +10,7 @@ use dashmap::DashMap;
 use kdirect_proto::api::list_offsets::{
     self, ListOffsets, OffsetQuery, OffsetSpec, PartitionOffset,
 };
+use kdirect_proto::api::find_coordinator::{self, FindCoordinator};
 use kdirect_proto::api::metadata::{self, BrokerInfo, Metadata, TopicInfo};
 use kdirect_proto::message::Api;
 use kdirect_proto::{ErrorCode, IsolationLevel};
@@ -205,6 +206,42 @@ impl Cluster {
         let conn = BrokerConnection::connect(&addr, Some(node_id), &self.config).await?;
         self.conns.insert(node_id, conn.clone());
         Ok(conn)
+    }
+
+    /// The coordinator of consumer group `group` (FindCoordinator, key type 0): its node id
+    /// and `host:port`. A retriable error code (the coordinator loading, not available yet)
+    /// is an [`ErrorKind::Broker`] error whose [`Error::is_retriable`] says so.
+    pub async fn find_coordinator(&self, group: &str) -> Result<(i32, String), Error> {
+        let conn = self.any_connection().await?;
+        let version = conn.version::<FindCoordinator>()?;
+        let resp = match conn
+            .request_at::<FindCoordinator>(&find_coordinator::request(group, version), version)
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                conn.close("FindCoordinator request failed");
+                return Err(e);
+            }
+        };
+        let broker = conn.broker().clone();
+        let Some(found) = find_coordinator::view(&resp, group, version) else {
+            return Err(ErrorKind::Broker {
+                broker,
+                api: FindCoordinator::KEY,
+                code: ErrorCode::COORDINATOR_NOT_AVAILABLE,
+            }
+            .into());
+        };
+        if let Some(code) = found.error.err() {
+            return Err(ErrorKind::Broker {
+                broker,
+                api: FindCoordinator::KEY,
+                code,
+            }
+            .into());
+        }
+        Ok((found.node_id, format!("{}:{}", found.host, found.port)))
     }
 
     /// Any live connection: a broker's, or the bootstrap one (reconnecting through the

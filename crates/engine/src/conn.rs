@@ -540,12 +540,39 @@ impl BrokerConnection {
             .map_err(|source| self.protocol_error(source))
     }
 
+    /// Sends `request` at `version` and decodes the answer, waiting up to `timeout` instead of
+    /// `request.timeout.ms` (JoinGroup, which the coordinator holds until the rebalance ends:
+    /// up to the rebalance timeout).
+    pub async fn request_within<A: Api>(
+        &self,
+        request: &A::Request,
+        version: i16,
+        timeout: Duration,
+    ) -> Result<A::Response, Error> {
+        let frame = self
+            .round_trip_within::<A>(request, version, timeout)
+            .await?;
+        decode_response::<A>(frame, version)
+            .map(|(_, body)| body)
+            .map_err(|source| self.protocol_error(source))
+    }
+
     /// Sends `request` and returns the raw response frame body (header included), for callers
     /// that decode it themselves.
     pub async fn round_trip<A: Api>(
         &self,
         request: &A::Request,
         version: i16,
+    ) -> Result<Bytes, Error> {
+        self.round_trip_within::<A>(request, version, self.config.request_timeout)
+            .await
+    }
+
+    async fn round_trip_within<A: Api>(
+        &self,
+        request: &A::Request,
+        version: i16,
+        timeout: Duration,
     ) -> Result<Bytes, Error> {
         if self.is_closed() {
             return Err(self.shared.disconnected());
@@ -573,7 +600,7 @@ impl BrokerConnection {
             }
             return Err(self.shared.disconnected());
         }
-        match tokio::time::timeout(self.config.request_timeout, rx).await {
+        match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(self.shared.disconnected()),
             Err(_) => {
@@ -581,12 +608,12 @@ impl BrokerConnection {
                 self.close(&format!(
                     "{:?} request timed out after {} ms",
                     A::KEY,
-                    self.config.request_timeout.as_millis()
+                    timeout.as_millis()
                 ));
                 Err(ErrorKind::Timeout {
                     broker: self.shared.broker.clone(),
                     api: A::KEY,
-                    after: self.config.request_timeout,
+                    after: timeout,
                 }
                 .into())
             }

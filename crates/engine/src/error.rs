@@ -127,6 +127,22 @@ fn topic_error_hint(code: ErrorCode) -> &'static str {
     }
 }
 
+/// What to do about a group error, for the ones with one clear fix.
+fn group_error_hint(code: ErrorCode) -> &'static str {
+    match code.0 {
+        23 => ": the group's members share no partition.assignment.strategy (kdirect speaks \
+               range and roundrobin; Java's default list includes range), or a member of \
+               another kind (not a consumer) uses the group id",
+        24 => ": the group id is empty or invalid",
+        26 => ": session.timeout.ms must lie within the broker's group.min.session.timeout.ms \
+               and group.max.session.timeout.ms (6000 and 1800000 by default)",
+        30 => ": this principal may not use the group (grant it READ on the group)",
+        81 => ": the group has group.max.size members already",
+        82 => ": another member runs with the same group.instance.id (give each process its own)",
+        _ => "",
+    }
+}
+
 /// What went wrong.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -370,6 +386,35 @@ pub enum ErrorKind {
         mechanism: &'static str,
         /// What failed.
         problem: SaslProblem,
+    },
+    /// The group coordinator refused the member (JoinGroup, SyncGroup, Heartbeat,
+    /// LeaveGroup) with an error the member cannot recover from by rejoining.
+    #[error("group '{group}': {broker} answered {api:?} with {code}{}{}", message.as_deref().map(|m| format!(" ({m})")).unwrap_or_default(), group_error_hint(*code))]
+    Group {
+        /// The group.
+        group: String,
+        /// The coordinator.
+        broker: BrokerName,
+        /// The API.
+        api: ApiKey,
+        /// The error code.
+        code: ErrorCode,
+        /// The coordinator's error message, if it sent one.
+        message: Option<String>,
+    },
+    /// This member lost its partitions before the batch was committed (its session expired,
+    /// it held the batch past `max.poll.interval.ms`, or the group moved on to a newer
+    /// generation): the commit is refused, and the next batch rejoins the group.
+    #[error("member {member_id} of group '{group}' lost its partitions ({reason}): batch {batch} was not committed; the next batch rejoins the group")]
+    NotAMember {
+        /// The group.
+        group: String,
+        /// The member id it had.
+        member_id: String,
+        /// The batch whose commit was refused.
+        batch: u64,
+        /// Why.
+        reason: String,
     },
     /// A task of the engine failed (panicked or was cancelled), or a resource it waits on
     /// was closed.

@@ -13,6 +13,8 @@
 //! - [`fetch`]: reads planned ranges exactly, within a memory budget — a sans-IO
 //!   [`fetch::FetchSession`] (positions, request sizing, retry classification) and its driver
 //!   [`fetch::fetch_ranges_within`] (sockets, tasks, permits, backoff).
+//! - [`group`]: consumer-group membership, classic protocol (JoinGroup, SyncGroup, Heartbeat,
+//!   LeaveGroup; the `range` and `roundrobin` assignors): a pure state machine and its driver.
 //! - [`record`]: the zero-copy record-batch decoder, the hot path (sans-IO: no tokio in it).
 //!
 //! What it does not do: it never knows where offsets are stored (that is `kdirect-commit`, which
@@ -28,6 +30,7 @@ pub mod cluster;
 pub mod conn;
 pub mod error;
 pub mod fetch;
+pub mod group;
 pub mod plan;
 pub mod record;
 pub mod sasl;

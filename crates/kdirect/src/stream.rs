@@ -38,6 +38,7 @@ use kdirect_engine::conn::ConnConfig;
 use kdirect_engine::fetch::{
     fetch_ranges_within, FetchConfig, MemoryBudget, ObservedEnds, RangeData, RangeRecords,
 };
+use kdirect_engine::group::{Assignor, GroupConfig, GroupMember};
 use kdirect_engine::plan::{
     BatchCompletion, DataLossPolicy, LostRange, OffsetRange, PartitionSnapshot, PidConfig,
     PlanError, PlanOutcome, Planner, PlannerConfig, RatePolicy, StartOffset, StartPolicy,
@@ -136,6 +137,9 @@ pub struct StreamConfig {
     /// the next batch while younger than this, instead of a ListOffsets round. Default 1 s;
     /// 0 asks ListOffsets for every batch.
     pub ends_max_age: Duration,
+    /// Group membership ([`DirectStreamBuilder::subscribe`]): this process reads only the
+    /// partitions the group's coordinator assigns it. `None`: every partition of the topics.
+    pub membership: Option<GroupConfig>,
 }
 
 /// Builds a [`DirectStream`] from Kafka-style keys or typed setters.
@@ -206,6 +210,20 @@ impl dyn DynStore {
             .or_else(|| any.downcast_ref::<AnyStore>().and_then(AnyStore::as_sql))
     }
 
+    /// Group mode: the `kafka` store's commits carry the member's generation.
+    fn attach_member(&self, member: &Arc<GroupMember>) {
+        let any = self.as_any();
+        let kafka = any
+            .downcast_ref::<kdirect_commit::kafka::KafkaGroupStore>()
+            .or_else(|| match any.downcast_ref::<AnyStore>() {
+                Some(AnyStore::Kafka(k)) => Some(k),
+                _ => None,
+            });
+        if let Some(k) = kafka {
+            k.attach_member(member.clone());
+        }
+    }
+
     /// Whether the store logs plans before batches run.
     fn logs_plans(&self) -> bool {
         let any = self.as_any();
@@ -245,6 +263,7 @@ impl Default for DirectStreamBuilder {
                 replay: None,
                 metadata_max_age: Duration::from_secs(5),
                 ends_max_age: Duration::from_secs(1),
+                membership: None,
             },
             rate_set: false,
             store: None,
@@ -434,6 +453,46 @@ impl DirectStreamBuilder {
                 ))
             })?),
             "memory.budget.bytes" => self.memory_budget(parse(key, value)?),
+            "group.instance.id" => self.with_membership(|g| g.instance_id = Some(value.to_owned())),
+            "session.timeout.ms" => {
+                let v = ms(value)?;
+                self.with_membership(|g| g.session_timeout = v)
+            }
+            "heartbeat.interval.ms" => {
+                let v = ms(value)?;
+                self.with_membership(|g| g.heartbeat_interval = v)
+            }
+            "max.poll.interval.ms" => {
+                let v = ms(value)?;
+                self.with_membership(|g| g.max_poll_interval = v)
+            }
+            "partition.assignment.strategy" => {
+                let mut assignors = Vec::new();
+                for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                    assignors.push(Assignor::from_name(name).ok_or_else(|| {
+                        ErrorKind::Config(format!(
+                            "{key}: '{name}' is not an assignor kdirect has (range, \
+                             roundrobin; cooperative-sticky is not supported yet)"
+                        ))
+                    })?);
+                }
+                self.with_membership(|g| g.assignors = assignors)
+            }
+            "client.rack" => self.with_membership(|g| g.rack = Some(value.to_owned())),
+            "group.protocol" => match value.to_ascii_lowercase().as_str() {
+                "classic" => self,
+                _ => {
+                    return Err(ErrorKind::Config(format!(
+                        "{key}: '{value}': kdirect speaks the classic group protocol only \
+                         (KIP-848's 'consumer' protocol is not supported yet)"
+                    ))
+                    .into())
+                }
+            },
+            "group.membership" => {
+                let on: bool = parse(key, value)?;
+                self.join_group(on)
+            }
             _ => {
                 let mut me = self;
                 // security.protocol, sasl.*, ssl.* (the engine's names; errors never quote a
@@ -657,6 +716,40 @@ impl DirectStreamBuilder {
         self
     }
 
+    /// Topics to read as a member of the consumer group ([`group`](Self::group)): the
+    /// processes that subscribe with the same group share the topics' partitions, each
+    /// reading only those the group's coordinator assigns it (the classic protocol, with the
+    /// Java client's assignors, so Java consumers can share the group). Partitions change
+    /// hands only between batches: the current batch is committed (or abandoned) first, and a
+    /// partition newly assigned starts from the store's position. The store defaults to the
+    /// group's offsets in Kafka; a SQL store gives exactly-once, its compare-and-set refusing
+    /// the commit of a member that lost the partition. Group settings: `group.instance.id`,
+    /// `session.timeout.ms`, `heartbeat.interval.ms`, `max.poll.interval.ms`,
+    /// `partition.assignment.strategy`, `client.rack`.
+    pub fn subscribe<S: AsRef<str>>(self, topics: &[S]) -> Self {
+        self.topics(topics).join_group(true)
+    }
+
+    /// Group membership on or off for the topics or the pattern set so far
+    /// ([`subscribe`](Self::subscribe) turns it on).
+    pub fn join_group(mut self, on: bool) -> Self {
+        if !on {
+            self.config.membership = None;
+        } else if self.config.membership.is_none() {
+            self.config.membership = Some(GroupConfig::new(&self.group));
+        }
+        self
+    }
+
+    /// Changes the group settings, turning membership on.
+    fn with_membership(self, f: impl FnOnce(&mut GroupConfig)) -> Self {
+        let mut me = self.join_group(true);
+        if let Some(g) = me.config.membership.as_mut() {
+            f(g);
+        }
+        me
+    }
+
     /// Every topic whose whole name matches `pattern` (Spark's `subscribePattern`; internal
     /// topics excepted), re-evaluated at each batch: topics created later are read from their
     /// start. Replaces [`topics`](Self::topics).
@@ -805,6 +898,9 @@ impl DirectStreamBuilder {
     /// checkpoint directory ignores it: a checkpoint belongs to one stream).
     pub fn group(mut self, group: &str) -> Self {
         self.group = group.to_owned();
+        if let Some(g) = self.config.membership.as_mut() {
+            g.group = group.to_owned();
+        }
         self
     }
 
@@ -825,8 +921,35 @@ impl DirectStreamBuilder {
         if c.topics.is_empty() && c.pattern.is_none() {
             return Err(EngineError::from(ErrorKind::Config("no topic to read".to_owned())).into());
         }
+        if let Some(g) = c.membership.as_mut() {
+            g.group.clone_from(&self.group);
+            g.validate().map_err(|e| EngineError::from(ErrorKind::Config(e)))?;
+            if c.ending.is_some() {
+                return Err(EngineError::from(ErrorKind::Config(
+                    "a bounded stream (an ending, available-now, --until-latest) cannot be a \
+                     group member: its end is the partitions' ends at start, and a group moves \
+                     partitions between members"
+                        .to_owned(),
+                ))
+                .into());
+            }
+            if c.partitions.is_some() || c.replay.is_some() || !c.resume_positions.is_empty() {
+                return Err(EngineError::from(ErrorKind::Config(
+                    "a group member reads the partitions the group assigns it, from the \
+                     store's positions: it takes no partition list, resume positions or replay"
+                        .to_owned(),
+                ))
+                .into());
+            }
+        }
         let cluster = Arc::new(Cluster::connect(&c.bootstrap, c.conn.clone()).await?);
-        let store: Option<Arc<dyn DynStore>> = match self.store {
+        let store_choice = match (&self.store, &c.membership) {
+            // A group member without a store commits to the group's offsets in Kafka, as
+            // every Kafka consumer does.
+            (None, Some(_)) => Some(StoreChoice::Spec("kafka".to_owned())),
+            _ => self.store.clone(),
+        };
+        let store: Option<Arc<dyn DynStore>> = match store_choice {
             None => None,
             Some(StoreChoice::Given(s)) => Some(s),
             Some(StoreChoice::Spec(spec)) => {
@@ -835,8 +958,25 @@ impl DirectStreamBuilder {
                 Some(Arc::new(open_store(&spec, &self.group, &options).await?))
             }
         };
+        let member = match (&c.membership, &store) {
+            (Some(g), Some(store)) => {
+                if store.logs_plans() {
+                    return Err(Error::Misuse(format!(
+                        "{} cannot be shared by the members of a group: a checkpoint directory \
+                         has one writer (as in Spark), and its batch log orders one stream's \
+                         batches. Use --store kafka (the group's offsets, at-least-once) or a \
+                         SQL store (exactly-once) with --join, or drop --join",
+                        store.describe()
+                    )));
+                }
+                let member = Arc::new(GroupMember::new(cluster.clone(), g.clone())?);
+                store.attach_member(&member);
+                Some(member)
+            }
+            _ => None,
+        };
         let mut stored = BTreeMap::new();
-        if let Some(store) = &store {
+        if let (Some(store), None) = (&store, &member) {
             let mut committed = store.load(&c.topics).await?;
             if let Some(re) = &c.pattern {
                 committed.positions.retain(|tp, _| re.is_match(&tp.topic));
@@ -932,10 +1072,14 @@ impl DirectStreamBuilder {
                 budget.largest_batch(),
             )));
         let planner = if c.resume_positions.is_empty() && c.resume_batch_id == 0 {
-            Planner::new(planner_cfg).map_err(EngineError::from)?
+            Planner::new(planner_cfg.clone()).map_err(EngineError::from)?
         } else {
-            Planner::resume(planner_cfg, c.resume_batch_id, c.resume_positions.clone())
-                .map_err(EngineError::from)?
+            Planner::resume(
+                planner_cfg.clone(),
+                c.resume_batch_id,
+                c.resume_positions.clone(),
+            )
+            .map_err(EngineError::from)?
         };
         let replay = c.replay.take();
         let topic_ids = topics
@@ -954,6 +1098,11 @@ impl DirectStreamBuilder {
             adaptive,
             metadata: Mutex::new(None),
             observed: Mutex::new(BTreeMap::new()),
+            // A member reads nothing until the group assigns it partitions.
+            assigned: Mutex::new(member.as_ref().map(|_| BTreeSet::new())),
+            joined_topics: Mutex::new(BTreeMap::new()),
+            subscription_changed: tokio::sync::watch::channel(false).0,
+            planner_config: planner_cfg,
             config: c,
         });
         Ok(DirectStream {
@@ -962,6 +1111,8 @@ impl DirectStreamBuilder {
             store,
             outstanding: None,
             stored,
+            member,
+            rebalances: Vec::new(),
         })
     }
 }
@@ -1052,6 +1203,16 @@ struct Driver {
     /// Each partition's ends as the last Fetch answer for it gave them, and when: they plan
     /// the next batch while younger than `ends.max.age.ms`, instead of a ListOffsets round.
     observed: Mutex<BTreeMap<TopicPartition, (ObservedEnds, Instant)>>,
+    /// Group mode: the partitions the group assigned this member (`None`: not a member,
+    /// every partition is read).
+    assigned: Mutex<Option<BTreeSet<TopicPartition>>>,
+    /// Group mode: each subscribed topic's partition count when the member joined; a change
+    /// (partitions added, a pattern matching a new topic) makes it rejoin.
+    joined_topics: Mutex<BTreeMap<String, usize>>,
+    /// Set when the metadata shows the subscription changed since the join.
+    subscription_changed: tokio::sync::watch::Sender<bool>,
+    /// The planner's settings, for a new planner per assignment.
+    planner_config: PlannerConfig,
 }
 
 impl std::fmt::Debug for Driver {
@@ -1160,6 +1321,14 @@ impl Driver {
         for t in &topics {
             self.check_topic_id(t, view.topic(t)?.id)?;
         }
+        let assigned = self
+            .assigned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if assigned.is_some() {
+            self.check_subscription(&view, &topics);
+        }
         let mut parts: Vec<(String, i32)> = Vec::new();
         for t in &topics {
             for p in &view.topic(t)?.partitions {
@@ -1168,6 +1337,9 @@ impl Driver {
                     .partitions
                     .as_ref()
                     .is_none_or(|ps| ps.contains(&p.partition))
+                    && assigned
+                        .as_ref()
+                        .is_none_or(|a| a.contains(&TopicPartition::new(*t, p.partition)))
                 {
                     parts.push(((*t).to_owned(), p.partition));
                 }
@@ -1344,6 +1516,62 @@ impl Driver {
             snap.push(ps);
         }
         Ok(snap)
+    }
+
+    /// Group mode: a subscribed topic whose partition count changed, or a topic the pattern
+    /// matches now and did not at the join, makes the member rejoin (the leader then
+    /// assigns the new partitions), as the Java consumer's metadata check does.
+    fn check_subscription(
+        &self,
+        view: &kdirect_engine::cluster::ClusterView,
+        topics: &[&str],
+    ) {
+        let now: BTreeMap<String, usize> = topics
+            .iter()
+            .filter_map(|t| view.topic(t).ok().map(|i| ((*t).to_owned(), i.partitions.len())))
+            .collect();
+        let joined = self
+            .joined_topics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if *joined != now && !*self.subscription_changed.borrow() {
+            tracing::info!(
+                "the subscription changed since the group was joined ({joined:?} → {now:?}): \
+                 rejoining"
+            );
+            self.subscription_changed.send_replace(true);
+        }
+    }
+
+    /// Group mode: a new assignment. The planner starts again from the store's positions
+    /// for exactly these partitions (the others were given up with the old generation).
+    fn reassign(
+        &self,
+        partitions: BTreeSet<TopicPartition>,
+        committed: &Committed,
+        topics: BTreeMap<String, usize>,
+    ) -> Result<(), EngineError> {
+        let positions: BTreeMap<TopicPartition, i64> = committed
+            .positions
+            .iter()
+            .filter(|(tp, _)| partitions.contains(*tp))
+            .map(|(tp, o)| (tp.clone(), *o))
+            .collect();
+        let next_id = committed.next_batch_id().max(self.planner().next_batch_id());
+        let planner = Planner::resume(self.planner_config.clone(), next_id, positions)
+            .map_err(EngineError::from)?;
+        *self.planner() = planner;
+        self.observed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        *self.assigned.lock().unwrap_or_else(PoisonError::into_inner) = Some(partitions);
+        *self
+            .joined_topics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = topics;
+        self.subscription_changed.send_replace(false);
+        Ok(())
     }
 
     /// A topic whose id changed was deleted and re-created: never read its new log at the old
@@ -1608,6 +1836,33 @@ pub struct DirectStream {
     outstanding: Option<u64>,
     /// The store's positions when the stream was built.
     stored: BTreeMap<TopicPartition, i64>,
+    /// Group mode: this process's membership.
+    member: Option<Arc<GroupMember>>,
+    /// Assignments and revocations not taken by [`DirectStream::take_rebalances`] yet.
+    rebalances: Vec<Rebalance>,
+}
+
+/// A change of the partitions a group member reads ([`DirectStream::take_rebalances`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Rebalance {
+    /// The member gave these partitions up (before rejoining; the batches handed out before
+    /// were committed or abandoned).
+    Revoked {
+        /// The partitions.
+        partitions: BTreeSet<TopicPartition>,
+    },
+    /// The group assigned the member these partitions; each starts at the store's position.
+    Assigned {
+        /// The generation.
+        generation: i32,
+        /// This member's id.
+        member_id: String,
+        /// Whether this member computed the assignment.
+        leader: bool,
+        /// The partitions.
+        partitions: BTreeSet<TopicPartition>,
+    },
 }
 
 impl DirectStream {
@@ -1633,11 +1888,40 @@ impl DirectStream {
                  next batch"
             )));
         }
-        let driver = self.driver.clone();
-        let task = self
-            .pending
-            .get_or_insert_with(|| tokio::spawn(driver.next()));
-        let joined = task.await;
+        let joined = match self.member.clone() {
+            None => {
+                let driver = self.driver.clone();
+                let task = self
+                    .pending
+                    .get_or_insert_with(|| tokio::spawn(driver.next()));
+                task.await
+            }
+            Some(member) => loop {
+                member.polling();
+                if let Some(e) = member.fatal() {
+                    return Err(e.into());
+                }
+                if member.needs_join() || *self.driver.subscription_changed.borrow() {
+                    self.rejoin(&member).await?;
+                }
+                let driver = self.driver.clone();
+                let task = self
+                    .pending
+                    .get_or_insert_with(|| tokio::spawn(driver.next()));
+                let mut changed = self.driver.subscription_changed.subscribe();
+                tokio::select! {
+                    r = task => break r,
+                    // A rebalance while waiting for data (or while fetching): the batch in
+                    // the making is dropped (it was not handed out, nor logged), the member
+                    // rejoins.
+                    () = member.join_needed() => {}
+                    _ = changed.wait_for(|c| *c) => {}
+                }
+                if let Some(t) = self.pending.take() {
+                    t.abort();
+                }
+            },
+        };
         self.pending = None;
         let mut batch = joined.map_err(|e| {
             EngineError::from(ErrorKind::Task {
@@ -1651,9 +1935,141 @@ impl DirectStream {
         }
         if let Some(b) = batch.as_mut() {
             b.handed_at = self.driver.now();
+            if let Some(m) = &self.member {
+                m.handed_out();
+            }
             self.pending = Some(tokio::spawn(self.driver.clone().next()));
         }
         Ok(batch)
+    }
+
+    /// Group mode: gives up the partitions held (the batch in the making is dropped), joins
+    /// the group again, and plans from the store's positions of the new assignment.
+    async fn rejoin(&mut self, member: &Arc<GroupMember>) -> Result<(), Error> {
+        if let Some(t) = self.pending.take() {
+            t.abort();
+        }
+        let held = self
+            .driver
+            .assigned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .replace(BTreeSet::new())
+            .unwrap_or_default();
+        if !held.is_empty() {
+            self.rebalances.push(Rebalance::Revoked { partitions: held });
+        }
+        let c = &self.driver.config;
+        let (view, topics) = subscribed(&self.driver.cluster, c).await?;
+        let counts: BTreeMap<String, usize> = topics
+            .iter()
+            .filter_map(|t| view.topic(t).ok().map(|i| (t.clone(), i.partitions.len())))
+            .collect();
+        let joined = member.join(&topics).await?;
+        let committed = match &self.store {
+            Some(store) => {
+                let mut assigned_topics: Vec<String> =
+                    joined.partitions.iter().map(|tp| tp.topic.clone()).collect();
+                assigned_topics.dedup();
+                if assigned_topics.is_empty() {
+                    Committed::default()
+                } else {
+                    store.load(&assigned_topics).await?
+                }
+            }
+            None => Committed::default(),
+        };
+        self.stored = committed
+            .positions
+            .iter()
+            .filter(|(tp, _)| joined.partitions.contains(*tp))
+            .map(|(tp, o)| (tp.clone(), *o))
+            .collect();
+        self.driver
+            .reassign(joined.partitions.clone(), &committed, counts)?;
+        *self
+            .driver
+            .metadata
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+        self.rebalances.push(Rebalance::Assigned {
+            generation: joined.generation_id,
+            member_id: joined.member_id,
+            leader: joined.leader,
+            partitions: joined.partitions,
+        });
+        Ok(())
+    }
+
+    /// Group mode: the assignments and revocations since the last call, oldest first (empty
+    /// otherwise). A batch never mixes generations: revocations happen between batches.
+    pub fn take_rebalances(&mut self) -> Vec<Rebalance> {
+        std::mem::take(&mut self.rebalances)
+    }
+
+    /// Group mode: the partitions this member reads now (`None` when not a group member).
+    pub fn assignment(&self) -> Option<BTreeSet<TopicPartition>> {
+        self.driver
+            .assigned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Group mode: this member's id and generation, while it is in one.
+    pub fn group_generation(&self) -> Option<kdirect_engine::group::Generation> {
+        self.member.as_ref().and_then(|m| m.generation())
+    }
+
+    /// Stops the stream: the batch in the making is dropped, and a group member leaves its
+    /// group (LeaveGroup), so that its partitions go to the other members at once instead of
+    /// after `session.timeout.ms` (a static member sends nothing: its partitions wait for it).
+    pub async fn close(mut self) -> Result<(), Error> {
+        if let Some(t) = self.pending.take() {
+            t.abort();
+        }
+        if let Some(m) = self.member.take() {
+            m.leave().await?;
+        }
+        Ok(())
+    }
+
+    /// Group mode: refuses a commit once the member's generation is over (the partitions may
+    /// be another member's by now), and after a commit the store refused as fenced. Either
+    /// way the batch counts as abandoned: the next `next_batch` rejoins.
+    fn check_member(&mut self, batch: &Batch) -> Result<(), Error> {
+        let Some(m) = &self.member else {
+            return Ok(());
+        };
+        if m.generation().is_some() {
+            return Ok(());
+        }
+        if self.outstanding == Some(batch.id) {
+            self.outstanding = None;
+        }
+        Err(EngineError::from(ErrorKind::NotAMember {
+            group: m.group(),
+            member_id: m.member_id(),
+            batch: batch.id,
+            reason: m
+                .lost()
+                .unwrap_or_else(|| "the member is not in a generation".to_owned()),
+        })
+        .into())
+    }
+
+    /// Group mode: a store error that says the partitions moved (compare-and-set conflict,
+    /// or the coordinator refusing the generation) abandons the batch, so that the next
+    /// `next_batch` rejoins instead of refusing as misuse.
+    fn on_store_error(&mut self, batch_id: u64, e: &StoreError) {
+        if self.member.is_some() && e.is_fenced() {
+            if self.outstanding == Some(batch_id) {
+                self.outstanding = None;
+            }
+            if let Some(m) = &self.member {
+                m.lose(format!("the store refused batch {batch_id}: {e}"));
+            }
+        }
     }
 
     /// The batch's output succeeded: stores its positions (with a store, compare-and-set on
@@ -1661,9 +2077,16 @@ impl DirectStream {
     /// committed before), then releases it as [`done`](Self::done) does. Without a store it
     /// only releases the batch.
     pub async fn commit(&mut self, batch: Batch) -> Result<CommitOutcome, Error> {
+        self.check_member(&batch)?;
         let started = Instant::now();
         let outcome = match &self.store {
-            Some(store) => store.commit(&batch.planned()).await?,
+            Some(store) => match store.commit(&batch.planned()).await {
+                Ok(o) => o,
+                Err(e) => {
+                    self.on_store_error(batch.id, &e);
+                    return Err(e.into());
+                }
+            },
             None => CommitOutcome::Committed,
         };
         if self.store.is_some() {
@@ -1706,9 +2129,14 @@ impl DirectStream {
                     .to_owned(),
             ));
         };
-        let tx = match sql.begin(&batch.planned()).await? {
-            Begun::Open(tx) => Some(tx),
-            Begun::AlreadyCommitted => None,
+        let begun = sql.begin(&batch.planned()).await;
+        let tx = match begun {
+            Ok(Begun::Open(tx)) => Some(tx),
+            Ok(Begun::AlreadyCommitted) => None,
+            Err(e) => {
+                self.on_store_error(batch.id, &e);
+                return Err(e.into());
+            }
         };
         Ok(Transaction {
             batch_id: batch.id,
@@ -1731,6 +2159,9 @@ impl DirectStream {
                 tx.batch_id, batch.id
             )));
         }
+        // A member past max.poll.interval.ms (or whose session expired) rolls back: the
+        // transaction is dropped uncommitted.
+        self.check_member(&batch)?;
         let outcome = match tx.tx {
             Some(tx) => {
                 tx.commit().await?;
@@ -1807,6 +2238,15 @@ impl Drop for DirectStream {
     fn drop(&mut self) {
         if let Some(t) = self.pending.take() {
             t.abort();
+        }
+        // A member dropped without close(): leave the group in the background if a runtime
+        // is still there (best effort; close() waits for it).
+        if let Some(m) = self.member.take() {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move {
+                    let _ = m.leave().await;
+                });
+            }
         }
     }
 }

@@ -35,6 +35,20 @@ impl ErrorCode {
     pub const COORDINATOR_NOT_AVAILABLE: ErrorCode = ErrorCode(15);
     /// `NOT_COORDINATOR` (16).
     pub const NOT_COORDINATOR: ErrorCode = ErrorCode(16);
+    /// `ILLEGAL_GENERATION` (22): the group has moved to another generation.
+    pub const ILLEGAL_GENERATION: ErrorCode = ErrorCode(22);
+    /// `INCONSISTENT_GROUP_PROTOCOL` (23): no assignor (or protocol type) all members share.
+    pub const INCONSISTENT_GROUP_PROTOCOL: ErrorCode = ErrorCode(23);
+    /// `UNKNOWN_MEMBER_ID` (25): the coordinator no longer knows the member.
+    pub const UNKNOWN_MEMBER_ID: ErrorCode = ErrorCode(25);
+    /// `INVALID_SESSION_TIMEOUT` (26): outside the broker's group.min/max.session.timeout.ms.
+    pub const INVALID_SESSION_TIMEOUT: ErrorCode = ErrorCode(26);
+    /// `REBALANCE_IN_PROGRESS` (27): the group is rebalancing; rejoin.
+    pub const REBALANCE_IN_PROGRESS: ErrorCode = ErrorCode(27);
+    /// `MEMBER_ID_REQUIRED` (79): JoinGroup v4+ hands out a member id to join again with.
+    pub const MEMBER_ID_REQUIRED: ErrorCode = ErrorCode(79);
+    /// `FENCED_INSTANCE_ID` (82): another member joined with the same group.instance.id.
+    pub const FENCED_INSTANCE_ID: ErrorCode = ErrorCode(82);
     /// `UNSUPPORTED_VERSION` (35).
     pub const UNSUPPORTED_VERSION: ErrorCode = ErrorCode(35);
     /// 33: the listener does not enable the SASL mechanism asked for.

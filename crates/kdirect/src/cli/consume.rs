@@ -164,6 +164,30 @@ pub struct Args {
     /// The consumer group the offsets are stored under (not used by `checkpoint:`).
     #[arg(short, long, value_name = "G", default_value = "kdirect")]
     group: String,
+    /// Join the group (--group) as a balanced consumer, as kcat's -G does: the processes
+    /// that join the same group share the topics' partitions, and Kafka's tools list them as
+    /// members. The store defaults to the group's offsets in Kafka (at-least-once); a SQL
+    /// store with --sink-table is exactly-once. Not with a checkpoint store (one writer).
+    #[arg(long, conflicts_with_all = ["partitions", "until_latest", "exit_at_end", "count"])]
+    join: bool,
+    /// kcat's balanced consumer: `-G GROUP` is `--group GROUP --join`.
+    #[arg(short = 'G', value_name = "GROUP", conflicts_with_all = ["group", "partitions", "until_latest", "exit_at_end", "count"])]
+    join_group: Option<String>,
+    /// Static membership (`group.instance.id`, KIP-345): a member restarted within
+    /// --session-timeout-ms gets its partitions back without a rebalance.
+    #[arg(long, value_name = "ID")]
+    group_instance_id: Option<String>,
+    /// `session.timeout.ms` for --join (the broker's bounds: 6000 to 1800000 by default).
+    #[arg(long, value_name = "MS")]
+    session_timeout_ms: Option<u64>,
+    /// `max.poll.interval.ms` for --join: a batch held longer leaves the group and its
+    /// commit is refused.
+    #[arg(long, value_name = "MS")]
+    max_poll_interval_ms: Option<u64>,
+    /// `partition.assignment.strategy` for --join: range, roundrobin (comma-separated, in
+    /// order of preference; default range,roundrobin).
+    #[arg(long, value_name = "LIST")]
+    assignor: Option<String>,
     /// The idempotent file sink: one file per batch, `DIR/<batchId>.jsonl`, written atomically
     /// (a re-run batch replaces its file). Replaces `--output`.
     #[arg(long, value_name = "DIR", conflicts_with = "output")]
@@ -265,7 +289,12 @@ impl Stats {
     }
 }
 
-pub async fn run(args: Args) -> Result<ExitCode, CliError> {
+pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
+    if let Some(g) = args.join_group.take() {
+        args.group = g;
+        args.join = true;
+    }
+    let has_store = args.store.is_some() || args.join;
     if let Some(addr) = args.metrics_addr {
         metrics_exporter_prometheus::PrometheusBuilder::new()
             .with_http_listener(addr)
@@ -355,6 +384,31 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
     if let Some(spec) = &args.store {
         builder = builder.group(&args.group).store_spec(spec);
     }
+    if args.join {
+        builder = builder.group(&args.group).join_group(true);
+        if let Some(id) = &args.group_instance_id {
+            builder = builder.set("group.instance.id", id)?;
+        }
+        if let Some(ms) = args.session_timeout_ms {
+            builder = builder.set("session.timeout.ms", &ms.to_string())?;
+        }
+        if let Some(ms) = args.max_poll_interval_ms {
+            builder = builder.set("max.poll.interval.ms", &ms.to_string())?;
+        }
+        if let Some(list) = &args.assignor {
+            builder = builder.set("partition.assignment.strategy", list)?;
+        }
+    } else if args.group_instance_id.is_some()
+        || args.session_timeout_ms.is_some()
+        || args.max_poll_interval_ms.is_some()
+        || args.assignor.is_some()
+    {
+        return Err(CliError(
+            "--group-instance-id, --session-timeout-ms, --max-poll-interval-ms and --assignor \
+             are group settings: add --join (or -G GROUP)"
+                .into(),
+        ));
+    }
     let mut stream = builder.build().await?;
     let sink_table = match (&args.sink_table, stream.sql_store()) {
         (Some(name), Some(sql)) => Some(sql.sink_table(name).await?),
@@ -387,8 +441,8 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
             let file = std::fs::OpenOptions::new()
                 .create(true)
                 .write(true)
-                .append(args.store.is_some())
-                .truncate(args.store.is_none())
+                .append(has_store)
+                .truncate(!has_store)
                 .open(PathBuf::from(path))
                 .map_err(|e| CliError(format!("{path}: {e}")))?;
             // Only a regular file can be made durable (a FIFO or a device refuses fsync).
@@ -397,7 +451,9 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
                     file.try_clone()
                         .map_err(|e| CliError(format!("{path}: {e}")))?,
                 );
-                if args.store.is_some() {
+                // A group member's positions change with each assignment; the cover log
+                // follows one stream's positions, so a member's file is at-least-once.
+                if args.store.is_some() && !args.join {
                     cover = Some(OutputCover::open(
                         PathBuf::from(path),
                         &file,
@@ -425,6 +481,9 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
             next = stream.next_batch() => next?,
         };
         let Some(batch) = next else { break };
+        for r in stream.take_rebalances() {
+            report_rebalance(&args.group, &r);
+        }
         let (id, offsets, before) = (batch.id(), batch.offset_count(), stats.records);
         let mut progress = |stats: &Stats| {
             if args.progress {
@@ -446,7 +505,13 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
         let fail = |e: kdirect::Error| CliError(format!("batch {}: {e}", batch.id()));
         if let Some(sink) = &sink_table {
             // Exactly-once: records and offsets in one transaction.
-            let mut tx = stream.begin(&batch).await?;
+            let mut tx = match stream.begin(&batch).await {
+                Err(e) if args.join && is_fenced(&e) => {
+                    eprintln!("kdirect: {e}");
+                    continue;
+                }
+                r => r?,
+            };
             if tx.is_open() {
                 batch
                     .for_each_record(|_, r| stats.add(r.key(), r.value()))
@@ -454,7 +519,12 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
             }
             tx.insert_batch(sink, &batch).await?;
             stats.batches += 1;
-            stream.commit_transaction(batch, tx).await?;
+            match stream.commit_transaction(batch, tx).await {
+                Err(e) if args.join && is_fenced(&e) => eprintln!("kdirect: {e}"),
+                r => {
+                    r?;
+                }
+            }
             progress(&stats);
             if shutdown.is_requested() {
                 break;
@@ -546,7 +616,7 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
                     return Err(CliError(format!("writing output: {e}")));
                 }
                 // The output must be durable before the offsets move past it.
-                if args.store.is_some() {
+                if has_store {
                     if let Some(f) = &durable {
                         f.sync_data()
                             .map_err(|e| CliError(format!("syncing output: {e}")))?;
@@ -558,7 +628,14 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
             }
         }
         stats.batches += 1;
-        stream.commit(batch).await?;
+        match stream.commit(batch).await {
+            // A member that lost its partitions: the batch is abandoned (its records go to
+            // the partitions' new owner again), the next batch rejoins.
+            Err(e) if args.join && is_fenced(&e) => eprintln!("kdirect: {e}"),
+            r => {
+                r?;
+            }
+        }
         metrics::counter!("kdirect_records_total").absolute(stats.records);
         metrics::counter!("kdirect_record_bytes_total").absolute(stats.bytes);
         progress(&stats);
@@ -570,10 +647,49 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
         w.flush()
             .map_err(|e| CliError(format!("writing output: {e}")))?;
     }
+    // A group member leaves its group, so the others take its partitions at once.
+    stream.close().await?;
     if args.stats {
         eprintln!("{}", stats.line(started.elapsed().as_secs_f64()));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Group mode: a commit refused because the partitions moved to another member.
+fn is_fenced(e: &kdirect::Error) -> bool {
+    match e {
+        kdirect::Error::Store(s) => s.is_fenced(),
+        _ => matches!(e.engine_kind(), Some(kdirect::ErrorKind::NotAMember { .. })),
+    }
+}
+
+/// One line per assignment or revocation on stderr, as kcat's balanced consumer prints them.
+fn report_rebalance(group: &str, r: &kdirect::Rebalance) {
+    let list = |ps: &std::collections::BTreeSet<kdirect::TopicPartition>| {
+        if ps.is_empty() {
+            return "nothing".to_owned();
+        }
+        ps.iter()
+            .map(|tp| format!("{}-{}", tp.topic, tp.partition))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match r {
+        kdirect::Rebalance::Revoked { partitions } => {
+            eprintln!("kdirect: group {group}: revoked {}", list(partitions));
+        }
+        kdirect::Rebalance::Assigned {
+            generation,
+            member_id,
+            leader,
+            partitions,
+        } => eprintln!(
+            "kdirect: group {group}: generation {generation}, member {member_id}{}: assigned {}",
+            if *leader { " (leader)" } else { "" },
+            list(partitions)
+        ),
+        _ => {}
+    }
 }
 
 /// What the store covers of an `--output` file: the file's length after each of the last two

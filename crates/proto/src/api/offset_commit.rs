@@ -37,17 +37,54 @@ pub struct CommitEntry {
     pub metadata: Option<String>,
 }
 
+/// A group member's identity for OffsetCommit: the coordinator refuses a commit from a member
+/// of an older generation (ILLEGAL_GENERATION) or one it forgot (UNKNOWN_MEMBER_ID).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Committer<'a> {
+    /// The generation id (-1: a standalone consumer).
+    pub generation_id: i32,
+    /// The member id (empty: a standalone consumer).
+    pub member_id: &'a str,
+    /// `group.instance.id` (sent from v7 on).
+    pub instance_id: Option<&'a str>,
+}
+
+impl Committer<'_> {
+    /// A standalone consumer: no generation, no member.
+    pub const STANDALONE: Committer<'static> = Committer {
+        generation_id: -1,
+        member_id: "",
+        instance_id: None,
+    };
+}
+
 /// A standalone-consumer commit for `group` at `version` (leader epochs are sent from v6 on).
 pub fn request(
     group: &str,
     topics: &[(&str, Vec<CommitEntry>)],
     version: i16,
 ) -> OffsetCommitRequest {
+    request_as(group, Committer::STANDALONE, topics, version)
+}
+
+/// A commit for `group` by `committer` at `version`.
+pub fn request_as(
+    group: &str,
+    committer: Committer<'_>,
+    topics: &[(&str, Vec<CommitEntry>)],
+    version: i16,
+) -> OffsetCommitRequest {
     let epochs = version >= 6;
     OffsetCommitRequest::default()
         .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
-        .with_generation_id_or_member_epoch(-1)
-        .with_member_id(StrBytes::from_static_str(""))
+        .with_generation_id_or_member_epoch(committer.generation_id)
+        .with_member_id(StrBytes::from_string(committer.member_id.to_owned()))
+        .with_group_instance_id(
+            committer
+                .instance_id
+                .filter(|_| version >= 7)
+                .map(|i| StrBytes::from_string(i.to_owned())),
+        )
         .with_retention_time_ms(-1)
         .with_topics(
             topics

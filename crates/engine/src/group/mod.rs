@@ -1,0 +1,88 @@
+//! Consumer groups, classic protocol: several processes share a topic's partitions through
+//! Kafka's group coordinator (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup),
+//! with protocol type `consumer` and the Java client's subscription and assignment encoding, so
+//! that Kafka's tools list kdirect's members and a kdirect member and a Java `KafkaConsumer` can
+//! share one group.
+//!
+//! - [`assignor`]: `range` and `roundrobin`, as the Java client computes them.
+//! - [`membership`]: the member as a pure state machine (what each answer means).
+//! - [`member`]: the driver: a dedicated coordinator connection (JoinGroup is held by the
+//!   coordinator for up to the rebalance timeout, and a broker answers one request per
+//!   connection at a time, so it must not share the fetcher's), the join/sync loop, and a
+//!   heartbeat task that keeps the membership alive while the user processes a batch and
+//!   applies `max.poll.interval.ms` to how long a batch is held.
+//!
+//! The eager protocol: partitions are given up, all of them, when the member rejoins, which
+//! the stream does only between batches. `cooperative-sticky` and KIP-848
+//! (`group.protocol=consumer`) are not here yet.
+
+pub mod assignor;
+pub mod member;
+pub mod membership;
+
+use std::time::Duration;
+
+pub use assignor::Assignor;
+pub use member::{GroupMember, Joined};
+pub use membership::Generation;
+
+/// A member's settings, by the Java client's names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupConfig {
+    /// `group.id`.
+    pub group: String,
+    /// `group.instance.id`: static membership (KIP-345). A static member that restarts within
+    /// `session.timeout.ms` gets its partitions back without a rebalance, and sends no
+    /// LeaveGroup when it stops.
+    pub instance_id: Option<String>,
+    /// `session.timeout.ms` (default 45 s): how long the coordinator waits for a heartbeat
+    /// before it drops the member.
+    pub session_timeout: Duration,
+    /// `heartbeat.interval.ms` (default 3 s).
+    pub heartbeat_interval: Duration,
+    /// `max.poll.interval.ms` (default 300 s): the longest a batch may be held between
+    /// `next_batch` calls before the member leaves the group (its commit is then refused);
+    /// also the rebalance timeout sent in JoinGroup.
+    pub max_poll_interval: Duration,
+    /// `partition.assignment.strategy`, in order of preference (default `range`,
+    /// `roundrobin`).
+    pub assignors: Vec<Assignor>,
+    /// `client.rack`, sent in the subscription.
+    pub rack: Option<String>,
+}
+
+impl GroupConfig {
+    /// The defaults of the Java client for group `group`.
+    pub fn new(group: &str) -> GroupConfig {
+        GroupConfig {
+            group: group.to_owned(),
+            instance_id: None,
+            session_timeout: Duration::from_secs(45),
+            heartbeat_interval: Duration::from_secs(3),
+            max_poll_interval: Duration::from_secs(300),
+            assignors: vec![Assignor::Range, Assignor::RoundRobin],
+            rack: None,
+        }
+    }
+
+    /// Checks the settings against each other, as the Java client does at construction.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.group.is_empty() {
+            return Err("group.id is empty: a group member needs a group".to_owned());
+        }
+        if self.assignors.is_empty() {
+            return Err("partition.assignment.strategy names no assignor".to_owned());
+        }
+        if self.heartbeat_interval >= self.session_timeout {
+            return Err(format!(
+                "heartbeat.interval.ms ({}) must be lower than session.timeout.ms ({})",
+                self.heartbeat_interval.as_millis(),
+                self.session_timeout.as_millis()
+            ));
+        }
+        if self.instance_id.as_deref() == Some("") {
+            return Err("group.instance.id is empty".to_owned());
+        }
+        Ok(())
+    }
+}
