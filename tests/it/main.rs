@@ -7,6 +7,7 @@ mod demo;
 mod engine_fake;
 mod fake_broker;
 mod fetch;
+mod group;
 mod hostile;
 mod kill;
 mod migrate;

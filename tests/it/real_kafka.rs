@@ -96,6 +96,21 @@ impl Kafka {
     }
 
     /// `KTool COMMAND --bootstrap B ARGS...`.
+    /// A `java KTool COMMAND --bootstrap …` command, not started (stdin closed).
+    pub fn tool_command(&self, command: &str) -> Command {
+        let mut c = Command::new("java");
+        c.args([
+            "-Xmx256m",
+            "-XX:+UseSerialGC",
+            "-cp",
+            &self.classpath,
+            "KTool",
+        ])
+        .args([command, "--bootstrap", &self.bootstrap])
+        .stdin(Stdio::null());
+        c
+    }
+
     pub fn tool(&self, command: &str, args: &[&str]) -> String {
         let mut all = vec![command, "--bootstrap", &self.bootstrap];
         all.extend_from_slice(args);

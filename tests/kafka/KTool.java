@@ -64,6 +64,7 @@ public class KTool {
       case "topic-id": topicId(); break;
       case "wait-isr": waitIsr(); break;
       case "perf": perf(); break;
+      case "group-consume": groupConsume(); break;
       default: throw new IllegalArgumentException("unknown command " + cmd);
     }
   }
@@ -293,6 +294,49 @@ public class KTool {
     }
     System.out.printf("RESULT records=%d bytes=%d secs=%.4f cpu=%.2f rss_kib=%d checksum=%016x%n",
         records, bytes, secs, cpu, rss, checksum);
+  }
+
+  // A member of a consumer group (subscribe, the classic protocol): each record read is a line
+  // "partition offset" on --out, offsets committed (commitSync) after each poll, so that a
+  // clean handover loses and repeats nothing. Assignments and revocations go to stderr as
+  // "ASSIGNED p,p,..." / "REVOKED p,p,...". Runs until the file --stop exists, then closes
+  // (LeaveGroup).
+  static void groupConsume() throws Exception {
+    Properties p = new Properties();
+    p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, opt("bootstrap"));
+    p.put(ConsumerConfig.GROUP_ID_CONFIG, opt("group"));
+    p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+    p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+    p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, opt("session-timeout-ms", "10000"));
+    p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, opt("heartbeat-interval-ms", "1000"));
+    p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, opt("max-poll-records", "200"));
+    String assignor = opt("assignor", "range");
+    p.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG,
+        assignor.equals("roundrobin") ? RoundRobinAssignor.class.getName()
+            : assignor.equals("default") ? RangeAssignor.class.getName() + "," + CooperativeStickyAssignor.class.getName()
+            : RangeAssignor.class.getName());
+    if (opts.containsKey("instance-id")) p.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, opt("instance-id"));
+    java.nio.file.Path stop = java.nio.file.Path.of(opt("stop"));
+    try (java.io.PrintWriter out = new java.io.PrintWriter(new java.io.FileWriter(opt("out"), true));
+         KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+      c.subscribe(List.of(opt("topic")), new ConsumerRebalanceListener() {
+        public void onPartitionsRevoked(Collection<TopicPartition> ps) { report("REVOKED", ps); }
+        public void onPartitionsAssigned(Collection<TopicPartition> ps) { report("ASSIGNED", ps); }
+        void report(String what, Collection<TopicPartition> ps) {
+          List<Integer> l = new ArrayList<>();
+          for (TopicPartition tp : ps) l.add(tp.partition());
+          Collections.sort(l);
+          System.err.println(what + " " + l);
+          System.err.flush();
+        }
+      });
+      while (!java.nio.file.Files.exists(stop)) {
+        ConsumerRecords<byte[], byte[]> rs = c.poll(java.time.Duration.ofMillis(100));
+        for (ConsumerRecord<byte[], byte[]> r : rs) out.println(r.partition() + " " + r.offset());
+        out.flush();
+        if (!rs.isEmpty()) c.commitSync();
+      }
+    }
   }
 
   static void endOffsets() throws Exception {

@@ -149,6 +149,17 @@ pub struct DirectStreamBuilder {
     rate_set: bool,
     store: Option<StoreChoice>,
     group: String,
+    listener: Option<RebalanceListener>,
+}
+
+/// The user's rebalance callback ([`DirectStreamBuilder::on_rebalance`]).
+#[derive(Clone)]
+struct RebalanceListener(Arc<Mutex<dyn FnMut(&Rebalance) + Send>>);
+
+impl std::fmt::Debug for RebalanceListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RebalanceListener")
+    }
 }
 
 /// The store a builder was given: a value, or a spec opened by `build` (after connecting,
@@ -268,6 +279,7 @@ impl Default for DirectStreamBuilder {
             rate_set: false,
             store: None,
             group: "kdirect".to_owned(),
+            listener: None,
         }
     }
 }
@@ -741,6 +753,14 @@ impl DirectStreamBuilder {
         self
     }
 
+    /// Group mode: `f` is called with each revocation and assignment, inside `next_batch`,
+    /// when it happens (the Java client's `ConsumerRebalanceListener`). Revocations come
+    /// between batches: the batches handed out before were committed or abandoned.
+    pub fn on_rebalance(mut self, f: impl FnMut(&Rebalance) + Send + 'static) -> Self {
+        self.listener = Some(RebalanceListener(Arc::new(Mutex::new(f))));
+        self
+    }
+
     /// Changes the group settings, turning membership on.
     fn with_membership(self, f: impl FnOnce(&mut GroupConfig)) -> Self {
         let mut me = self.join_group(true);
@@ -1112,7 +1132,7 @@ impl DirectStreamBuilder {
             outstanding: None,
             stored,
             member,
-            rebalances: Vec::new(),
+            listener: self.listener,
         })
     }
 }
@@ -1838,11 +1858,11 @@ pub struct DirectStream {
     stored: BTreeMap<TopicPartition, i64>,
     /// Group mode: this process's membership.
     member: Option<Arc<GroupMember>>,
-    /// Assignments and revocations not taken by [`DirectStream::take_rebalances`] yet.
-    rebalances: Vec<Rebalance>,
+    /// Group mode: the user's rebalance callback.
+    listener: Option<RebalanceListener>,
 }
 
-/// A change of the partitions a group member reads ([`DirectStream::take_rebalances`]).
+/// A change of the partitions a group member reads ([`DirectStreamBuilder::on_rebalance`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Rebalance {
@@ -1957,7 +1977,7 @@ impl DirectStream {
             .replace(BTreeSet::new())
             .unwrap_or_default();
         if !held.is_empty() {
-            self.rebalances.push(Rebalance::Revoked { partitions: held });
+            self.notify(&Rebalance::Revoked { partitions: held });
         }
         let c = &self.driver.config;
         let (view, topics) = subscribed(&self.driver.cluster, c).await?;
@@ -1992,7 +2012,7 @@ impl DirectStream {
             .metadata
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = None;
-        self.rebalances.push(Rebalance::Assigned {
+        self.notify(&Rebalance::Assigned {
             generation: joined.generation_id,
             member_id: joined.member_id,
             leader: joined.leader,
@@ -2001,10 +2021,11 @@ impl DirectStream {
         Ok(())
     }
 
-    /// Group mode: the assignments and revocations since the last call, oldest first (empty
-    /// otherwise). A batch never mixes generations: revocations happen between batches.
-    pub fn take_rebalances(&mut self) -> Vec<Rebalance> {
-        std::mem::take(&mut self.rebalances)
+    fn notify(&self, r: &Rebalance) {
+        tracing::info!("rebalance: {r:?}");
+        if let Some(l) = &self.listener {
+            (l.0.lock().unwrap_or_else(PoisonError::into_inner))(r);
+        }
     }
 
     /// Group mode: the partitions this member reads now (`None` when not a group member).

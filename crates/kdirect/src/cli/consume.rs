@@ -385,7 +385,11 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
         builder = builder.group(&args.group).store_spec(spec);
     }
     if args.join {
-        builder = builder.group(&args.group).join_group(true);
+        let group = args.group.clone();
+        builder = builder
+            .group(&args.group)
+            .join_group(true)
+            .on_rebalance(move |r| report_rebalance(&group, r));
         if let Some(id) = &args.group_instance_id {
             builder = builder.set("group.instance.id", id)?;
         }
@@ -481,9 +485,6 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
             next = stream.next_batch() => next?,
         };
         let Some(batch) = next else { break };
-        for r in stream.take_rebalances() {
-            report_rebalance(&args.group, &r);
-        }
         let (id, offsets, before) = (batch.id(), batch.offset_count(), stats.records);
         let mut progress = |stats: &Stats| {
             if args.progress {

@@ -1,0 +1,469 @@
+//! Consumer groups against Apache Kafka: kdirect processes (and a Java `KafkaConsumer`) sharing
+//! a topic through the group coordinator — members killed with SIGKILL, stopped cleanly and
+//! added at random moments while Kafka's Java producer keeps writing, with every offset once in
+//! a PostgreSQL sink table; a mixed kdirect + Java group; static membership; the
+//! `max.poll.interval.ms` rule.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kdirect::{DirectStream, ErrorKind, StartPolicy};
+
+use crate::real_kafka::{topic, Kafka};
+use crate::support::{rt, service, tempdir, wait_until};
+
+fn signal(child: &Child, sig: &str) {
+    let _ = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status();
+}
+
+/// A `kdirect consume` group member writing "partition offset" lines to `out` (unless `extra`
+/// names a sink table) and its stderr to `log`.
+fn member(
+    kafka: &Kafka,
+    topic: &str,
+    group: &str,
+    out: &Path,
+    log: &Path,
+    extra: &[&str],
+) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let output: Vec<&str> = if extra.contains(&"--sink-table") {
+        Vec::new()
+    } else {
+        vec!["-f", "%p %o\n", "--output", out.to_str().unwrap()]
+    };
+    let session: &[&str] = if extra.contains(&"--session-timeout-ms") {
+        &[]
+    } else {
+        &["--session-timeout-ms", "6000"]
+    };
+    Command::new(env!("CARGO_BIN_EXE_kdirect"))
+        .args(["consume", "-b", &kafka.bootstrap, "-t", topic, "-G", group])
+        .args(["--starting", "earliest", "--max-offsets-per-batch", "200"])
+        .args(session)
+        .args(["-X", "heartbeat.interval.ms=500"])
+        .args(output)
+        .args(extra)
+        .env("KDIRECT_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+/// "partition offset" lines, counted.
+fn pairs(paths: &[PathBuf]) -> BTreeMap<(i32, i64), u32> {
+    let mut seen = BTreeMap::new();
+    for p in paths {
+        let text = std::fs::read_to_string(p).unwrap_or_default();
+        for line in text.lines() {
+            let mut it = line.split(' ');
+            let (Some(p), Some(o)) = (it.next(), it.next()) else {
+                continue;
+            };
+            if let (Ok(p), Ok(o)) = (p.parse(), o.parse()) {
+                *seen.entry((p, o)).or_insert(0) += 1;
+            }
+        }
+    }
+    seen
+}
+
+/// Kafka's own view of the group: (client id, number of partitions) per member, from
+/// `kafka-consumer-groups --describe --members`.
+fn described_members(kafka: &Kafka, group: &str) -> Vec<(String, usize)> {
+    let out = Command::new("java")
+        .args(["-Xmx256m", "-XX:+UseSerialGC", "-cp"])
+        .arg(std::env::var("KDIRECT_TEST_KAFKA_CP").unwrap())
+        .arg("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand")
+        .args(["--bootstrap-server", &kafka.bootstrap, "--describe", "--members"])
+        .args(["--group", group])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            // GROUP CONSUMER-ID HOST CLIENT-ID #PARTITIONS
+            if cols.len() < 5 || cols[0] != group {
+                return None;
+            }
+            Some((cols[3].to_owned(), cols[4].parse().ok()?))
+        })
+        .collect()
+}
+
+/// A kdirect member and a Java `KafkaConsumer` (range assignor) in one group split the
+/// partitions, Kafka's tool lists both, and together they read every record exactly once
+/// (both commit after each batch, and the handovers are clean).
+#[test]
+fn a_kdirect_member_and_a_java_consumer_share_a_group() {
+    let test = "a_kdirect_member_and_a_java_consumer_share_a_group";
+    let Some(kafka) = Kafka::single(test) else {
+        return;
+    };
+    let t = topic("mixed");
+    let group = format!("{t}-g");
+    kafka.create(&t, 6, &[]);
+    kafka.produce(&t, 6, 600, &[]);
+    let dir = tempdir("mixed");
+    let (j_out, j_log, stop) = (dir.join("java.out"), dir.join("java.log"), dir.join("stop"));
+    let (k_out, k_log) = (dir.join("kdirect.out"), dir.join("kdirect.log"));
+    let mut java = kafka
+        .tool_command("group-consume")
+        .args(["--topic", &t, "--group", &group])
+        .args(["--out", j_out.to_str().unwrap(), "--stop", stop.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&j_log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut kd = member(&kafka, &t, &group, &k_out, &k_log, &[]);
+    wait_until(Duration::from_secs(90), "both members hold 3 partitions", || {
+        let m = described_members(&kafka, &group);
+        m.len() == 2 && m.iter().all(|(_, n)| *n == 3)
+    });
+    let m = described_members(&kafka, &group);
+    assert!(m.iter().any(|(c, _)| c == "kdirect"), "{m:?}");
+    assert!(m.iter().any(|(c, _)| c.starts_with("consumer-")), "{m:?}");
+    // Records written while both are members go to both.
+    kafka.produce(&t, 6, 6000, &["--from", "600"]);
+    let ends = kafka.end_offsets(&t);
+    let total: i64 = ends.iter().sum();
+    let files = [j_out.clone(), k_out.clone()];
+    wait_until(Duration::from_secs(120), "every record was read", || {
+        pairs(&files).len() as i64 == total
+    });
+    std::fs::write(&stop, b"").unwrap();
+    signal(&kd, "-TERM");
+    assert!(kd.wait().unwrap().success());
+    assert!(java.wait().unwrap().success());
+    let seen = pairs(&files);
+    for (p, end) in ends.iter().enumerate() {
+        for o in 0..*end {
+            assert_eq!(seen.get(&(p as i32, o)), Some(&1), "partition {p} offset {o}");
+        }
+    }
+    let k = pairs(&[k_out]).len();
+    let j = pairs(&[j_out]).len();
+    assert!(k > 0 && j > 0, "kdirect read {k}, Java read {j}");
+    println!("{test}: kdirect read {k} records, Java {j}");
+}
+
+/// Three kdirect members on a 12-partition topic while Kafka's Java producer keeps writing;
+/// members are SIGKILLed, stopped with SIGTERM and added at random moments. Every offset lands
+/// exactly once in the PostgreSQL sink table: a member's records and positions commit in one
+/// transaction, and the compare-and-set on each range's start refuses a member that lost the
+/// partition.
+#[test]
+fn members_killed_stopped_and_added_exactly_once_in_postgres() {
+    let test = "members_killed_stopped_and_added_exactly_once_in_postgres";
+    let Some(url) = service("KDIRECT_TEST_POSTGRES", test) else {
+        return;
+    };
+    let Some(kafka) = Kafka::single(test) else {
+        return;
+    };
+    const PARTITIONS: i32 = 12;
+    let t = topic("grpkill");
+    let table = t.replace('-', "_");
+    kafka.create(&t, PARTITIONS, &[]);
+    kafka.produce(&t, PARTITIONS, 12_000, &["--value-size", "80"]);
+    let dir = tempdir("grpkill");
+    let extra = ["--store", url.as_str(), "--sink-table", table.as_str()];
+    let spawn = |i: usize| {
+        member(
+            &kafka,
+            &t,
+            &table,
+            &dir.join("unused.out"),
+            &dir.join(format!("m{i}.log")),
+            &extra,
+        )
+    };
+    let mut producer = kafka
+        .tool_command("produce")
+        .args(["--topic", &t, "--partitions", &PARTITIONS.to_string()])
+        .args(["--from", "12000", "--value-size", "80", "--keep-going"])
+        .args(["--linger-ms", "50"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut slots: Vec<Option<Child>> = (0..3).map(|i| Some(spawn(i))).collect();
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    println!("{test}: seed {seed}");
+    let mut rng = seed | 1;
+    let mut next = |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    let (mut kills, mut stops, mut joins) = (0, 0, 0);
+    let chaos_until = Instant::now() + Duration::from_secs(50);
+    while Instant::now() < chaos_until || kills < 4 || stops < 2 || joins < 4 {
+        assert!(
+            Instant::now() < chaos_until + Duration::from_secs(60),
+            "chaos did not reach its counts: {kills} kills, {stops} stops, {joins} joins"
+        );
+        // The random moment of the next change: the thing under test, not a wait.
+        std::thread::sleep(Duration::from_millis(800 + next(3000)));
+        let i = next(3) as usize;
+        let running = slots.iter().filter(|s| s.is_some()).count();
+        match slots[i].take() {
+            Some(mut c) if running > 1 => {
+                if next(2) == 0 {
+                    c.kill().unwrap(); // SIGKILL
+                    c.wait().unwrap();
+                    kills += 1;
+                } else {
+                    signal(&c, "-TERM");
+                    let st = c.wait().unwrap();
+                    assert!(st.success() || st.code().is_none(), "member {i} exited {st}");
+                    stops += 1;
+                }
+            }
+            Some(c) => slots[i] = Some(c),
+            None => {
+                slots[i] = Some(spawn(i));
+                joins += 1;
+            }
+        }
+    }
+    println!("{test}: {kills} SIGKILLs, {stops} clean stops, {joins} joins");
+    producer.kill().unwrap();
+    producer.wait().unwrap();
+    for (i, s) in slots.iter_mut().enumerate() {
+        if s.is_none() {
+            *s = Some(spawn(i));
+        }
+    }
+    let ends = kafka.end_offsets(&t);
+    let total: i64 = ends.iter().sum();
+    let rt = rt();
+    let rows = |pool: &sqlx::AnyPool| {
+        let q = format!("SELECT partition_id, record_offset FROM {table}");
+        rt.block_on(async {
+            sqlx::query_as::<_, (i32, i64)>(&q)
+                .fetch_all(pool)
+                .await
+                .unwrap_or_default()
+        })
+    };
+    sqlx::any::install_default_drivers();
+    let pool = rt.block_on(sqlx::AnyPool::connect(&url)).unwrap();
+    wait_until(Duration::from_secs(240), "every offset is in the table", || {
+        let mut distinct = rows(&pool);
+        distinct.sort_unstable();
+        distinct.dedup();
+        distinct.len() as i64 >= total
+    });
+    for s in slots.iter_mut().flatten() {
+        signal(s, "-TERM");
+    }
+    for s in slots.iter_mut().flatten() {
+        assert!(s.wait().unwrap().success(), "a member failed to stop");
+    }
+    let mut seen: BTreeMap<(i32, i64), u32> = BTreeMap::new();
+    for r in rows(&pool) {
+        *seen.entry(r).or_default() += 1;
+    }
+    for (p, end) in ends.iter().enumerate() {
+        for o in 0..*end {
+            assert_eq!(
+                seen.get(&(p as i32, o)),
+                Some(&1),
+                "partition {p} offset {o} (seed {seed}; logs in {})",
+                dir.display()
+            );
+        }
+    }
+    assert_eq!(seen.len() as i64, total, "offsets past the ends");
+    rt.block_on(async {
+        sqlx::query(&format!("DROP TABLE {table}"))
+            .execute(&pool)
+            .await
+            .unwrap();
+    });
+}
+
+/// The generation in a member's last "assigned" line, and what it was assigned.
+fn last_assignment(log: &Path) -> Option<(i32, String)> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let line = text.lines().rev().find(|l| l.contains(": assigned "))?;
+    let generation = line.split("generation ").nth(1)?.split(',').next()?.parse().ok()?;
+    Some((generation, line.split(": assigned ").nth(1)?.to_owned()))
+}
+
+/// Static membership (KIP-345): a member SIGKILLed and restarted with the same
+/// group.instance.id within session.timeout.ms gets its partitions back in the same
+/// generation; the other member sees no rebalance.
+#[test]
+fn a_static_member_restarted_within_the_session_moves_nothing() {
+    let test = "a_static_member_restarted_within_the_session_moves_nothing";
+    let Some(kafka) = Kafka::single(test) else {
+        return;
+    };
+    let t = topic("static");
+    let group = format!("{t}-g");
+    kafka.create(&t, 4, &[]);
+    kafka.produce(&t, 4, 400, &[]);
+    let dir = tempdir("static");
+    let log = |n: &str| dir.join(format!("{n}.log"));
+    let out = |n: &str| dir.join(format!("{n}.out"));
+    let start = |n: &str| {
+        member(
+            &kafka,
+            &t,
+            &group,
+            &out(n),
+            &log(n),
+            &["--group-instance-id", n, "--session-timeout-ms", "30000"],
+        )
+    };
+    let mut a = start("a");
+    wait_until(Duration::from_secs(60), "a is assigned", || {
+        last_assignment(&log("a")).is_some()
+    });
+    let mut b = start("b");
+    wait_until(Duration::from_secs(60), "a and b split the partitions", || {
+        let m = described_members(&kafka, &group);
+        m.len() == 2 && m.iter().all(|(_, n)| *n == 2)
+    });
+    wait_until(Duration::from_secs(30), "both logged the generation", || {
+        matches!(
+            (last_assignment(&log("a")), last_assignment(&log("b"))),
+            (Some((ga, _)), Some((gb, _))) if ga == gb
+        )
+    });
+    let (generation, a_parts) = last_assignment(&log("a")).unwrap();
+    let b_lines = std::fs::read_to_string(log("b")).unwrap().lines().count();
+    a.kill().unwrap(); // SIGKILL: no LeaveGroup
+    a.wait().unwrap();
+    std::fs::write(log("a"), b"").unwrap();
+    let mut a = start("a");
+    wait_until(Duration::from_secs(30), "a is back", || {
+        last_assignment(&log("a")).is_some()
+    });
+    let (generation2, a_parts2) = last_assignment(&log("a")).unwrap();
+    assert_eq!(generation2, generation, "a's restart started a rebalance");
+    assert_eq!(a_parts2, a_parts);
+    // Records written now reach both; b never gave anything up.
+    kafka.produce(&t, 4, 400, &["--from", "400"]);
+    let files = [out("a"), out("b")];
+    wait_until(Duration::from_secs(60), "every record was read", || {
+        pairs(&files).len() == 800
+    });
+    let b_log = std::fs::read_to_string(log("b")).unwrap();
+    let after: Vec<&str> = b_log.lines().skip(b_lines).collect();
+    assert!(
+        !after.iter().any(|l| l.contains("revoked") || l.contains(": assigned ")),
+        "b saw a rebalance: {after:?}"
+    );
+    for c in [&mut a, &mut b] {
+        signal(c, "-TERM");
+        assert!(c.wait().unwrap().success());
+    }
+}
+
+/// A batch held longer than max.poll.interval.ms: the member leaves the group, the commit is
+/// refused (NotAMember, naming the setting), and the next batch rejoins and re-reads the same
+/// offsets from the store.
+#[test]
+fn a_batch_held_past_max_poll_interval_is_not_committed() {
+    let test = "a_batch_held_past_max_poll_interval_is_not_committed";
+    let Some(kafka) = Kafka::single(test) else {
+        return;
+    };
+    let t = topic("maxpoll");
+    kafka.create(&t, 2, &[]);
+    kafka.produce(&t, 2, 1000, &[]);
+    rt().block_on(async {
+        let mut s = DirectStream::builder()
+            .bootstrap(&kafka.bootstrap)
+            .group(&format!("{t}-g"))
+            .subscribe(&[&t])
+            .start(StartPolicy::Earliest)
+            .max_offsets_per_trigger(100)
+            .set("max.poll.interval.ms", "2000")
+            .unwrap()
+            .set("heartbeat.interval.ms", "200")
+            .unwrap()
+            .set("session.timeout.ms", "6000")
+            .unwrap()
+            .build()
+            .await
+            .unwrap();
+        let b1 = s.next_batch().await.unwrap().unwrap();
+        let after_b1: BTreeMap<_, _> = b1.ranges().iter().map(|r| (r.topic_partition(), r.until)).collect();
+        s.commit(b1).await.unwrap();
+        let b2 = s.next_batch().await.unwrap().unwrap();
+        let b2_ranges = b2.ranges().to_vec();
+        // Holding the batch past max.poll.interval.ms is what is under test.
+        tokio::time::sleep(Duration::from_millis(3500)).await;
+        let e = s.commit(b2).await.unwrap_err();
+        assert!(
+            matches!(e.engine_kind(), Some(ErrorKind::NotAMember { .. })),
+            "{e}"
+        );
+        assert!(e.to_string().contains("max.poll.interval.ms"), "{e}");
+        let b3 = s.next_batch().await.unwrap().unwrap();
+        for r in b3.ranges().iter().filter(|r| !r.is_empty()) {
+            let tp = r.topic_partition();
+            assert_eq!(Some(&r.from), after_b1.get(&tp).or(Some(&0)), "{r:?}");
+        }
+        assert!(
+            b3.ranges().iter().any(|r| b2_ranges.iter().any(|r2| r2.topic_partition() == r.topic_partition() && r2.from == r.from && !r.is_empty())),
+            "b2's offsets are read again: {b2_ranges:?} then {:?}",
+            b3.ranges()
+        );
+        s.commit(b3).await.unwrap();
+        s.close().await.unwrap();
+    });
+}
+
+/// A checkpoint directory has one writer: group mode refuses it by name, before joining.
+#[test]
+fn a_checkpoint_store_refuses_group_mode() {
+    let fake = kdirect_fake_broker::FakeCluster::builder()
+        .brokers(1)
+        .topic("t", 2)
+        .start()
+        .unwrap();
+    let dir = tempdir("grp-ckpt");
+    let e = rt()
+        .block_on(
+            DirectStream::builder()
+                .bootstrap(&fake.bootstrap())
+                .group("g")
+                .subscribe(&["t"])
+                .store_spec(&format!("checkpoint:{}", dir.display()))
+                .build(),
+        )
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("one writer") && msg.contains("--store kafka"), "{msg}");
+    let out = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+        .args(["consume", "-b", &fake.bootstrap(), "-t", "t", "-G", "g"])
+        .args(["--store", &format!("checkpoint:{}", dir.display())])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("one writer"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
