@@ -77,3 +77,66 @@ for sel, value in [(0, "localhost:9092"), (3, "events-.*"), (8, "read_committed"
                    (19, '{"events":{"0":-2}}'), (29, "processing-time=500ms"), (13, "true")]:
     put("config_keys", f"key-{sel}", bytes([sel]) + value.encode())
 put("config_keys", "raw-key", b"\xffunknown.key\x00value")
+
+# group_response and consumer_protocol: hand-built frames from the JSON schemas (Kafka's
+# JoinGroupResponse.json, SyncGroupResponse.json, HeartbeatResponse.json,
+# LeaveGroupResponse.json; the consumer protocol bytes are the golden ones of
+# crates/proto/src/api/consumer_protocol.rs). Selector byte: version << 2 | API (0 JoinGroup,
+# 1 SyncGroup, 2 Heartbeat, 3 LeaveGroup).
+def s16(b):  # string / nullable string (None = -1)
+    return struct.pack(">h", -1) if b is None else struct.pack(">h", len(b)) + b
+
+
+def b32(b):
+    return struct.pack(">i", -1) if b is None else struct.pack(">i", len(b)) + b
+
+
+def uv(n):
+    out = b""
+    while n >= 0x80:
+        out += bytes([n & 0x7F | 0x80])
+        n >>= 7
+    return out + bytes([n])
+
+
+def cs(b):  # compact (nullable) string / bytes
+    return b"\x00" if b is None else uv(len(b) + 1) + b
+
+
+SUB_V3 = (b"\x00\x03" + struct.pack(">i", 2) + s16(b"events") + s16(b"logs") + b32(b"\x01\x02\x03")
+          + struct.pack(">i", 1) + s16(b"events") + struct.pack(">iii", 2, 0, 2)
+          + struct.pack(">i", 7) + s16(b"r1"))
+ASSIGN_V3 = (b"\x00\x03" + struct.pack(">i", 2) + s16(b"events") + struct.pack(">iii", 2, 0, 1)
+             + s16(b"logs") + struct.pack(">ii", 1, 5) + b32(None))
+CID = struct.pack(">i", 7)
+TAGS = b"\x00"
+
+
+def sel(version, api):
+    return bytes([version << 2 | api])
+
+
+# JoinGroup v5 (the leader's answer, one member with a static instance id) and v9 (flexible).
+put("group_response", "join_group-v5", sel(5, 0) + CID + struct.pack(">ihi", 0, 0, 3) + s16(b"range")
+    + s16(b"m-1") + s16(b"m-1") + struct.pack(">i", 1) + s16(b"m-1") + s16(b"i-1") + b32(SUB_V3))
+put("group_response", "join_group-v9", sel(9, 0) + CID + TAGS + struct.pack(">ihi", 0, 0, 3)
+    + cs(b"consumer") + cs(b"range") + cs(b"m-1") + b"\x00" + cs(b"m-1") + uv(2)
+    + cs(b"m-1") + cs(None) + cs(SUB_V3) + TAGS + TAGS)
+# SyncGroup v3 and v5 (flexible), with the golden assignment; v0 with an empty one.
+put("group_response", "sync_group-v3", sel(3, 1) + CID + struct.pack(">ih", 0, 0) + b32(ASSIGN_V3))
+put("group_response", "sync_group-v5", sel(5, 1) + CID + TAGS + struct.pack(">ih", 0, 0)
+    + cs(b"consumer") + cs(b"range") + cs(ASSIGN_V3) + TAGS)
+put("group_response", "sync_group-v0-empty", sel(0, 1) + CID + struct.pack(">h", 27) + b32(b""))
+# Heartbeat v0 (REBALANCE_IN_PROGRESS) and v4.
+put("group_response", "heartbeat-v0", sel(0, 2) + CID + struct.pack(">h", 27))
+put("group_response", "heartbeat-v4", sel(4, 2) + CID + TAGS + struct.pack(">ih", 0, 0) + TAGS)
+# LeaveGroup v2 and v5 (flexible, one member).
+put("group_response", "leave_group-v2", sel(2, 3) + CID + struct.pack(">ih", 0, 0))
+put("group_response", "leave_group-v5", sel(5, 3) + CID + TAGS + struct.pack(">ih", 0, 0) + uv(2)
+    + cs(b"m-1") + cs(b"i-1") + struct.pack(">h", 0) + TAGS + TAGS)
+
+put("consumer_protocol", "subscription-v3", SUB_V3)
+put("consumer_protocol", "subscription-v0", b"\x00\x00" + struct.pack(">i", 1) + s16(b"events") + b32(None))
+put("consumer_protocol", "subscription-v4-trailing", b"\x00\x04" + SUB_V3[2:] + struct.pack(">i", 42))
+put("consumer_protocol", "assignment-v3", ASSIGN_V3)
+put("consumer_protocol", "assignment-empty", b"")

@@ -24,12 +24,16 @@ use kafka_protocol::protocol::StrBytes;
 use kdirect_proto::api::api_versions::{self, ApiVersions};
 use kdirect_proto::api::fetch::{self, Fetch, FetchResponse};
 use kdirect_proto::api::find_coordinator::FindCoordinator;
+use kdirect_proto::api::heartbeat::Heartbeat;
+use kdirect_proto::api::join_group::JoinGroup;
+use kdirect_proto::api::leave_group::LeaveGroup;
 use kdirect_proto::api::list_offsets::{self, ListOffsets, ListOffsetsResponse};
 use kdirect_proto::api::metadata::{self, Metadata, MetadataResponse};
 use kdirect_proto::api::offset_commit::OffsetCommit;
 use kdirect_proto::api::offset_fetch::OffsetFetch;
 use kdirect_proto::api::sasl_authenticate::{SaslAuthenticate, SaslAuthenticateResponse};
 use kdirect_proto::api::sasl_handshake::{SaslHandshake, SaslHandshakeResponse};
+use kdirect_proto::api::sync_group::SyncGroup;
 use kdirect_proto::kafka_protocol;
 use kdirect_proto::message::{decode_response, encode_response, Api};
 use kdirect_proto::ProtoError;
@@ -366,6 +370,10 @@ proptest! {
         let _ = decode_response::<OffsetCommit>(frame.clone(), v);
         let _ = decode_response::<OffsetFetch>(frame.clone(), v);
         let _ = decode_response::<SaslHandshake>(frame.clone(), v);
+        let _ = decode_response::<JoinGroup>(frame.clone(), v);
+        let _ = decode_response::<SyncGroup>(frame.clone(), v);
+        let _ = decode_response::<Heartbeat>(frame.clone(), v);
+        let _ = decode_response::<LeaveGroup>(frame.clone(), v);
         let _ = decode_response::<SaslAuthenticate>(frame, v);
     }
 }
@@ -651,6 +659,30 @@ fn unknown_topic_ids_are_inconsistent() {
     assert!(matches!(e, ProtoError::Inconsistent { .. }), "{e:?}");
 }
 
+/// An API implemented outside kdirect-proto, for which it has no bounded walk, is refused
+/// rather than handed to kafka-protocol unchecked (or read with another API's schema).
+#[test]
+fn apis_without_a_bounded_walk_are_refused() {
+    use kafka_protocol::messages::{ApiKey, DescribeGroupsRequest, DescribeGroupsResponse};
+    use kafka_protocol::protocol::VersionRange;
+    struct DescribeGroups;
+    impl Api for DescribeGroups {
+        const KEY: ApiKey = ApiKey::DescribeGroups;
+        const VERSIONS: VersionRange = VersionRange { min: 0, max: 5 };
+        type Request = DescribeGroupsRequest;
+        type Response = DescribeGroupsResponse;
+    }
+    let frame = encode_response::<DescribeGroups>(&DescribeGroupsResponse::default(), 1, 3)
+        .unwrap()
+        .slice(4..);
+    let e = decode_response::<DescribeGroups>(frame, 1).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("no bounded reader for DescribeGroups"),
+        "{e}"
+    );
+}
+
 #[test]
 fn versions_kdirect_does_not_speak_are_refused() {
     let frame = data("fetch-v16-response.bin");
@@ -672,6 +704,8 @@ mod walked {
         ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
     };
     use kafka_protocol::messages::find_coordinator_response::Coordinator;
+    use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+    use kafka_protocol::messages::leave_group_response::MemberResponse;
     use kafka_protocol::messages::offset_commit_response::{
         OffsetCommitResponsePartition, OffsetCommitResponseTopic,
     };
@@ -680,8 +714,9 @@ mod walked {
         OffsetFetchResponseTopic, OffsetFetchResponseTopics,
     };
     use kafka_protocol::messages::{
-        ApiVersionsResponse, FindCoordinatorResponse, GroupId, OffsetCommitResponse,
-        OffsetFetchResponse,
+        ApiVersionsResponse, FindCoordinatorResponse, GroupId, HeartbeatResponse,
+        JoinGroupResponse, LeaveGroupResponse, OffsetCommitResponse, OffsetFetchResponse,
+        SyncGroupResponse,
     };
 
     fn roundtrip<A: Api>(resp: &A::Response, version: i16, cid: i32) -> Result<(), TestCaseError>
@@ -800,6 +835,81 @@ mod walked {
                             .with_metadata(m.as_deref().map(s)).with_error_code(*err)).collect())).collect());
             }
             roundtrip::<OffsetFetch>(&r, version, cid)?;
+        }
+
+        #[test]
+        fn join_group(
+            version in JoinGroup::VERSIONS.min..=JoinGroup::VERSIONS.max,
+            members in proptest::collection::vec(("[a-z0-9-]{0,12}", proptest::option::of("[a-z]{0,6}"), proptest::collection::vec(any::<u8>(), 0..12)), 0..4),
+            protocol_type in proptest::option::of("[a-z]{0,8}"),
+            protocol_name in proptest::option::of("[a-z]{0,8}"),
+            skip in any::<bool>(),
+            (throttle, error, generation) in (any::<i32>(), any::<i16>(), any::<i32>()),
+            cid in any::<i32>(),
+        ) {
+            let r = JoinGroupResponse::default()
+                .with_throttle_time_ms(if version >= 2 { throttle } else { 0 })
+                .with_error_code(error)
+                .with_generation_id(generation)
+                .with_protocol_type(protocol_type.filter(|_| version >= 7).as_deref().map(s))
+                .with_protocol_name(protocol_name.as_deref().map(s))
+                .with_leader(s("leader"))
+                .with_skip_assignment(skip && version >= 9)
+                .with_member_id(s("me"))
+                .with_members(members.iter().map(|(m, i, md)| JoinGroupResponseMember::default()
+                    .with_member_id(s(m))
+                    .with_group_instance_id(i.as_deref().filter(|_| version >= 5).map(s))
+                    .with_metadata(Bytes::from(md.clone()))).collect());
+            roundtrip::<JoinGroup>(&r, version, cid)?;
+        }
+
+        #[test]
+        fn sync_group(
+            version in SyncGroup::VERSIONS.min..=SyncGroup::VERSIONS.max,
+            protocol_type in proptest::option::of("[a-z]{0,8}"),
+            protocol_name in proptest::option::of("[a-z]{0,8}"),
+            assignment in proptest::collection::vec(any::<u8>(), 0..20),
+            (throttle, error) in (any::<i32>(), any::<i16>()),
+            cid in any::<i32>(),
+        ) {
+            let r = SyncGroupResponse::default()
+                .with_throttle_time_ms(if version >= 1 { throttle } else { 0 })
+                .with_error_code(error)
+                .with_protocol_type(protocol_type.filter(|_| version >= 5).as_deref().map(s))
+                .with_protocol_name(protocol_name.filter(|_| version >= 5).as_deref().map(s))
+                .with_assignment(Bytes::from(assignment));
+            roundtrip::<SyncGroup>(&r, version, cid)?;
+        }
+
+        #[test]
+        fn heartbeat(
+            version in Heartbeat::VERSIONS.min..=Heartbeat::VERSIONS.max,
+            (throttle, error) in (any::<i32>(), any::<i16>()),
+            cid in any::<i32>(),
+        ) {
+            let r = HeartbeatResponse::default()
+                .with_throttle_time_ms(if version >= 1 { throttle } else { 0 })
+                .with_error_code(error);
+            roundtrip::<Heartbeat>(&r, version, cid)?;
+        }
+
+        #[test]
+        fn leave_group(
+            version in LeaveGroup::VERSIONS.min..=LeaveGroup::VERSIONS.max,
+            members in proptest::collection::vec(("[a-z0-9-]{0,12}", proptest::option::of("[a-z]{0,6}"), any::<i16>()), 0..4),
+            (throttle, error) in (any::<i32>(), any::<i16>()),
+            cid in any::<i32>(),
+        ) {
+            let mut r = LeaveGroupResponse::default()
+                .with_throttle_time_ms(if version >= 1 { throttle } else { 0 })
+                .with_error_code(error);
+            if version >= 3 {
+                r = r.with_members(members.iter().map(|(m, i, e)| MemberResponse::default()
+                    .with_member_id(s(m))
+                    .with_group_instance_id(i.as_deref().map(s))
+                    .with_error_code(*e)).collect());
+            }
+            roundtrip::<LeaveGroup>(&r, version, cid)?;
         }
     }
 }

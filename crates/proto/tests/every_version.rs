@@ -7,16 +7,21 @@
 //! at the same version.
 
 use bytes::Buf;
+use bytes::Bytes;
 use kafka_protocol::protocol::{decode_request_header_from_buffer, Decodable};
 use kdirect_proto::api::api_versions::{self, ApiVersions};
 use kdirect_proto::api::fetch::{self, Fetch, FetchParams, PartitionFetch, TopicFetch};
 use kdirect_proto::api::find_coordinator::{self, FindCoordinator};
+use kdirect_proto::api::heartbeat::{self, Heartbeat};
+use kdirect_proto::api::join_group::{self, JoinGroup, JoinParams};
+use kdirect_proto::api::leave_group::{self, LeaveGroup};
 use kdirect_proto::api::list_offsets::{self, ListOffsets, OffsetQuery, OffsetSpec};
 use kdirect_proto::api::metadata::{self, Metadata};
 use kdirect_proto::api::offset_commit::{self, CommitEntry, OffsetCommit};
 use kdirect_proto::api::offset_fetch::{self, OffsetFetch};
 use kdirect_proto::api::sasl_authenticate::{self, SaslAuthenticate};
 use kdirect_proto::api::sasl_handshake::{self, SaslHandshake};
+use kdirect_proto::api::sync_group::{self, SyncGroup};
 use kdirect_proto::kafka_protocol;
 use kdirect_proto::message::{encode_request, Api};
 use kdirect_proto::IsolationLevel;
@@ -166,5 +171,65 @@ fn sasl_requests_encode_at_every_claimed_version() {
         let back =
             roundtrip::<SaslAuthenticate>(&sasl_authenticate::request(token.clone()), version);
         assert_eq!(&back.auth_bytes[..], &token[..]);
+    }
+}
+
+proptest! {
+    /// The group protocol's requests encode at every version whatever the optional inputs:
+    /// the builders drop what a version cannot carry (rebalance timeout below v1, instance id
+    /// below v5, reason below v8 for JoinGroup; instance id below v3 and protocol type and name
+    /// below v5 for SyncGroup; instance id below v3 for Heartbeat; LeaveGroup's single member id
+    /// below v3, its members array from v3 and reason from v5).
+    #[test]
+    fn group_requests_encode_at_every_claimed_version(
+        jv in JoinGroup::VERSIONS.min..=JoinGroup::VERSIONS.max,
+        sv in SyncGroup::VERSIONS.min..=SyncGroup::VERSIONS.max,
+        hv in Heartbeat::VERSIONS.min..=Heartbeat::VERSIONS.max,
+        lv in LeaveGroup::VERSIONS.min..=LeaveGroup::VERSIONS.max,
+        instance in proptest::option::of("[a-z0-9-]{1,10}"),
+        reason in proptest::option::of("[a-z ]{0,20}"),
+        protocol in proptest::option::of("[a-z]{1,10}"),
+        member in "[a-z0-9-]{0,10}",
+        generation in any::<i32>(),
+        metadata in proptest::collection::vec(any::<u8>(), 0..20),
+    ) {
+        let protocols = [("range", Bytes::from(metadata.clone())), ("cooperative-sticky", Bytes::new())];
+        let p = JoinParams {
+            group: "g",
+            session_timeout_ms: 45_000,
+            rebalance_timeout_ms: 300_000,
+            member_id: &member,
+            group_instance_id: instance.as_deref(),
+            protocol_type: "consumer",
+            protocols: &protocols,
+            reason: reason.as_deref(),
+        };
+        let back = roundtrip::<JoinGroup>(&join_group::request(&p, jv), jv);
+        prop_assert_eq!(back.rebalance_timeout_ms, if jv >= 1 { 300_000 } else { -1 });
+        prop_assert_eq!(back.group_instance_id.as_deref(), instance.as_deref().filter(|_| jv >= 5));
+        prop_assert_eq!(back.reason.as_deref(), reason.as_deref().filter(|_| jv >= 8));
+        prop_assert_eq!(back.protocols.len(), 2);
+        prop_assert_eq!(&back.protocols[0].metadata[..], &metadata[..]);
+
+        let assignments = [(member.as_str(), Bytes::from(metadata.clone()))];
+        let back = roundtrip::<SyncGroup>(&sync_group::request(
+            "g", generation, &member, instance.as_deref(), Some("consumer"), protocol.as_deref(), &assignments, sv), sv);
+        prop_assert_eq!(back.generation_id, generation);
+        prop_assert_eq!(back.group_instance_id.as_deref(), instance.as_deref().filter(|_| sv >= 3));
+        prop_assert_eq!(back.protocol_name.as_deref(), protocol.as_deref().filter(|_| sv >= 5));
+        prop_assert_eq!(&back.assignments[0].assignment[..], &metadata[..]);
+
+        let back = roundtrip::<Heartbeat>(&heartbeat::request("g", generation, &member, instance.as_deref(), hv), hv);
+        prop_assert_eq!(back.group_instance_id.as_deref(), instance.as_deref().filter(|_| hv >= 3));
+
+        let back = roundtrip::<LeaveGroup>(&leave_group::request("g", &member, instance.as_deref(), reason.as_deref(), lv), lv);
+        if lv >= 3 {
+            prop_assert_eq!(back.members.len(), 1);
+            prop_assert_eq!(back.members[0].member_id.as_str(), member.as_str());
+            prop_assert_eq!(back.members[0].group_instance_id.as_deref(), instance.as_deref());
+            prop_assert_eq!(back.members[0].reason.as_deref(), reason.as_deref().filter(|_| lv >= 5));
+        } else {
+            prop_assert_eq!(back.member_id.as_str(), member.as_str());
+        }
     }
 }

@@ -91,7 +91,11 @@ impl Subscription {
     /// does); a negative version, a topic name longer than Kafka allows, or a field too long
     /// for its length prefix is an error.
     pub fn encode(&self, version: i16) -> Result<Bytes, ProtoError> {
-        let version = known_version(ConsumerMessage::Subscription, version, Self::HIGHEST_VERSION)?;
+        let version = known_version(
+            ConsumerMessage::Subscription,
+            version,
+            Self::HIGHEST_VERSION,
+        )?;
         let mut w = Writer::new(ConsumerMessage::Subscription, version);
         w.count(self.topics.len(), "topics count")?;
         for t in &self.topics {
@@ -383,7 +387,10 @@ mod tests {
     #[test]
     fn golden_subscriptions() {
         assert_eq!(&sub_v3().encode(3).unwrap()[..], GOLDEN_SUBSCRIPTION_V3);
-        assert_eq!(Subscription::decode(GOLDEN_SUBSCRIPTION_V3).unwrap(), sub_v3());
+        assert_eq!(
+            Subscription::decode(GOLDEN_SUBSCRIPTION_V3).unwrap(),
+            sub_v3()
+        );
         let v0 = Subscription {
             user_data: None,
             ..at_version(&sub_v3(), 0)
@@ -412,7 +419,12 @@ mod tests {
         };
         for v in 0..=3i16 {
             let theirs = ConsumerProtocolSubscription::default()
-                .with_topics(s.topics.iter().map(|t| StrBytes::from_string(t.clone())).collect())
+                .with_topics(
+                    s.topics
+                        .iter()
+                        .map(|t| StrBytes::from_string(t.clone()))
+                        .collect(),
+                )
                 .with_user_data(s.user_data.clone())
                 .with_owned_partitions(if v >= 1 {
                     s.owned_partitions
@@ -537,7 +549,10 @@ mod tests {
     fn counts_and_names_are_bounded() {
         // A billion topics in a few bytes.
         let e = Subscription::decode(&[0, 0, 0x3b, 0x9a, 0xca, 0x00, 0, 1, b'a']).unwrap_err();
-        assert!(e.to_string().contains("topics count: 1000000000 elements"), "{e}");
+        assert!(
+            e.to_string().contains("topics count: 1000000000 elements"),
+            "{e}"
+        );
         // A billion partitions of one topic.
         let e = Assignment::decode(&[0, 0, 0, 0, 0, 1, 0, 1, b'a', 0x3b, 0x9a, 0xca, 0x00])
             .unwrap_err();
@@ -565,7 +580,10 @@ mod tests {
     }
 
     fn tps() -> impl Strategy<Value = Vec<(String, Vec<i32>)>> {
-        proptest::collection::vec((name(), proptest::collection::vec(any::<i32>(), 0..5)), 0..4)
+        proptest::collection::vec(
+            (name(), proptest::collection::vec(any::<i32>(), 0..5)),
+            0..4,
+        )
     }
 
     fn user_data() -> impl Strategy<Value = Option<Bytes>> {

@@ -91,7 +91,9 @@ mod tests {
     fn the_view_is_the_error_code() {
         for v in 0..=4 {
             let resp = HeartbeatResponse::default().with_error_code(27);
-            let frame = encode_response::<Heartbeat>(&resp, v, 2).unwrap().slice(4..);
+            let frame = encode_response::<Heartbeat>(&resp, v, 2)
+                .unwrap()
+                .slice(4..);
             let (_, got) = decode_response::<Heartbeat>(frame.clone(), v).unwrap();
             assert_eq!(view(&got), ErrorCode(27));
             // Every truncation is an error.

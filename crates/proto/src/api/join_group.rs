@@ -243,7 +243,9 @@ mod tests {
             if v >= 9 {
                 resp = resp.with_skip_assignment(true);
             }
-            let frame = encode_response::<JoinGroup>(&resp, v, 5).unwrap().slice(4..);
+            let frame = encode_response::<JoinGroup>(&resp, v, 5)
+                .unwrap()
+                .slice(4..);
             let (cid, got) = decode_response::<JoinGroup>(frame, v).unwrap();
             assert_eq!(cid, 5);
             assert_eq!(

@@ -150,7 +150,9 @@ mod tests {
                         .with_error_code(25),
                 ]);
             }
-            let frame = encode_response::<LeaveGroup>(&resp, v, 4).unwrap().slice(4..);
+            let frame = encode_response::<LeaveGroup>(&resp, v, 4)
+                .unwrap()
+                .slice(4..);
             let (_, got) = decode_response::<LeaveGroup>(frame, v).unwrap();
             let members = if v >= 3 {
                 vec![

@@ -127,10 +127,25 @@ mod tests {
             ("m-1", Bytes::from_static(b"a1")),
             ("m-2", Bytes::from_static(b"")),
         ];
-        let req = |v| request("g", 3, "m-1", Some("i-1"), Some("consumer"), Some("range"), &a, v);
+        let req = |v| {
+            request(
+                "g",
+                3,
+                "m-1",
+                Some("i-1"),
+                Some("consumer"),
+                Some("range"),
+                &a,
+                v,
+            )
+        };
         let lo = back(&req(0), 0);
         assert_eq!(
-            (lo.group_id.as_str(), lo.generation_id, lo.member_id.as_str()),
+            (
+                lo.group_id.as_str(),
+                lo.generation_id,
+                lo.member_id.as_str()
+            ),
             ("g", 3, "m-1")
         );
         assert_eq!(lo.group_instance_id, None);
@@ -151,7 +166,9 @@ mod tests {
                 .with_error_code(27)
                 .with_protocol_name((v >= 5).then(|| StrBytes::from_static_str("range")))
                 .with_assignment(Bytes::from_static(b"\0\x03xyz"));
-            let frame = encode_response::<SyncGroup>(&resp, v, 9).unwrap().slice(4..);
+            let frame = encode_response::<SyncGroup>(&resp, v, 9)
+                .unwrap()
+                .slice(4..);
             let (_, got) = decode_response::<SyncGroup>(frame, v).unwrap();
             assert_eq!(
                 view(&got),
