@@ -85,20 +85,34 @@ fn described_members(kafka: &Kafka, group: &str) -> Vec<(String, usize)> {
         .args(["-Xmx256m", "-XX:+UseSerialGC", "-cp"])
         .arg(std::env::var("KDIRECT_TEST_KAFKA_CP").unwrap())
         .arg("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand")
-        .args(["--bootstrap-server", &kafka.bootstrap, "--describe", "--members"])
+        .args([
+            "--bootstrap-server",
+            &kafka.bootstrap,
+            "--describe",
+            "--members",
+        ])
         .args(["--group", group])
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
+    let text = String::from_utf8_lossy(&out.stdout);
+    // GROUP CONSUMER-ID [GROUP-INSTANCE-ID] HOST CLIENT-ID #PARTITIONS …: the instance id
+    // column is there only when a member is static.
+    let Some(header) = text.lines().find(|l| l.contains("CONSUMER-ID")) else {
+        return Vec::new();
+    };
+    let names: Vec<&str> = header.split_whitespace().collect();
+    let col = |name: &str| names.iter().position(|n| *n == name);
+    let (Some(client), Some(parts)) = (col("CLIENT-ID"), col("#PARTITIONS")) else {
+        return Vec::new();
+    };
+    text.lines()
         .filter_map(|l| {
             let cols: Vec<&str> = l.split_whitespace().collect();
-            // GROUP CONSUMER-ID HOST CLIENT-ID #PARTITIONS
-            if cols.len() < 5 || cols[0] != group {
+            if cols.len() <= parts || cols[0] != group {
                 return None;
             }
-            Some((cols[3].to_owned(), cols[4].parse().ok()?))
+            Some((cols[client].to_owned(), cols[parts].parse().ok()?))
         })
         .collect()
 }
@@ -122,16 +136,25 @@ fn a_kdirect_member_and_a_java_consumer_share_a_group() {
     let mut java = kafka
         .tool_command("group-consume")
         .args(["--topic", &t, "--group", &group])
-        .args(["--out", j_out.to_str().unwrap(), "--stop", stop.to_str().unwrap()])
+        .args([
+            "--out",
+            j_out.to_str().unwrap(),
+            "--stop",
+            stop.to_str().unwrap(),
+        ])
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&j_log).unwrap())
         .spawn()
         .unwrap();
     let mut kd = member(&kafka, &t, &group, &k_out, &k_log, &[]);
-    wait_until(Duration::from_secs(90), "both members hold 3 partitions", || {
-        let m = described_members(&kafka, &group);
-        m.len() == 2 && m.iter().all(|(_, n)| *n == 3)
-    });
+    wait_until(
+        Duration::from_secs(90),
+        "both members hold 3 partitions",
+        || {
+            let m = described_members(&kafka, &group);
+            m.len() == 2 && m.iter().all(|(_, n)| *n == 3)
+        },
+    );
     let m = described_members(&kafka, &group);
     assert!(m.iter().any(|(c, _)| c == "kdirect"), "{m:?}");
     assert!(m.iter().any(|(c, _)| c.starts_with("consumer-")), "{m:?}");
@@ -150,7 +173,11 @@ fn a_kdirect_member_and_a_java_consumer_share_a_group() {
     let seen = pairs(&files);
     for (p, end) in ends.iter().enumerate() {
         for o in 0..*end {
-            assert_eq!(seen.get(&(p as i32, o)), Some(&1), "partition {p} offset {o}");
+            assert_eq!(
+                seen.get(&(p as i32, o)),
+                Some(&1),
+                "partition {p} offset {o}"
+            );
         }
     }
     let k = pairs(&[k_out]).len();
@@ -231,7 +258,10 @@ fn members_killed_stopped_and_added_exactly_once_in_postgres() {
                 } else {
                     signal(&c, "-TERM");
                     let st = c.wait().unwrap();
-                    assert!(st.success() || st.code().is_none(), "member {i} exited {st}");
+                    assert!(
+                        st.success() || st.code().is_none(),
+                        "member {i} exited {st}"
+                    );
                     stops += 1;
                 }
             }
@@ -264,12 +294,16 @@ fn members_killed_stopped_and_added_exactly_once_in_postgres() {
     };
     sqlx::any::install_default_drivers();
     let pool = rt.block_on(sqlx::AnyPool::connect(&url)).unwrap();
-    wait_until(Duration::from_secs(240), "every offset is in the table", || {
-        let mut distinct = rows(&pool);
-        distinct.sort_unstable();
-        distinct.dedup();
-        distinct.len() as i64 >= total
-    });
+    wait_until(
+        Duration::from_secs(240),
+        "every offset is in the table",
+        || {
+            let mut distinct = rows(&pool);
+            distinct.sort_unstable();
+            distinct.dedup();
+            distinct.len() as i64 >= total
+        },
+    );
     for s in slots.iter_mut().flatten() {
         signal(s, "-TERM");
     }
@@ -303,7 +337,13 @@ fn members_killed_stopped_and_added_exactly_once_in_postgres() {
 fn last_assignment(log: &Path) -> Option<(i32, String)> {
     let text = std::fs::read_to_string(log).ok()?;
     let line = text.lines().rev().find(|l| l.contains(": assigned "))?;
-    let generation = line.split("generation ").nth(1)?.split(',').next()?.parse().ok()?;
+    let generation = line
+        .split("generation ")
+        .nth(1)?
+        .split(',')
+        .next()?
+        .parse()
+        .ok()?;
     Some((generation, line.split(": assigned ").nth(1)?.to_owned()))
 }
 
@@ -338,16 +378,24 @@ fn a_static_member_restarted_within_the_session_moves_nothing() {
         last_assignment(&log("a")).is_some()
     });
     let mut b = start("b");
-    wait_until(Duration::from_secs(60), "a and b split the partitions", || {
-        let m = described_members(&kafka, &group);
-        m.len() == 2 && m.iter().all(|(_, n)| *n == 2)
-    });
-    wait_until(Duration::from_secs(30), "both logged the generation", || {
-        matches!(
-            (last_assignment(&log("a")), last_assignment(&log("b"))),
-            (Some((ga, _)), Some((gb, _))) if ga == gb
-        )
-    });
+    wait_until(
+        Duration::from_secs(60),
+        "a and b split the partitions",
+        || {
+            let m = described_members(&kafka, &group);
+            m.len() == 2 && m.iter().all(|(_, n)| *n == 2)
+        },
+    );
+    wait_until(
+        Duration::from_secs(30),
+        "both logged the generation",
+        || {
+            matches!(
+                (last_assignment(&log("a")), last_assignment(&log("b"))),
+                (Some((ga, _)), Some((gb, _))) if ga == gb
+            )
+        },
+    );
     let (generation, a_parts) = last_assignment(&log("a")).unwrap();
     let b_lines = std::fs::read_to_string(log("b")).unwrap().lines().count();
     a.kill().unwrap(); // SIGKILL: no LeaveGroup
@@ -369,7 +417,9 @@ fn a_static_member_restarted_within_the_session_moves_nothing() {
     let b_log = std::fs::read_to_string(log("b")).unwrap();
     let after: Vec<&str> = b_log.lines().skip(b_lines).collect();
     assert!(
-        !after.iter().any(|l| l.contains("revoked") || l.contains(": assigned ")),
+        !after
+            .iter()
+            .any(|l| l.contains("revoked") || l.contains(": assigned ")),
         "b saw a rebalance: {after:?}"
     );
     for c in [&mut a, &mut b] {
@@ -407,7 +457,11 @@ fn a_batch_held_past_max_poll_interval_is_not_committed() {
             .await
             .unwrap();
         let b1 = s.next_batch().await.unwrap().unwrap();
-        let after_b1: BTreeMap<_, _> = b1.ranges().iter().map(|r| (r.topic_partition(), r.until)).collect();
+        let after_b1: BTreeMap<_, _> = b1
+            .ranges()
+            .iter()
+            .map(|r| (r.topic_partition(), r.until))
+            .collect();
         s.commit(b1).await.unwrap();
         let b2 = s.next_batch().await.unwrap().unwrap();
         let b2_ranges = b2.ranges().to_vec();
@@ -425,7 +479,11 @@ fn a_batch_held_past_max_poll_interval_is_not_committed() {
             assert_eq!(Some(&r.from), after_b1.get(&tp).or(Some(&0)), "{r:?}");
         }
         assert!(
-            b3.ranges().iter().any(|r| b2_ranges.iter().any(|r2| r2.topic_partition() == r.topic_partition() && r2.from == r.from && !r.is_empty())),
+            b3.ranges().iter().any(|r| b2_ranges
+                .iter()
+                .any(|r2| r2.topic_partition() == r.topic_partition()
+                    && r2.from == r.from
+                    && !r.is_empty())),
             "b2's offsets are read again: {b2_ranges:?} then {:?}",
             b3.ranges()
         );
@@ -454,7 +512,10 @@ fn a_checkpoint_store_refuses_group_mode() {
         )
         .unwrap_err();
     let msg = e.to_string();
-    assert!(msg.contains("one writer") && msg.contains("--store kafka"), "{msg}");
+    assert!(
+        msg.contains("one writer") && msg.contains("--store kafka"),
+        "{msg}"
+    );
     let out = Command::new(env!("CARGO_BIN_EXE_kdirect"))
         .args(["consume", "-b", &fake.bootstrap(), "-t", "t", "-G", "g"])
         .args(["--store", &format!("checkpoint:{}", dir.display())])

@@ -26,8 +26,8 @@ use std::time::Duration;
 
 use kdirect_engine::cluster::Cluster;
 use kdirect_engine::conn::BrokerConnection;
-use kdirect_proto::api::find_coordinator::{self, FindCoordinator};
 use kdirect_engine::group::GroupMember;
+use kdirect_proto::api::find_coordinator::{self, FindCoordinator};
 use kdirect_proto::api::offset_commit::{self, CommitEntry, Committer, OffsetCommit};
 use kdirect_proto::api::offset_fetch::{self, OffsetFetch};
 use kdirect_proto::ErrorCode;
@@ -338,11 +338,13 @@ impl KafkaGroupStore {
             None => None,
         };
         let in_group = generation.is_some();
-        let committer = generation.as_ref().map_or(Committer::STANDALONE, |g| Committer {
-            generation_id: g.generation_id,
-            member_id: &g.member_id,
-            instance_id: g.instance_id.as_deref(),
-        });
+        let committer = generation
+            .as_ref()
+            .map_or(Committer::STANDALONE, |g| Committer {
+                generation_id: g.generation_id,
+                member_id: &g.member_id,
+                instance_id: g.instance_id.as_deref(),
+            });
         let metadata = format!("{METADATA_PREFIX}{batch_id}");
         let mut by_topic: BTreeMap<&str, Vec<CommitEntry>> = BTreeMap::new();
         for (tp, &offset) in positions {

@@ -7,10 +7,10 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use dashmap::DashMap;
+use kdirect_proto::api::find_coordinator::{self, FindCoordinator};
 use kdirect_proto::api::list_offsets::{
     self, ListOffsets, OffsetQuery, OffsetSpec, PartitionOffset,
 };
-use kdirect_proto::api::find_coordinator::{self, FindCoordinator};
 use kdirect_proto::api::metadata::{self, BrokerInfo, Metadata, TopicInfo};
 use kdirect_proto::message::Api;
 use kdirect_proto::{ErrorCode, IsolationLevel};

@@ -130,12 +130,16 @@ fn topic_error_hint(code: ErrorCode) -> &'static str {
 /// What to do about a group error, for the ones with one clear fix.
 fn group_error_hint(code: ErrorCode) -> &'static str {
     match code.0 {
-        23 => ": the group's members share no partition.assignment.strategy (kdirect speaks \
+        23 => {
+            ": the group's members share no partition.assignment.strategy (kdirect speaks \
                range and roundrobin; Java's default list includes range), or a member of \
-               another kind (not a consumer) uses the group id",
+               another kind (not a consumer) uses the group id"
+        }
         24 => ": the group id is empty or invalid",
-        26 => ": session.timeout.ms must lie within the broker's group.min.session.timeout.ms \
-               and group.max.session.timeout.ms (6000 and 1800000 by default)",
+        26 => {
+            ": session.timeout.ms must lie within the broker's group.min.session.timeout.ms \
+               and group.max.session.timeout.ms (6000 and 1800000 by default)"
+        }
         30 => ": this principal may not use the group (grant it READ on the group)",
         81 => ": the group has group.max.size members already",
         82 => ": another member runs with the same group.instance.id (give each process its own)",

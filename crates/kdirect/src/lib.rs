@@ -67,13 +67,13 @@ pub use kdirect_engine as engine;
 #[cfg(feature = "unstable")]
 pub use kdirect_proto as proto;
 
+pub use kdirect_engine::group::{Assignor, Generation, GroupConfig};
 #[cfg(feature = "sql")]
 pub use stream::Transaction;
 pub use stream::{
     parse_offsets_json, parse_trigger, starting_offsets_json, Batch, BatchRecords, DirectStream,
     DirectStreamBuilder, Ending, Rebalance,
 };
-pub use kdirect_engine::group::{Assignor, Generation, GroupConfig};
 
 pub use kdirect_engine::fetch::{RangeData, RangeRecords};
 pub use kdirect_engine::plan::{

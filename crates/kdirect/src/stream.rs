@@ -154,7 +154,9 @@ pub struct DirectStreamBuilder {
 
 /// The user's rebalance callback ([`DirectStreamBuilder::on_rebalance`]).
 #[derive(Clone)]
-struct RebalanceListener(Arc<Mutex<dyn FnMut(&Rebalance) + Send>>);
+struct RebalanceListener(Arc<Mutex<RebalanceFn>>);
+
+type RebalanceFn = dyn FnMut(&Rebalance) + Send;
 
 impl std::fmt::Debug for RebalanceListener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -943,7 +945,8 @@ impl DirectStreamBuilder {
         }
         if let Some(g) = c.membership.as_mut() {
             g.group.clone_from(&self.group);
-            g.validate().map_err(|e| EngineError::from(ErrorKind::Config(e)))?;
+            g.validate()
+                .map_err(|e| EngineError::from(ErrorKind::Config(e)))?;
             if c.ending.is_some() {
                 return Err(EngineError::from(ErrorKind::Config(
                     "a bounded stream (an ending, available-now, --until-latest) cannot be a \
@@ -1541,14 +1544,14 @@ impl Driver {
     /// Group mode: a subscribed topic whose partition count changed, or a topic the pattern
     /// matches now and did not at the join, makes the member rejoin (the leader then
     /// assigns the new partitions), as the Java consumer's metadata check does.
-    fn check_subscription(
-        &self,
-        view: &kdirect_engine::cluster::ClusterView,
-        topics: &[&str],
-    ) {
+    fn check_subscription(&self, view: &kdirect_engine::cluster::ClusterView, topics: &[&str]) {
         let now: BTreeMap<String, usize> = topics
             .iter()
-            .filter_map(|t| view.topic(t).ok().map(|i| ((*t).to_owned(), i.partitions.len())))
+            .filter_map(|t| {
+                view.topic(t)
+                    .ok()
+                    .map(|i| ((*t).to_owned(), i.partitions.len()))
+            })
             .collect();
         let joined = self
             .joined_topics
@@ -1577,7 +1580,9 @@ impl Driver {
             .filter(|(tp, _)| partitions.contains(*tp))
             .map(|(tp, o)| (tp.clone(), *o))
             .collect();
-        let next_id = committed.next_batch_id().max(self.planner().next_batch_id());
+        let next_id = committed
+            .next_batch_id()
+            .max(self.planner().next_batch_id());
         let planner = Planner::resume(self.planner_config.clone(), next_id, positions)
             .map_err(EngineError::from)?;
         *self.planner() = planner;
@@ -1988,8 +1993,11 @@ impl DirectStream {
         let joined = member.join(&topics).await?;
         let committed = match &self.store {
             Some(store) => {
-                let mut assigned_topics: Vec<String> =
-                    joined.partitions.iter().map(|tp| tp.topic.clone()).collect();
+                let mut assigned_topics: Vec<String> = joined
+                    .partitions
+                    .iter()
+                    .map(|tp| tp.topic.clone())
+                    .collect();
                 assigned_topics.dedup();
                 if assigned_topics.is_empty() {
                     Committed::default()

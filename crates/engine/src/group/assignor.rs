@@ -191,7 +191,11 @@ mod tests {
 
     #[test]
     fn more_members_than_partitions_leaves_some_empty() {
-        let members = [member("a", &["t"]), member("b", &["t"]), member("c", &["t"])];
+        let members = [
+            member("a", &["t"]),
+            member("b", &["t"]),
+            member("c", &["t"]),
+        ];
         for assignor in Assignor::ALL {
             let a = assignor.assign(&members, &counts(&[("t", 2)]));
             assert_eq!(a.len(), 3, "{assignor:?}");
@@ -216,7 +220,9 @@ mod tests {
     fn unknown_topics_and_empty_groups() {
         let a = Assignor::Range.assign(&[member("a", &["gone"])], &counts(&[("t", 3)]));
         assert!(a["a"].is_empty());
-        assert!(Assignor::RoundRobin.assign(&[], &counts(&[("t", 3)])).is_empty());
+        assert!(Assignor::RoundRobin
+            .assign(&[], &counts(&[("t", 3)]))
+            .is_empty());
     }
 
     proptest::proptest! {

@@ -137,7 +137,7 @@ impl GroupMember {
     /// next batch rejoins.
     pub fn lose(&self, reason: impl Into<String>) {
         lock(&self.inner.state).lose(reason);
-        let _ = self.inner.changed.send_modify(|n| *n += 1);
+        self.inner.changed.send_modify(|n| *n += 1);
     }
 
     /// The member id (empty before the first join).
@@ -250,7 +250,9 @@ impl GroupMember {
                 .map_err(|f| fault_error(&config.group, broker.clone(), JoinGroup::KEY, f))?;
             let assignments = match step {
                 JoinStep::Again => continue,
-                JoinStep::FindCoordinator(code) => retry!(code_error(&broker, JoinGroup::KEY, code)),
+                JoinStep::FindCoordinator(code) => {
+                    retry!(code_error(&broker, JoinGroup::KEY, code))
+                }
                 JoinStep::Follow => Vec::new(),
                 JoinStep::Lead { assignor, members } => {
                     let wanted: BTreeSet<&str> = members
@@ -318,7 +320,9 @@ impl GroupMember {
                 .map_err(|f| fault_error(&config.group, broker.clone(), SyncGroup::KEY, f))?;
             match step {
                 SyncStep::Rejoin => continue,
-                SyncStep::FindCoordinator(code) => retry!(code_error(&broker, SyncGroup::KEY, code)),
+                SyncStep::FindCoordinator(code) => {
+                    retry!(code_error(&broker, SyncGroup::KEY, code))
+                }
                 SyncStep::Assigned(partitions) => {
                     *lock(&inner.last_answer) = Instant::now();
                     let s = lock(&inner.state);
@@ -355,7 +359,7 @@ impl GroupMember {
             )
         };
         lock(&self.inner.state).left();
-        let _ = self.inner.changed.send_modify(|n| *n += 1);
+        self.inner.changed.send_modify(|n| *n += 1);
         if instance.is_some() || member_id.is_empty() {
             return Ok(());
         }
@@ -427,7 +431,12 @@ async fn coordinator(inner: &Inner) -> Result<BrokerConnection, Error> {
     Ok(conn)
 }
 
-async fn send_leave(inner: &Inner, group: &str, member_id: &str, reason: &str) -> Result<(), Error> {
+async fn send_leave(
+    inner: &Inner,
+    group: &str,
+    member_id: &str,
+    reason: &str,
+) -> Result<(), Error> {
     let conn = coordinator(inner).await?;
     let version = conn.version::<LeaveGroup>()?;
     let req = leave_group::request(group, member_id, None, Some(reason), version);
@@ -471,7 +480,7 @@ async fn heartbeats(inner: std::sync::Weak<Inner>) {
         let held = *lock(&inner.holding_since);
         if held.is_some_and(|since| since.elapsed() > config.max_poll_interval) {
             lock(&inner.state).poll_expired();
-            let _ = inner.changed.send_modify(|n| *n += 1);
+            inner.changed.send_modify(|n| *n += 1);
             tracing::warn!(
                 group = config.group.as_str(),
                 member = generation.member_id.as_str(),
@@ -499,13 +508,16 @@ async fn heartbeats(inner: std::sync::Weak<Inner>) {
                 "no heartbeat was answered for session.timeout.ms ({} ms)",
                 config.session_timeout.as_millis()
             ));
-            let _ = inner.changed.send_modify(|n| *n += 1);
+            inner.changed.send_modify(|n| *n += 1);
             continue;
         }
         let conn = match coordinator(&inner).await {
             Ok(c) => c,
             Err(e) => {
-                tracing::debug!(group = config.group.as_str(), "heartbeat: no coordinator: {e}");
+                tracing::debug!(
+                    group = config.group.as_str(),
+                    "heartbeat: no coordinator: {e}"
+                );
                 continue;
             }
         };
@@ -546,7 +558,7 @@ async fn heartbeats(inner: std::sync::Weak<Inner>) {
                     group = config.group.as_str(),
                     "the group is rebalancing: rejoining after this batch"
                 );
-                let _ = inner.changed.send_modify(|n| *n += 1);
+                inner.changed.send_modify(|n| *n += 1);
             }
             Ok(Beat::Lost) => {
                 tracing::warn!(
@@ -555,12 +567,12 @@ async fn heartbeats(inner: std::sync::Weak<Inner>) {
                     "lost the group's generation {} ({code}): rejoining after this batch",
                     generation.generation_id
                 );
-                let _ = inner.changed.send_modify(|n| *n += 1);
+                inner.changed.send_modify(|n| *n += 1);
             }
             Ok(Beat::FindCoordinator) => *inner.coordinator.lock().await = None,
             Err(f) => {
                 *lock(&inner.fatal) = Some((Heartbeat::KEY, conn.broker().clone(), f));
-                let _ = inner.changed.send_modify(|n| *n += 1);
+                inner.changed.send_modify(|n| *n += 1);
             }
         }
     }

@@ -185,7 +185,10 @@ impl Membership {
     pub fn protocols(&self, topics: &[String]) -> Result<Vec<(&'static str, Bytes)>, String> {
         let mut owned: BTreeMap<String, Vec<i32>> = BTreeMap::new();
         for tp in &self.assigned {
-            owned.entry(tp.topic.clone()).or_default().push(tp.partition);
+            owned
+                .entry(tp.topic.clone())
+                .or_default()
+                .push(tp.partition);
         }
         let subscription = Subscription {
             topics: topics.to_vec(),
@@ -402,7 +405,12 @@ mod tests {
         GroupConfig::new("g")
     }
 
-    fn join_ok(member: &str, leader: &str, generation: i32, members: &[(&str, &[&str])]) -> JoinView {
+    fn join_ok(
+        member: &str,
+        leader: &str,
+        generation: i32,
+        members: &[(&str, &[&str])],
+    ) -> JoinView {
         JoinView {
             error: ErrorCode::NONE,
             generation_id: generation,
@@ -453,7 +461,12 @@ mod tests {
         assert_eq!(step, JoinStep::Again);
         assert_eq!(m.member_id(), "m-1");
         let step = m
-            .on_join(&join_ok("m-1", "m-1", 7, &[("m-1", &["t"]), ("m-2", &["t"])]))
+            .on_join(&join_ok(
+                "m-1",
+                "m-1",
+                7,
+                &[("m-1", &["t"]), ("m-2", &["t"])],
+            ))
             .unwrap();
         let JoinStep::Lead { assignor, members } = step else {
             panic!("{step:?}")
@@ -567,7 +580,8 @@ mod tests {
             JoinStep::FindCoordinator(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS)
         );
         assert_eq!(
-            m.on_join(&error_join(ErrorCode::UNKNOWN_MEMBER_ID, "")).unwrap(),
+            m.on_join(&error_join(ErrorCode::UNKNOWN_MEMBER_ID, ""))
+                .unwrap(),
             JoinStep::Again
         );
         let f = m
