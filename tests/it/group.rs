@@ -186,6 +186,87 @@ fn a_kdirect_member_and_a_java_consumer_share_a_group() {
     println!("{test}: kdirect read {k} records, Java {j}");
 }
 
+/// The cooperative protocol (KIP-429): a kdirect member and a Java consumer, both with
+/// cooperative-sticky only. When the Java consumer joins, the kdirect member gives up only the
+/// partitions that move (3 of 6), not all of them, and together they read every record once.
+#[test]
+fn a_cooperative_group_moves_only_what_it_must() {
+    let test = "a_cooperative_group_moves_only_what_it_must";
+    let Some(kafka) = Kafka::single(test) else {
+        return;
+    };
+    let t = topic("coop");
+    let group = format!("{t}-g");
+    kafka.create(&t, 6, &[]);
+    kafka.produce(&t, 6, 600, &[]);
+    let dir = tempdir("coop");
+    let (j_out, j_log, stop) = (dir.join("java.out"), dir.join("java.log"), dir.join("stop"));
+    let (k_out, k_log) = (dir.join("kdirect.out"), dir.join("kdirect.log"));
+    let mut kd = member(
+        &kafka,
+        &t,
+        &group,
+        &k_out,
+        &k_log,
+        &["--assignor", "cooperative-sticky"],
+    );
+    wait_until(
+        Duration::from_secs(60),
+        "kdirect holds all 6 partitions",
+        || described_members(&kafka, &group) == [("kdirect".to_owned(), 6)],
+    );
+    let mut java = kafka
+        .tool_command("group-consume")
+        .args([
+            "--topic",
+            &t,
+            "--group",
+            &group,
+            "--assignor",
+            "cooperative-sticky",
+        ])
+        .args([
+            "--out",
+            j_out.to_str().unwrap(),
+            "--stop",
+            stop.to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&j_log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_until(
+        Duration::from_secs(90),
+        "both members hold 3 partitions",
+        || {
+            let m = described_members(&kafka, &group);
+            m.len() == 2 && m.iter().all(|(_, n)| *n == 3)
+        },
+    );
+    kafka.produce(&t, 6, 6000, &["--from", "600"]);
+    let ends = kafka.end_offsets(&t);
+    let total: i64 = ends.iter().sum();
+    let files = [j_out.clone(), k_out.clone()];
+    wait_until(Duration::from_secs(120), "every record was read", || {
+        pairs(&files).len() as i64 == total
+    });
+    std::fs::write(&stop, b"").unwrap();
+    signal(&kd, "-TERM");
+    assert!(kd.wait().unwrap().success());
+    assert!(java.wait().unwrap().success());
+    let seen = pairs(&files);
+    assert!(seen.values().all(|n| *n == 1), "a record read twice");
+    assert_eq!(seen.len() as i64, total);
+    let log = std::fs::read_to_string(&k_log).unwrap();
+    let revoked: Vec<&str> = log
+        .lines()
+        .filter(|l| l.starts_with("kdirect: group") && l.contains(": revoked "))
+        .collect();
+    let first = revoked.first().expect("the kdirect member revoked nothing");
+    let list = first.split(": revoked ").nth(1).unwrap();
+    assert_eq!(list.split(", ").count(), 3, "{first}");
+}
+
 /// Three kdirect members on a 12-partition topic while Kafka's Java producer keeps writing;
 /// members are SIGKILLed, stopped with SIGTERM and added at random moments. Every offset lands
 /// exactly once in the PostgreSQL sink table: a member's records and positions commit in one

@@ -313,6 +313,7 @@ public class KTool {
     String assignor = opt("assignor", "range");
     p.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG,
         assignor.equals("roundrobin") ? RoundRobinAssignor.class.getName()
+            : assignor.equals("cooperative-sticky") ? CooperativeStickyAssignor.class.getName()
             : assignor.equals("default") ? RangeAssignor.class.getName() + "," + CooperativeStickyAssignor.class.getName()
             : RangeAssignor.class.getName());
     if (opts.containsKey("instance-id")) p.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, opt("instance-id"));

@@ -486,7 +486,7 @@ impl DirectStreamBuilder {
                     assignors.push(Assignor::from_name(name).ok_or_else(|| {
                         ErrorKind::Config(format!(
                             "{key}: '{name}' is not an assignor kdirect has (range, \
-                             roundrobin; cooperative-sticky is not supported yet)"
+                             roundrobin, cooperative-sticky)"
                         ))
                     })?);
                 }
@@ -1981,8 +1981,13 @@ impl DirectStream {
             .unwrap_or_else(PoisonError::into_inner)
             .replace(BTreeSet::new())
             .unwrap_or_default();
-        if !held.is_empty() {
-            self.notify(&Rebalance::Revoked { partitions: held });
+        // Eager: everything is given up before joining. Cooperative: only what the new
+        // assignment leaves out, once it is known.
+        let cooperative = member.is_cooperative();
+        if !held.is_empty() && !cooperative {
+            self.notify(&Rebalance::Revoked {
+                partitions: held.clone(),
+            });
         }
         let c = &self.driver.config;
         let (view, topics) = subscribed(&self.driver.cluster, c).await?;
@@ -1991,6 +1996,15 @@ impl DirectStream {
             .filter_map(|t| view.topic(t).ok().map(|i| (t.clone(), i.partitions.len())))
             .collect();
         let joined = member.join(&topics).await?;
+        if cooperative {
+            let revoked: BTreeSet<TopicPartition> =
+                held.difference(&joined.partitions).cloned().collect();
+            if !revoked.is_empty() {
+                self.notify(&Rebalance::Revoked {
+                    partitions: revoked,
+                });
+            }
+        }
         let committed = match &self.store {
             Some(store) => {
                 let mut assigned_topics: Vec<String> = joined

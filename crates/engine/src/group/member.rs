@@ -120,6 +120,11 @@ impl GroupMember {
         }
     }
 
+    /// Whether the member keeps its partitions while it rejoins (cooperative-sticky only).
+    pub fn is_cooperative(&self) -> bool {
+        lock(&self.inner.state).is_cooperative()
+    }
+
     /// The identity to commit under, while this member's generation lasts.
     pub fn generation(&self) -> Option<Generation> {
         lock(&self.inner.state).generation()
@@ -325,6 +330,16 @@ impl GroupMember {
                 }
                 SyncStep::Assigned(partitions) => {
                     *lock(&inner.last_answer) = Instant::now();
+                    if lock(&inner.state).needs_join() {
+                        // Cooperative: partitions were revoked; join again at once so the
+                        // leader can hand them on.
+                        tracing::info!(
+                            group = config.group.as_str(),
+                            "revoked partitions: joining again to hand them on"
+                        );
+                        lock(&inner.state).start_join();
+                        continue;
+                    }
                     let s = lock(&inner.state);
                     let joined = Joined {
                         generation_id: s.generation_id(),

@@ -166,6 +166,13 @@ impl Membership {
         &self.assigned
     }
 
+    /// Whether the member keeps its partitions while it rejoins (KIP-429's cooperative
+    /// protocol): only when every assignor it offers is cooperative, as the Java client
+    /// decides. Otherwise it gives everything up before JoinGroup (eager).
+    pub fn is_cooperative(&self) -> bool {
+        self.config.assignors.iter().all(|a| a.is_cooperative())
+    }
+
     /// Whether the member must (re)join before it reads again.
     pub fn needs_join(&self) -> bool {
         !matches!(self.state, State::Stable)
@@ -200,18 +207,36 @@ impl Membership {
         let metadata = subscription
             .encode(CONSUMER_PROTOCOL_VERSION)
             .map_err(|e| format!("the subscription does not encode: {e}"))?;
+        // cooperative-sticky also carries the generation in its user data, where Java
+        // leaders older than subscription v2 look for it.
+        let sticky = Subscription {
+            user_data: Some(Bytes::copy_from_slice(&self.generation_id.to_be_bytes())),
+            ..subscription
+        }
+        .encode(CONSUMER_PROTOCOL_VERSION)
+        .map_err(|e| format!("the subscription does not encode: {e}"))?;
         Ok(self
             .config
             .assignors
             .iter()
-            .map(|a| (a.name(), metadata.clone()))
+            .map(|a| {
+                let m = if a.is_cooperative() {
+                    &sticky
+                } else {
+                    &metadata
+                };
+                (a.name(), m.clone())
+            })
             .collect())
     }
 
-    /// The member is about to send JoinGroup: whatever it owned is given up (the eager
-    /// protocol: partitions are only handed back between batches, and all of them).
+    /// The member is about to send JoinGroup. An eager member gives up whatever it owned;
+    /// a cooperative one keeps it (and says so in its subscription) until the new assignment
+    /// leaves it out.
     pub fn start_join(&mut self) {
-        self.assigned.clear();
+        if !self.is_cooperative() || matches!(self.state, State::Lost(_)) {
+            self.assigned.clear();
+        }
         self.state = State::Unjoined;
     }
 
@@ -272,6 +297,12 @@ impl Membership {
                 member_id: m.member_id.clone(),
                 instance_id: m.group_instance_id.clone(),
                 topics: s.topics,
+                owned: s
+                    .owned_partitions
+                    .iter()
+                    .flat_map(|(t, ps)| ps.iter().map(move |p| TopicPartition::new(t.clone(), *p)))
+                    .collect(),
+                generation: s.generation_id,
             });
         }
         Ok(JoinStep::Lead { assignor, members })
@@ -330,8 +361,15 @@ impl Membership {
             .iter()
             .flat_map(|(t, ps)| ps.iter().map(move |p| TopicPartition::new(t.clone(), *p)))
             .collect();
+        // Cooperative: a partition given up must be revoked, then the member joins again so
+        // the leader can hand it on (KIP-429's second rebalance).
+        let revoked = self.assigned.difference(&set).next().is_some();
         self.assigned.clone_from(&set);
-        self.state = State::Stable;
+        self.state = if self.is_cooperative() && revoked {
+            State::RejoinRequested
+        } else {
+            State::Stable
+        };
         Ok(SyncStep::Assigned(set))
     }
 
@@ -494,6 +532,61 @@ mod tests {
         assert_eq!(m.generation().unwrap().generation_id, 7);
     }
 
+    // A cooperative member keeps its partitions through JoinGroup, and one that loses some in
+    // the new assignment asks to join again at once.
+    #[test]
+    fn a_cooperative_member_rejoins_after_a_revocation() {
+        let mut c = config();
+        c.assignors = vec![Assignor::CooperativeSticky];
+        let mut m = Membership::new(c);
+        assert!(m.is_cooperative());
+        let mut v = join_ok("m", "x", 1, &[]);
+        v.protocol_name = Some("cooperative-sticky".to_owned());
+        m.on_join(&v).unwrap();
+        let two = Assignment {
+            partitions: vec![("t".to_owned(), vec![0, 1])],
+            user_data: None,
+        };
+        m.on_sync(&SyncView {
+            error: ErrorCode::NONE,
+            protocol_name: None,
+            assignment: two.encode(CONSUMER_PROTOCOL_VERSION).unwrap(),
+        })
+        .unwrap();
+        assert_eq!(m.state(), &State::Stable);
+        m.start_join();
+        assert_eq!(m.assigned().len(), 2, "kept through the join");
+        let s = Subscription::decode(&m.protocols(&["t".to_owned()]).unwrap()[0].1).unwrap();
+        assert_eq!(s.owned_partitions, vec![("t".to_owned(), vec![0, 1])]);
+        assert_eq!(s.user_data.as_deref(), Some(&1i32.to_be_bytes()[..]));
+        let mut v = join_ok("m", "x", 2, &[]);
+        v.protocol_name = Some("cooperative-sticky".to_owned());
+        m.on_join(&v).unwrap();
+        let one = Assignment {
+            partitions: vec![("t".to_owned(), vec![0])],
+            user_data: None,
+        };
+        m.on_sync(&SyncView {
+            error: ErrorCode::NONE,
+            protocol_name: None,
+            assignment: one.encode(CONSUMER_PROTOCOL_VERSION).unwrap(),
+        })
+        .unwrap();
+        assert_eq!(m.state(), &State::RejoinRequested, "t-1 was revoked");
+        // Eager members (range in the list) give everything up.
+        let mut e = Membership::new(config());
+        assert!(!e.is_cooperative());
+        e.on_join(&join_ok("m", "x", 1, &[])).unwrap();
+        e.on_sync(&SyncView {
+            error: ErrorCode::NONE,
+            protocol_name: None,
+            assignment: two.encode(CONSUMER_PROTOCOL_VERSION).unwrap(),
+        })
+        .unwrap();
+        e.start_join();
+        assert!(e.assigned().is_empty());
+    }
+
     #[test]
     fn follower_and_an_empty_assignment() {
         let mut m = Membership::new(config());
@@ -589,9 +682,9 @@ mod tests {
             .unwrap_err();
         assert_eq!(f.code, ErrorCode::INCONSISTENT_GROUP_PROTOCOL);
         let mut v = join_ok("m", "m", 1, &[]);
-        v.protocol_name = Some("cooperative-sticky".to_owned());
+        v.protocol_name = Some("sticky".to_owned());
         let f = m.on_join(&v).unwrap_err();
-        assert!(f.detail.unwrap().contains("cooperative-sticky"));
+        assert!(f.detail.unwrap().contains("sticky"));
         let mut v = join_ok("m", "m", 1, &[]);
         v.members.push(JoinMember {
             member_id: "java".to_owned(),

@@ -4,7 +4,8 @@
 //! that Kafka's tools list kdirect's members and a kdirect member and a Java `KafkaConsumer` can
 //! share one group.
 //!
-//! - [`assignor`]: `range` and `roundrobin`, as the Java client computes them.
+//! - [`assignor`]: `range` and `roundrobin`, as the Java client computes them, and
+//!   `cooperative-sticky` (KIP-429).
 //! - [`membership`]: the member as a pure state machine (what each answer means).
 //! - [`member`]: the driver: a dedicated coordinator connection (JoinGroup is held by the
 //!   coordinator for up to the rebalance timeout, and a broker answers one request per
@@ -12,9 +13,11 @@
 //!   heartbeat task that keeps the membership alive while the user processes a batch and
 //!   applies `max.poll.interval.ms` to how long a batch is held.
 //!
-//! The eager protocol: partitions are given up, all of them, when the member rejoins, which
-//! the stream does only between batches. `cooperative-sticky` and KIP-848
-//! (`group.protocol=consumer`) are not here yet.
+//! The eager protocol by default: partitions are given up, all of them, when the member
+//! rejoins, which the stream does only between batches. A member whose only assignor is
+//! `cooperative-sticky` is cooperative (KIP-429): it keeps its partitions through the join,
+//! gives up only those the new assignment leaves out, and then joins again at once so the
+//! leader can hand them on. KIP-848 (`group.protocol=consumer`) is not here yet.
 
 pub mod assignor;
 pub mod member;

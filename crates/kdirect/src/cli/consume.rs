@@ -184,8 +184,9 @@ pub struct Args {
     /// commit is refused.
     #[arg(long, value_name = "MS")]
     max_poll_interval_ms: Option<u64>,
-    /// `partition.assignment.strategy` for --join: range, roundrobin (comma-separated, in
-    /// order of preference; default range,roundrobin).
+    /// `partition.assignment.strategy` for --join: range, roundrobin, cooperative-sticky
+    /// (comma-separated, in order of preference; default range,roundrobin). With
+    /// cooperative-sticky alone a member keeps its partitions through a rebalance (KIP-429).
     #[arg(long, value_name = "LIST")]
     assignor: Option<String>,
     /// The idempotent file sink: one file per batch, `DIR/<batchId>.jsonl`, written atomically
