@@ -267,33 +267,36 @@ fn a_cooperative_group_moves_only_what_it_must() {
     assert_eq!(list.split(", ").count(), 3, "{first}");
 }
 
+/// Where the chaos members put what they read.
+enum Sink {
+    /// A PostgreSQL sink table, in the offsets' transaction: exactly-once.
+    Postgres(String),
+    /// "partition offset" files, one per member slot, offsets in Kafka: at-least-once.
+    KafkaFiles,
+}
+
 /// Three kdirect members on a 12-partition topic while Kafka's Java producer keeps writing;
-/// members are SIGKILLed, stopped with SIGTERM and added at random moments. Every offset lands
-/// exactly once in the PostgreSQL sink table: a member's records and positions commit in one
-/// transaction, and the compare-and-set on each range's start refuses a member that lost the
-/// partition.
-#[test]
-fn members_killed_stopped_and_added_exactly_once_in_postgres() {
-    let test = "members_killed_stopped_and_added_exactly_once_in_postgres";
-    let Some(url) = service("KDIRECT_TEST_POSTGRES", test) else {
-        return;
-    };
-    let Some(kafka) = Kafka::single(test) else {
-        return;
-    };
+/// members are SIGKILLed, stopped with SIGTERM and added at random moments; then every member
+/// slot is filled again until everything written was read. Returns what was read, counted,
+/// and each partition's end.
+fn chaos(test: &str, kafka: &Kafka, sink: &Sink) -> (BTreeMap<(i32, i64), u32>, Vec<i64>) {
     const PARTITIONS: i32 = 12;
     let t = topic("grpkill");
     let table = t.replace('-', "_");
     kafka.create(&t, PARTITIONS, &[]);
     kafka.produce(&t, PARTITIONS, 12_000, &["--value-size", "80"]);
     let dir = tempdir("grpkill");
-    let extra = ["--store", url.as_str(), "--sink-table", table.as_str()];
+    let extra: Vec<&str> = match sink {
+        Sink::Postgres(url) => vec!["--store", url.as_str(), "--sink-table", table.as_str()],
+        Sink::KafkaFiles => Vec::new(),
+    };
+    let outs: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("m{i}.out"))).collect();
     let spawn = |i: usize| {
         member(
-            &kafka,
+            kafka,
             &t,
             &table,
-            &dir.join("unused.out"),
+            &outs[i],
             &dir.join(format!("m{i}.log")),
             &extra,
         )
@@ -302,7 +305,7 @@ fn members_killed_stopped_and_added_exactly_once_in_postgres() {
         .tool_command("produce")
         .args(["--topic", &t, "--partitions", &PARTITIONS.to_string()])
         .args(["--from", "12000", "--value-size", "80", "--keep-going"])
-        .args(["--linger-ms", "50"])
+        .args(["--linger-ms", "50", "--rate", "3000"])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
@@ -311,7 +314,7 @@ fn members_killed_stopped_and_added_exactly_once_in_postgres() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos() as u64;
-    println!("{test}: seed {seed}");
+    println!("{test}: seed {seed}; logs in {}", dir.display());
     let mut rng = seed | 1;
     let mut next = |n: u64| {
         rng ^= rng << 13;
@@ -320,7 +323,7 @@ fn members_killed_stopped_and_added_exactly_once_in_postgres() {
         rng % n
     };
     let (mut kills, mut stops, mut joins) = (0, 0, 0);
-    let chaos_until = Instant::now() + Duration::from_secs(50);
+    let chaos_until = Instant::now() + Duration::from_secs(45);
     while Instant::now() < chaos_until || kills < 4 || stops < 2 || joins < 4 {
         assert!(
             Instant::now() < chaos_until + Duration::from_secs(60),
@@ -364,54 +367,102 @@ fn members_killed_stopped_and_added_exactly_once_in_postgres() {
     let ends = kafka.end_offsets(&t);
     let total: i64 = ends.iter().sum();
     let rt = rt();
-    let rows = |pool: &sqlx::AnyPool| {
-        let q = format!("SELECT partition_id, record_offset FROM {table}");
-        rt.block_on(async {
-            sqlx::query_as::<_, (i32, i64)>(&q)
-                .fetch_all(pool)
-                .await
-                .unwrap_or_default()
-        })
+    let pool = match sink {
+        Sink::Postgres(url) => {
+            sqlx::any::install_default_drivers();
+            Some(rt.block_on(sqlx::AnyPool::connect(url)).unwrap())
+        }
+        Sink::KafkaFiles => None,
     };
-    sqlx::any::install_default_drivers();
-    let pool = rt.block_on(sqlx::AnyPool::connect(&url)).unwrap();
-    wait_until(
-        Duration::from_secs(240),
-        "every offset is in the table",
-        || {
-            let mut distinct = rows(&pool);
-            distinct.sort_unstable();
-            distinct.dedup();
-            distinct.len() as i64 >= total
-        },
-    );
+    let read = || match &pool {
+        Some(pool) => {
+            let q = format!("SELECT partition_id, record_offset FROM {table}");
+            let rows = rt.block_on(async {
+                sqlx::query_as::<_, (i32, i64)>(&q)
+                    .fetch_all(pool)
+                    .await
+                    .unwrap_or_default()
+            });
+            let mut seen: BTreeMap<(i32, i64), u32> = BTreeMap::new();
+            for r in rows {
+                *seen.entry(r).or_default() += 1;
+            }
+            seen
+        }
+        None => pairs(&outs),
+    };
+    wait_until(Duration::from_secs(240), "every offset was read", || {
+        read().len() as i64 >= total
+    });
     for s in slots.iter_mut().flatten() {
         signal(s, "-TERM");
     }
     for s in slots.iter_mut().flatten() {
         assert!(s.wait().unwrap().success(), "a member failed to stop");
     }
-    let mut seen: BTreeMap<(i32, i64), u32> = BTreeMap::new();
-    for r in rows(&pool) {
-        *seen.entry(r).or_default() += 1;
+    let seen = read();
+    if let Some(pool) = &pool {
+        rt.block_on(async {
+            sqlx::query(&format!("DROP TABLE {table}"))
+                .execute(pool)
+                .await
+                .unwrap();
+        });
     }
+    (seen, ends)
+}
+
+/// The chaos run with a PostgreSQL sink table: every offset exactly once. A member's records
+/// and positions commit in one transaction, and the compare-and-set on each range's start
+/// refuses a member that lost the partition.
+#[test]
+fn members_killed_stopped_and_added_exactly_once_in_postgres() {
+    let test = "members_killed_stopped_and_added_exactly_once_in_postgres";
+    let Some(url) = service("KDIRECT_TEST_POSTGRES", test) else {
+        return;
+    };
+    let Some(kafka) = Kafka::single(test) else {
+        return;
+    };
+    let (seen, ends) = chaos(test, &kafka, &Sink::Postgres(url));
     for (p, end) in ends.iter().enumerate() {
         for o in 0..*end {
             assert_eq!(
                 seen.get(&(p as i32, o)),
                 Some(&1),
-                "partition {p} offset {o} (seed {seed}; logs in {})",
-                dir.display()
+                "partition {p} offset {o}"
             );
         }
     }
-    assert_eq!(seen.len() as i64, total, "offsets past the ends");
-    rt.block_on(async {
-        sqlx::query(&format!("DROP TABLE {table}"))
-            .execute(&pool)
-            .await
-            .unwrap();
-    });
+    assert_eq!(
+        seen.len() as i64,
+        ends.iter().sum::<i64>(),
+        "offsets past the ends"
+    );
+}
+
+/// The chaos run with the group's offsets in Kafka and files: every offset at least once
+/// (a batch written and not committed before a SIGKILL is read again by the next owner).
+#[test]
+fn members_killed_stopped_and_added_lose_nothing_with_kafka_offsets() {
+    let test = "members_killed_stopped_and_added_lose_nothing_with_kafka_offsets";
+    let Some(kafka) = Kafka::single(test) else {
+        return;
+    };
+    let (seen, ends) = chaos(test, &kafka, &Sink::KafkaFiles);
+    for (p, end) in ends.iter().enumerate() {
+        for o in 0..*end {
+            assert!(
+                seen.contains_key(&(p as i32, o)),
+                "partition {p} offset {o} lost"
+            );
+        }
+    }
+    let again = seen.values().filter(|n| **n > 1).count();
+    println!(
+        "{test}: {} offsets, {again} read more than once",
+        seen.len()
+    );
 }
 
 /// The generation in a member's last "assigned" line, and what it was assigned.

@@ -168,6 +168,10 @@ public class KTool {
     String txId = opts.get("transactional-id");
     int abortEvery = Integer.parseInt(opt("abort-every", "0"));
     boolean keepGoing = opts.containsKey("keep-going");
+    // --rate N: at most N records per second (checked per chunk), for runs that must not
+    // flood their consumers.
+    long rate = Long.parseLong(opt("rate", "0"));
+    long rateStart = System.nanoTime();
 
     Properties p = new Properties();
     p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, opt("bootstrap"));
@@ -222,6 +226,11 @@ public class KTool {
           prod.flush();
         }
         if (failed.get() != null) throw failed.get();
+        if (rate > 0) {
+          long due = rateStart + (i - from) * 1_000_000_000L / rate;
+          long wait = due - System.nanoTime();
+          if (wait > 0) Thread.sleep(wait / 1_000_000, (int) (wait % 1_000_000));
+        }
       }
       if (txId != null && opts.containsKey("hold-open")) {
         prod.beginTransaction();
