@@ -660,3 +660,82 @@ fn a_checkpoint_store_refuses_group_mode() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Pattern subscription in a group: the member reads every matching topic, and a matching
+/// topic created later makes it rejoin (the subscription changed) and read that topic too.
+#[test]
+fn a_pattern_member_rejoins_for_a_new_matching_topic() {
+    let test = "a_pattern_member_rejoins_for_a_new_matching_topic";
+    let Some(kafka) = Kafka::single(test) else {
+        return;
+    };
+    let prefix = topic("pat");
+    let (t1, t2, t3) = (
+        format!("{prefix}-a"),
+        format!("{prefix}-b"),
+        format!("{prefix}-c"),
+    );
+    for t in [&t1, &t2] {
+        kafka.create(t, 2, &[]);
+        kafka.produce(t, 2, 100, &[]);
+    }
+    let assigned = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen_assignments = assigned.clone();
+    rt().block_on(async {
+        let mut s = DirectStream::builder()
+            .bootstrap(&kafka.bootstrap)
+            .group(&format!("{prefix}-g"))
+            .subscribe_pattern(&format!("{}-.*", regex_escape(&prefix)))
+            .unwrap()
+            .join_group(true)
+            .start(StartPolicy::Earliest)
+            .metadata_max_age(Duration::from_millis(300))
+            .on_rebalance(move |r| {
+                if let kdirect::Rebalance::Assigned { partitions, .. } = r {
+                    seen_assignments.lock().unwrap().push(partitions.len());
+                }
+            })
+            .build()
+            .await
+            .unwrap();
+        let mut read: BTreeMap<String, u64> = BTreeMap::new();
+        let deadline = Instant::now() + Duration::from_secs(90);
+        let mut created = false;
+        while read.get(&t3).copied().unwrap_or(0) < 100 {
+            assert!(Instant::now() < deadline, "read so far: {read:?}");
+            let batch = tokio::time::timeout(Duration::from_secs(2), s.next_batch()).await;
+            let Ok(batch) = batch else {
+                // Caught up with the first two topics: make the third.
+                if !created && read.values().sum::<u64>() >= 200 {
+                    kafka.create(&t3, 2, &[]);
+                    kafka.produce(&t3, 2, 100, &[]);
+                    created = true;
+                }
+                continue;
+            };
+            let batch = batch.unwrap().unwrap();
+            for r in batch.ranges() {
+                *read.entry(r.topic.clone()).or_default() += r.len();
+            }
+            s.commit(batch).await.unwrap();
+        }
+        assert_eq!(read.get(&t1), Some(&100));
+        assert_eq!(read.get(&t2), Some(&100));
+        s.close().await.unwrap();
+    });
+    let a = assigned.lock().unwrap().clone();
+    assert_eq!(a.first(), Some(&4), "{a:?}");
+    assert_eq!(a.last(), Some(&6), "{a:?}");
+}
+
+fn regex_escape(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            let special = !c.is_ascii_alphanumeric() && c != '_';
+            special
+                .then_some('\\')
+                .into_iter()
+                .chain(std::iter::once(c))
+        })
+        .collect()
+}
