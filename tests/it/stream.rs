@@ -1426,3 +1426,69 @@ fn records_removed_between_plan_and_fetch_follow_the_data_loss_policy() {
         assert!(lost.iter().all(|&(_, u)| u <= 450), "{lost:?}");
     });
 }
+
+/// Caught up, a stream long-polls its leaders (Fetch held for fetch.max.wait.ms) instead of
+/// asking ListOffsets again and again: while it idles through several waits, ListOffsets
+/// requests stay where they were (before, two every 200 ms); a record written then is the
+/// next batch.
+#[test]
+fn an_idle_stream_long_polls_instead_of_asking_list_offsets() {
+    const FETCH: i16 = 1;
+    const LIST_OFFSETS: i16 = 2;
+    let rt = rt();
+    let fake = fake_topic(&rt, "idle", 2, 100);
+    let count = |k: i16| {
+        fake.stats(1)
+            .unwrap()
+            .requests_by_api
+            .get(&k)
+            .copied()
+            .unwrap_or(0)
+    };
+    rt.block_on(async {
+        let mut s = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["idle"])
+            .start(StartPolicy::Earliest)
+            .build()
+            .await
+            .unwrap();
+        let mut read = 0;
+        while read < 200 {
+            let b = s.next_batch().await.unwrap().unwrap();
+            read += b.offset_count();
+            s.done(b);
+        }
+        // The next batch waits for data; meanwhile the stream idles.
+        let next = tokio::spawn(async move {
+            let b = s.next_batch().await.unwrap().unwrap();
+            (b.ranges().to_vec(), s)
+        });
+        let (fetches, lists) = (count(FETCH), count(LIST_OFFSETS));
+        crate::support::wait_until_async(
+            Duration::from_secs(30),
+            "six more Fetch requests",
+            || count(FETCH) >= fetches + 6,
+        )
+        .await;
+        let idle_lists = count(LIST_OFFSETS) - lists;
+        assert!(
+            idle_lists <= 4,
+            "{idle_lists} ListOffsets requests while idling through 6 long-polls"
+        );
+        fake.append_records(
+            "idle",
+            1,
+            &[FakeRecord::value(Bytes::from_static(b"new"))],
+            Codec::None,
+        )
+        .unwrap();
+        let (ranges, _s) = next.await.unwrap();
+        let got: Vec<(i32, i64, i64)> = ranges
+            .iter()
+            .filter(|r| !r.is_empty())
+            .map(|r| (r.partition, r.from, r.until))
+            .collect();
+        assert_eq!(got, [(1, 100, 101)]);
+    });
+}

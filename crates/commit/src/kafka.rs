@@ -190,16 +190,15 @@ impl KafkaGroupStore {
                 Attempt::Fatal(e)
             });
         }
-        let conn = if self.cluster.view().brokers.contains_key(&found.node_id) {
-            self.cluster.connection(found.node_id).await
-        } else {
-            BrokerConnection::connect(
-                &format!("{}:{}", found.host, found.port),
-                Some(found.node_id),
-                self.cluster.config(),
-            )
-            .await
-        }
+        // A connection of the store's own: a broker answers one request per connection at a
+        // time, and the stream's connection to this broker may be holding a long-poll Fetch
+        // (fetch.max.wait.ms) that a commit must not wait behind.
+        let conn = BrokerConnection::connect(
+            &format!("{}:{}", found.host, found.port),
+            Some(found.node_id),
+            self.cluster.config(),
+        )
+        .await
         .map_err(|e| self.engine_attempt(e))?;
         *cached = Some(conn.clone());
         Ok(conn)

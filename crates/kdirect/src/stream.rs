@@ -1659,6 +1659,59 @@ impl Driver {
             .contains_key(topic)
     }
 
+    /// Long-polls every partition of `snap` that the planner has a position for and has read
+    /// up to its end (see [`kdirect_engine::fetch::wait_for_data`]), and records the ends
+    /// the brokers answered with, so the next snapshot needs no ListOffsets round. False
+    /// when nothing could be asked (no such partition, or the poll failed: the caller
+    /// falls back to polling at intervals).
+    async fn long_poll(&self, snap: &[PartitionSnapshot]) -> bool {
+        if self.config.fetch.params.max_wait_ms <= 0 {
+            return false;
+        }
+        let asked: Vec<(TopicPartition, i64)> = {
+            let planner = self.planner();
+            let pos = planner.positions();
+            snap.iter()
+                .filter_map(|s| {
+                    let tp = TopicPartition::new(s.topic.clone(), s.partition);
+                    let p = *pos.get(&tp)?;
+                    (p >= s.end).then_some((tp, p))
+                })
+                .collect()
+        };
+        if asked.is_empty() {
+            return false;
+        }
+        let started = Instant::now();
+        match kdirect_engine::fetch::wait_for_data(&self.cluster, &asked, &self.config.fetch).await
+        {
+            // A broker that answers at once with nothing new does not hold fetches: poll at
+            // intervals rather than spin.
+            Ok(ends)
+                if started.elapsed().as_millis() * 2
+                    < u128::try_from(self.config.fetch.params.max_wait_ms).unwrap_or(0)
+                    && ends
+                        .iter()
+                        .all(|(tp, e)| asked.iter().any(|(a, p)| a == tp && e.end <= *p)) =>
+            {
+                false
+            }
+            Ok(ends) if !ends.is_empty() => {
+                let now = Instant::now();
+                let mut seen = self.observed.lock().unwrap_or_else(PoisonError::into_inner);
+                for (tp, e) in ends {
+                    seen.insert(tp, (e, now));
+                }
+                true
+            }
+            Ok(_) => false,
+            Err(e) => {
+                tracing::debug!("long-poll failed, polling at intervals instead: {e}");
+                false
+            }
+        }
+    }
+
     /// True once every partition reached the end offsets captured at start.
     fn reached_until(&self) -> bool {
         let until = self.until.lock().unwrap_or_else(PoisonError::into_inner);
@@ -1838,6 +1891,11 @@ impl Driver {
                         return Ok(None);
                     }
                     if w.reason == WaitReason::Paced {
+                        continue;
+                    }
+                    // Caught up: long-poll the leaders (fetch.max.wait.ms) instead of asking
+                    // ListOffsets again and again; their answer's ends plan the next batch.
+                    if w.reason == WaitReason::NoNewData && self.long_poll(&snap).await {
                         continue;
                     }
                     let poll = self.config.batch_interval.min(Duration::from_millis(200));

@@ -26,6 +26,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::cluster::Cluster;
 use crate::conn::BrokerConnection;
 use crate::error::{BrokerName, Error, ErrorKind};
+use crate::plan::TopicPartition;
 use crate::record::{DecodeError, DecodeOptions, OwnedRecord, Record, RecordBatch, Scratch};
 
 mod session;
@@ -595,6 +596,129 @@ fn oversized_error(
         fix,
     }
     .into()
+}
+
+/// Long-poll while caught up: one Fetch per leader at each partition's position, which the
+/// broker holds until `fetch.min.bytes` arrived or `fetch.max.wait.ms` passed (the Java
+/// consumer's idle poll), so an idle stream costs one request per leader per wait and a new
+/// record is seen as soon as it is written. Returns the ends each answered partition reports
+/// (log start, high watermark or last stable offset), from which the next batch is planned;
+/// the records returned (at most one stored batch per partition: 1 byte is asked) are
+/// dropped, the batch fetches its exact ranges. Partitions whose leader is unknown or whose
+/// answer carries an error are left out (the next snapshot sees them afresh).
+pub async fn wait_for_data(
+    cluster: &Cluster,
+    positions: &[(TopicPartition, i64)],
+    cfg: &FetchConfig,
+) -> Result<Vec<(TopicPartition, ObservedEnds)>, Error> {
+    let view = cluster.view();
+    let mut by_leader: std::collections::BTreeMap<i32, Vec<(&TopicPartition, i64, i32)>> =
+        Default::default();
+    for (tp, pos) in positions {
+        if let Ok((leader, epoch)) = view.leader(&tp.topic, tp.partition) {
+            by_leader.entry(leader).or_default().push((tp, *pos, epoch));
+        }
+    }
+    let iso = cfg.params.isolation;
+    let polls = by_leader.into_iter().map(|(leader, parts)| {
+        let view = view.clone();
+        async move {
+            let conn = cluster.connection(leader).await?;
+            let mut topics: std::collections::BTreeMap<&str, fetch::TopicFetch> =
+                Default::default();
+            let mut names = std::collections::HashMap::new();
+            for (tp, pos, epoch) in &parts {
+                let id = view.topic(&tp.topic).map(|t| t.id).unwrap_or([0; 16]);
+                names.insert(id, tp.topic.clone());
+                topics
+                    .entry(tp.topic.as_str())
+                    .or_insert_with(|| fetch::TopicFetch {
+                        name: tp.topic.clone(),
+                        id,
+                        partitions: Vec::new(),
+                    })
+                    .partitions
+                    .push(fetch::PartitionFetch {
+                        partition: tp.partition,
+                        fetch_offset: *pos,
+                        partition_max_bytes: 1,
+                        current_leader_epoch: *epoch,
+                    });
+            }
+            let topics: Vec<fetch::TopicFetch> = topics.into_values().collect();
+            let mut version = conn.version::<Fetch>()?;
+            if topics.iter().any(|t| t.id == [0; 16]) {
+                version = version.min(fetch::FIRST_TOPIC_ID_VERSION - 1);
+            }
+            let mut params = cfg.params;
+            params.max_bytes = 1;
+            let protocol = |source| {
+                Error::from(ErrorKind::Protocol {
+                    broker: conn.broker().clone(),
+                    source,
+                })
+            };
+            let body = fetch::request(&params, &topics, version).map_err(protocol)?;
+            let frame = conn.round_trip::<Fetch>(&body, version).await?;
+            let (_, answer) = fetch::decode(frame, version, &names).map_err(protocol)?;
+            Ok::<_, Error>(
+                answer
+                    .partitions
+                    .into_iter()
+                    .filter(|p| p.error.is_ok())
+                    .map(|p| {
+                        let end = match iso {
+                            kdirect_proto::IsolationLevel::ReadCommitted
+                                if p.last_stable_offset >= 0 =>
+                            {
+                                p.last_stable_offset
+                            }
+                            _ => p.high_watermark,
+                        };
+                        (
+                            TopicPartition::new(p.topic, p.partition),
+                            ObservedEnds {
+                                log_start: p.log_start_offset,
+                                end,
+                            },
+                        )
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        }
+    });
+    let mut out = Vec::new();
+    for r in futures_join_all(polls).await {
+        out.extend(r?);
+    }
+    Ok(out)
+}
+
+/// Runs the futures concurrently and returns their outputs in order (without a dependency
+/// on the futures crate).
+async fn futures_join_all<F: std::future::Future>(
+    futs: impl IntoIterator<Item = F>,
+) -> Vec<F::Output> {
+    let mut set: Vec<std::pin::Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = (0..set.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in set.iter_mut().enumerate() {
+            if out[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => out[i] = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().flatten().collect()
 }
 
 /// A response as received: decoded, its size, and its reservation of the budget.
