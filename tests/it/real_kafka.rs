@@ -1135,3 +1135,91 @@ fn regex_escape(s: &str) -> String {
         })
         .collect()
 }
+
+/// Fetch from the closest replica (KIP-392) on the 3-node cluster (node N in rack rack-N, the
+/// rack-aware replica selector): with client.rack=rack-2 every partition is read from node 2,
+/// leader or not, and the records are the topic's, each once; without a rack, partitions whose
+/// leader is another node are never read from node 2.
+#[test]
+fn client_rack_reads_from_the_replica_in_its_rack() {
+    let test = "client_rack_reads_from_the_replica_in_its_rack";
+    let Some(kafka) = Kafka::trio(test) else {
+        return;
+    };
+    let t = topic("rack");
+    kafka.create(&t, 3, &[]);
+    kafka.tool("wait-isr", &["--topic", &t, "--replicas", "3"]);
+    kafka.produce(&t, 3, 3000, &[]);
+    let read = |rack: Option<&str>| {
+        rt().block_on(async {
+            let mut b = DirectStream::builder()
+                .bootstrap(&kafka.bootstrap)
+                .topics(&[&t])
+                .start(StartPolicy::Earliest)
+                .until_latest(true);
+            if let Some(r) = rack {
+                b = b.client_rack(r);
+            }
+            let mut s = b.build().await.unwrap();
+            let leaders: BTreeMap<i32, i32> = s
+                .cluster()
+                .view()
+                .topic(&t)
+                .unwrap()
+                .partitions
+                .iter()
+                .map(|p| (p.partition, p.leader))
+                .collect();
+            // partition -> (node that served it -> records), and every offset read
+            let mut served: BTreeMap<i32, BTreeMap<i32, u64>> = BTreeMap::new();
+            let mut offsets: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+            while let Some(batch) = s.next_batch().await.unwrap() {
+                for d in batch.range_data() {
+                    for c in &d.chunks {
+                        let node = c.broker().node_id.unwrap_or(-1);
+                        let n = c.batches().len() as u64;
+                        *served
+                            .entry(d.range.partition)
+                            .or_default()
+                            .entry(node)
+                            .or_default() += n;
+                    }
+                }
+                batch
+                    .for_each_record(|r, rec| {
+                        offsets.entry(r.partition).or_default().push(rec.offset())
+                    })
+                    .unwrap();
+                s.done(batch);
+            }
+            (leaders, served, offsets)
+        })
+    };
+    let (leaders, served, offsets) = read(Some("rack-2"));
+    for p in 0..3 {
+        let o = &offsets[&p];
+        assert_eq!(o.len(), 1000, "partition {p}");
+        assert!(
+            o.windows(2).all(|w| w[1] == w[0] + 1),
+            "partition {p} in order, once"
+        );
+        assert!(
+            served[&p].contains_key(&2),
+            "partition {p} (leader {}) was not read from rack-2's node: {served:?}",
+            leaders[&p]
+        );
+    }
+    assert!(
+        leaders.values().any(|l| *l != 2),
+        "every leader is node 2: the test shows nothing"
+    );
+    let (leaders, served, _) = read(None);
+    for (p, l) in &leaders {
+        if *l != 2 {
+            assert!(
+                !served[p].contains_key(&2),
+                "partition {p} read from node 2: {served:?}"
+            );
+        }
+    }
+}

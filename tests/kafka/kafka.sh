@@ -14,7 +14,8 @@
 #
 # Clusters (all on 127.0.0.1):
 #   single  Kafka 4.1.1, 1 node, port 39092            most tests
-#   trio    Kafka 4.1.1, 3 nodes, ports 39101-39103    replication factor 3, failover tests
+#   trio    Kafka 4.1.1, 3 nodes, ports 39101-39103    replication factor 3, failover tests;
+#           node N in rack rack-N with the rack-aware replica selector (KIP-392)
 #   old     Kafka 3.9.1, 1 node, port 39201            smoke run against the 3.x protocol
 #   secure  Kafka 4.1.1, 1 node: 39300 PLAINTEXT (the Java tools), 39301 SASL_PLAINTEXT
 #           (SCRAM-SHA-256/512 only), 39302 SSL with client certificates required, 39303
@@ -91,6 +92,12 @@ file.delete.delay.ms=0
 unclean.leader.election.enable=false
 PROPS
   if [ "$c" = secure ]; then secure_config "$dir" >>"$dir/server.properties"; fi
+  # trio: one rack per node and the rack-aware replica selector, for fetching from the closest
+  # replica (KIP-392); clients that send no rack still read from the leader.
+  if [ "$c" = trio ]; then
+    printf 'broker.rack=rack-%s\nreplica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector\n' \
+      "$n" >>"$dir/server.properties"
+  fi
   cat > "$dir/log4j2.properties" <<PROPS
 status=warn
 appender.file.type=File

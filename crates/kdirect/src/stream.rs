@@ -492,7 +492,7 @@ impl DirectStreamBuilder {
                 }
                 self.with_membership(|g| g.assignors = assignors)
             }
-            "client.rack" => self.with_membership(|g| g.rack = Some(value.to_owned())),
+            "client.rack" => self.client_rack(value),
             "group.protocol" => match value.to_ascii_lowercase().as_str() {
                 "classic" => self,
                 _ => {
@@ -763,6 +763,14 @@ impl DirectStreamBuilder {
         self
     }
 
+    /// `client.rack` (KIP-392): fetch from a replica in this rack when the brokers have a
+    /// rack-aware replica selector (`replica.selector.class`), falling back to the leader on
+    /// any error from it; also sent in a group member's subscription.
+    pub fn client_rack(mut self, rack: &str) -> Self {
+        self.config.fetch.client_rack = rack.to_owned();
+        self
+    }
+
     /// Changes the group settings, turning membership on.
     fn with_membership(self, f: impl FnOnce(&mut GroupConfig)) -> Self {
         let mut me = self.join_group(true);
@@ -945,6 +953,9 @@ impl DirectStreamBuilder {
         }
         if let Some(g) = c.membership.as_mut() {
             g.group.clone_from(&self.group);
+            if !c.fetch.client_rack.is_empty() {
+                g.rack = Some(c.fetch.client_rack.clone());
+            }
             g.validate()
                 .map_err(|e| EngineError::from(ErrorKind::Config(e)))?;
             if c.ending.is_some() {
@@ -2645,6 +2656,14 @@ pub const SETTINGS: &[&str] = &[
     "minRatePerPartition",
     "trigger",
     "memory.budget.bytes",
+    "group.instance.id",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "max.poll.interval.ms",
+    "partition.assignment.strategy",
+    "client.rack",
+    "group.protocol",
+    "group.membership",
 ];
 
 /// The known key closest to `key` (case-insensitive edit distance), if it is close enough to

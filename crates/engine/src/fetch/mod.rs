@@ -51,6 +51,10 @@ pub struct FetchConfig {
     pub max_decompressed: usize,
     /// First retry backoff, doubled each retry up to 1 s (`retry.backoff.ms`, default 100).
     pub retry_backoff: Duration,
+    /// `client.rack` (KIP-392): sent in Fetch requests, so that a broker with a rack-aware
+    /// replica selector points each partition at a replica in this rack; the stream then
+    /// reads from it (falling back to the leader on any error from it). Empty: the leader.
+    pub client_rack: String,
 }
 
 impl Default for FetchConfig {
@@ -61,6 +65,7 @@ impl Default for FetchConfig {
             check_crcs: true,
             max_decompressed: DecodeOptions::DEFAULT_MAX_DECOMPRESSED,
             retry_backoff: Duration::from_millis(100),
+            client_rack: String::new(),
         }
     }
 }
@@ -91,9 +96,33 @@ struct Sizing {
     bytes_per_offset_x1024: std::sync::atomic::AtomicU64,
     /// The largest record batch seen, in bytes: a request never asks a partition for less.
     max_batch: std::sync::atomic::AtomicU64,
+    /// KIP-392: the replica each partition's leader pointed this client at (`client.rack`),
+    /// by topic and partition. Dropped on any error from that replica (back to the leader).
+    read_replicas: Mutex<std::collections::HashMap<(String, i32), i32>>,
 }
 
 impl Sizing {
+    /// The replica to read `topic`-`partition` from instead of its leader, if one was given.
+    pub(crate) fn read_replica(&self, topic: &str, partition: i32) -> Option<i32> {
+        self.read_replicas
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&(topic.to_owned(), partition))
+            .copied()
+    }
+
+    /// Reads `topic`-`partition` from `replica` (`None`: from its leader again).
+    pub(crate) fn set_read_replica(&self, topic: &str, partition: i32, replica: Option<i32>) {
+        let mut m = self
+            .read_replicas
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match replica {
+            Some(r) => m.insert((topic.to_owned(), partition), r),
+            None => m.remove(&(topic.to_owned(), partition)),
+        };
+    }
+
     fn learn(&self, bytes: usize, offsets: i64, max_batch: usize) {
         use std::sync::atomic::Ordering::Relaxed;
         if offsets > 0 {
@@ -746,7 +775,8 @@ async fn send(
             source,
         })
     };
-    let body = fetch::request(&req.params, &req.topics, version).map_err(protocol)?;
+    let body =
+        fetch::request_from_rack(&req.params, &req.topics, &req.rack, version).map_err(protocol)?;
     let frame = conn.round_trip::<Fetch>(&body, version).await?;
     let size = frame.len();
     if size < req.reserve {

@@ -26,11 +26,14 @@ use crate::error::{BrokerName, Error, ErrorKind};
 use crate::plan::OffsetRange;
 use crate::record::{DecodeOptions, RecordBatchReader};
 
-/// One Fetch request to one leader, as the session planned it.
+/// One Fetch request to one leader (or to the replica a leader pointed at, KIP-392), as the
+/// session planned it.
 #[derive(Debug, Clone)]
 pub struct LeaderRequest {
-    /// The leader's node id.
+    /// The node asked: the partitions' leader, or their preferred read replica.
     pub leader: i32,
+    /// `client.rack`, sent in the request.
+    pub rack: String,
     /// Bytes of the memory budget to reserve before sending; the response keeps what it uses.
     pub reserve: usize,
     /// Request parameters; `max_bytes` is fitted to `reserve`.
@@ -194,7 +197,15 @@ impl FetchSession {
                 continue;
             };
             match view.leader(&r.topic, r.partition) {
-                Ok((leader, epoch)) => by_leader.entry(leader).or_default().push((i, epoch)),
+                Ok((leader, epoch)) => {
+                    // KIP-392: the replica the leader pointed at, while the metadata knows it.
+                    let node = self
+                        .sizing
+                        .read_replica(&r.topic, r.partition)
+                        .filter(|n| view.brokers.contains_key(n))
+                        .unwrap_or(leader);
+                    by_leader.entry(node).or_default().push((i, epoch));
+                }
                 Err(e) if e.is_retriable() => self.retry = Some(e),
                 Err(e) => return Err(e),
             }
@@ -270,6 +281,7 @@ impl FetchSession {
                 i32::try_from(reserve.saturating_sub(framing).max(1)).unwrap_or(i32::MAX);
             requests.push(LeaderRequest {
                 leader,
+                rack: self.cfg.client_rack.clone(),
                 reserve,
                 params,
                 topics: topics.into_values().collect(),
@@ -332,6 +344,25 @@ impl FetchSession {
                 continue;
             };
             let r = r.clone();
+            // Asked of a replica other than the leader (KIP-392)?
+            let from_replica = self.sizing.read_replica(&r.topic, r.partition) == Some(req.leader);
+            if p.preferred_read_replica >= 0 && p.preferred_read_replica != req.leader {
+                // The leader points at a replica in the client's rack (its answer carries no
+                // records for the partition): read from there from the next round on.
+                self.sizing
+                    .set_read_replica(&r.topic, r.partition, Some(p.preferred_read_replica));
+                self.changed = true;
+                continue;
+            }
+            if from_replica
+                && (p.error.err().is_some() || high_watermark_behind(&p, at, self.isolation))
+            {
+                // Any error from the replica, or a replica not caught up to the range yet:
+                // back to the leader, which has the answer.
+                self.sizing.set_read_replica(&r.topic, r.partition, None);
+                self.changed = true;
+                continue;
+            }
             if let Some(code) = p.error.err() {
                 // Retention (or DeleteRecords) removed records of the range after it was
                 // planned: data loss, named with the exact offsets lost.
@@ -546,4 +577,20 @@ fn range_error(broker: &BrokerName, r: &OffsetRange, at: i64, code: ErrorCode) -
         code,
     }
     .into()
+}
+
+/// Whether a replica's answer holds nothing past `at` because its high watermark (or last
+/// stable offset) has not reached it yet: a follower learns the leader's high watermark a
+/// moment later than the leader moves it.
+fn high_watermark_behind(
+    p: &kdirect_proto::api::fetch::FetchedPartition,
+    at: i64,
+    isolation: IsolationLevel,
+) -> bool {
+    let end = if isolation == IsolationLevel::ReadCommitted && p.last_stable_offset >= 0 {
+        p.last_stable_offset
+    } else {
+        p.high_watermark
+    };
+    end <= at
 }

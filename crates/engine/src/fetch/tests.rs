@@ -463,3 +463,84 @@ fn a_reservation_that_does_not_fit_waits_and_is_counted() {
         assert_eq!(budget.in_use(), 0, "everything released");
     });
 }
+
+/// KIP-392: a leader that points at a preferred read replica (no records for the partition)
+/// sends the next round there, and later batches too (the budget remembers it); an error
+/// from that replica, or a replica not caught up to the range, sends the partition back to
+/// its leader. The rack goes in every request.
+#[test]
+fn a_preferred_read_replica_is_followed_and_left_on_error() {
+    let budget = MemoryBudget::new(64 << 20);
+    let cfg = FetchConfig {
+        client_rack: "rack-2".into(),
+        ..FetchConfig::default()
+    };
+    let v = view(&[1]);
+    let mut s = FetchSession::new(&ranges(&[(0, 0, 10)]), &cfg, &budget);
+    let reqs = s.next_requests(&v).unwrap();
+    assert_eq!((reqs[0].leader, reqs[0].rack.as_str()), (1, "rack-2"));
+    let mut redirect = part(0, 10, Vec::new());
+    redirect.preferred_read_replica = 2;
+    s.on_response(&reqs[0], &broker(1), answer(vec![redirect]), 100, None)
+        .unwrap();
+    assert!(
+        matches!(s.end_round(), RoundEnd::Continue),
+        "a change, not a stall"
+    );
+    let reqs = s.next_requests(&v).unwrap();
+    assert_eq!(reqs[0].leader, 2, "the replica in the client's rack");
+    s.on_response(
+        &reqs[0],
+        &broker(2),
+        answer(vec![part(0, 10, batch(0, 5))]),
+        300,
+        None,
+    )
+    .unwrap();
+    assert_eq!(s.positions(), &[5]);
+    // The replica's high watermark lags the range's end: back to the leader.
+    let reqs = s.next_requests(&v).unwrap();
+    assert_eq!(reqs[0].leader, 2);
+    s.on_response(
+        &reqs[0],
+        &broker(2),
+        answer(vec![part(0, 5, Vec::new())]),
+        100,
+        None,
+    )
+    .unwrap();
+    assert!(matches!(s.end_round(), RoundEnd::Continue));
+    let reqs = s.next_requests(&v).unwrap();
+    assert_eq!(reqs[0].leader, 1);
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![part(0, 10, batch(5, 5))]),
+        300,
+        None,
+    )
+    .unwrap();
+    assert!(matches!(s.end_round(), RoundEnd::Done));
+    // A later batch on the same budget: the leader points again, then the replica errs.
+    let mut s = FetchSession::new(&ranges(&[(0, 10, 20)]), &cfg, &budget);
+    let reqs = s.next_requests(&v).unwrap();
+    let mut redirect = part(0, 20, Vec::new());
+    redirect.preferred_read_replica = 2;
+    s.on_response(&reqs[0], &broker(1), answer(vec![redirect]), 100, None)
+        .unwrap();
+    s.end_round();
+    let reqs = s.next_requests(&v).unwrap();
+    assert_eq!(reqs[0].leader, 2);
+    let mut err = part(0, 20, Vec::new());
+    err.error = ErrorCode::NOT_LEADER_OR_FOLLOWER;
+    s.on_response(&reqs[0], &broker(2), answer(vec![err]), 100, None)
+        .unwrap();
+    assert!(matches!(s.end_round(), RoundEnd::Continue));
+    let reqs = s.next_requests(&v).unwrap();
+    assert_eq!(
+        reqs[0].leader, 1,
+        "back to the leader after the replica's error"
+    );
+    let mut s2 = FetchSession::new(&ranges(&[(0, 10, 20)]), &cfg, &budget);
+    assert_eq!(s2.next_requests(&v).unwrap()[0].leader, 1);
+}

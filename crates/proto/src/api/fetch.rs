@@ -94,6 +94,17 @@ pub fn request(
     topics: &[TopicFetch],
     version: i16,
 ) -> Result<FetchRequest, ProtoError> {
+    request_from_rack(params, topics, "", version)
+}
+
+/// [`request`] from a client in rack `rack` (`client.rack`, v11+; KIP-392): a broker with a
+/// rack-aware replica selector answers with a preferred read replica in the same rack.
+pub fn request_from_rack(
+    params: &FetchParams,
+    topics: &[TopicFetch],
+    rack: &str,
+    version: i16,
+) -> Result<FetchRequest, ProtoError> {
     let by_id = version >= FIRST_TOPIC_ID_VERSION;
     let mut out = Vec::with_capacity(topics.len());
     for t in topics {
@@ -142,7 +153,11 @@ pub fn request(
         .with_isolation_level(params.isolation.as_i8())
         .with_session_id(0)
         .with_session_epoch(-1)
-        .with_rack_id(StrBytes::from_static_str(""))
+        .with_rack_id(if version >= 11 {
+            StrBytes::from_string(rack.to_owned())
+        } else {
+            StrBytes::from_static_str("")
+        })
         .with_topics(out))
 }
 
