@@ -690,3 +690,67 @@ fn secrets_never_show_in_debug_output_or_setting_errors() {
         "{e}"
     );
 }
+
+/// OAUTHBEARER with a token callback: every connection (bootstrap, the leader, the group
+/// coordinator) asks it for a fresh token, and the whole topic is read and committed; a
+/// callback that fails names its own words in the error.
+#[test]
+fn sasl_ssl_oauthbearer_with_a_token_callback_reads_a_topic() {
+    let Some(s) = Secure::get("sasl_ssl_oauthbearer_with_a_token_callback_reads_a_topic") else {
+        return;
+    };
+    let ca = s.cert("ca.pem");
+    let t = s.topic_with("secure-cb", 300);
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counted = calls.clone();
+    let read = rt().block_on(async {
+        let mut stream = DirectStream::builder()
+            .bootstrap(&s.sasl_ssl)
+            .topics(&[&t])
+            .start(StartPolicy::Earliest)
+            .until_latest(true)
+            .set("security.protocol", "SASL_SSL")
+            .unwrap()
+            .set("ssl.ca.location", &ca)
+            .unwrap()
+            .sasl_oauthbearer_token_provider(move || {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async { Ok(kdirect::Secret::new(unsecured_jwt("alice"))) }
+            })
+            .group(&format!("{t}-g"))
+            .store_spec("kafka")
+            .build()
+            .await
+            .unwrap();
+        let mut n = 0;
+        while let Some(b) = stream.next_batch().await.unwrap() {
+            n += b.offset_count();
+            stream.commit(b).await.unwrap();
+        }
+        n
+    });
+    assert_eq!(read, 300);
+    let n = calls.load(std::sync::atomic::Ordering::SeqCst);
+    // The bootstrap connection, the leader's, and the coordinator's (at least).
+    assert!(n >= 2, "the callback was asked {n} times");
+    let e = rt()
+        .block_on(
+            DirectStream::builder()
+                .bootstrap(&s.sasl_ssl)
+                .topics(&[&t])
+                .set("security.protocol", "SASL_SSL")
+                .unwrap()
+                .set("ssl.ca.location", &ca)
+                .unwrap()
+                .sasl_oauthbearer_token_provider(|| async {
+                    Err("the identity provider is down".to_owned())
+                })
+                .build(),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("token callback failed: the identity provider is down"),
+        "{e}"
+    );
+}

@@ -322,6 +322,24 @@ impl BrokerConnection {
             }
             .into()
         };
+        // A token callback gives this connection a fresh token.
+        let fresh;
+        let security = match (
+            &security.sasl_oauthbearer_token_provider,
+            security.sasl_mechanism,
+        ) {
+            (Some(provider), Some(crate::security::SaslMechanism::OAuthBearer)) => {
+                let token = provider
+                    .token()
+                    .await
+                    .map_err(|e| fail(SaslProblem::TokenCallback(e)))?;
+                let mut s = security.clone();
+                s.sasl_oauthbearer_token = Some(token);
+                fresh = s;
+                &fresh
+            }
+            _ => security,
+        };
         let mut auth = Authenticator::new(security, crate::sasl::random_nonce()).map_err(&fail)?;
         let started = tokio::time::Instant::now();
         // v0 sends the tokens unframed; kdirect speaks only the framed v1 (Kafka 1.0+).

@@ -520,6 +520,9 @@ pub enum SaslProblem {
     /// The broker's SASL messages could not be understood, or it lacks SaslAuthenticate.
     #[error("{0}")]
     Protocol(String),
+    /// The OAUTHBEARER token callback gave no token; its own words.
+    #[error("the OAUTHBEARER token callback failed: {0}")]
+    TokenCallback(String),
 }
 
 #[cfg(test)]

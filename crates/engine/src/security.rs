@@ -120,6 +120,48 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// The future a [`TokenProvider`] returns: a fresh OAUTHBEARER token, or why there is none.
+pub type TokenFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Secret, String>> + Send>>;
+
+/// An OAUTHBEARER token callback (the Java client's `sasl.login.callback.handler.class`, in
+/// the library): called for every new SASL connection — bootstrap, leaders, the group
+/// coordinator, and the reconnection that re-authenticates before the broker's session
+/// lifetime ends (KIP-368) — so a token that expires is replaced by a fresh one.
+#[derive(Clone)]
+pub struct TokenProvider(std::sync::Arc<dyn Fn() -> TokenFuture + Send + Sync>);
+
+impl TokenProvider {
+    /// A provider calling `f`.
+    pub fn new<F, Fut>(f: F) -> TokenProvider
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<Secret, String>> + Send + 'static,
+    {
+        TokenProvider(std::sync::Arc::new(move || Box::pin(f()) as TokenFuture))
+    }
+
+    /// A fresh token.
+    pub fn token(&self) -> TokenFuture {
+        (self.0)()
+    }
+}
+
+impl fmt::Debug for TokenProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TokenProvider")
+    }
+}
+
+/// Two providers are the same when they are the same callback.
+impl PartialEq for TokenProvider {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for TokenProvider {}
+
 /// How connections are secured. The default is plaintext.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -134,6 +176,9 @@ pub struct Security {
     pub sasl_password: Option<Secret>,
     /// `sasl.oauthbearer.token`: a static OAUTHBEARER token (a JWT).
     pub sasl_oauthbearer_token: Option<Secret>,
+    /// An OAUTHBEARER token callback, asked for a fresh token on every new connection (it
+    /// takes precedence over `sasl.oauthbearer.token`).
+    pub sasl_oauthbearer_token_provider: Option<TokenProvider>,
     /// `ssl.ca.location`: a PEM file of CA certificates to trust instead of the built-in
     /// roots (Mozilla's, from `webpki-roots`).
     pub ssl_ca_location: Option<PathBuf>,
@@ -224,9 +269,13 @@ impl Security {
             };
             match m {
                 SaslMechanism::OAuthBearer => {
-                    if self.sasl_oauthbearer_token.is_none() {
+                    if self.sasl_oauthbearer_token.is_none()
+                        && self.sasl_oauthbearer_token_provider.is_none()
+                    {
                         return Err(config(
-                            "sasl.mechanism=OAUTHBEARER needs sasl.oauthbearer.token".to_owned(),
+                            "sasl.mechanism=OAUTHBEARER needs sasl.oauthbearer.token (or, in \
+                             the library, a token callback)"
+                                .to_owned(),
                         ));
                     }
                 }

@@ -528,6 +528,22 @@ impl DirectStreamBuilder {
         self
     }
 
+    /// `sasl.mechanism=OAUTHBEARER` with a token from `f`, asked for a fresh token on every new
+    /// connection (bootstrap, leaders, the group coordinator, and the reconnection that
+    /// re-authenticates before the broker's session lifetime ends): for tokens that expire
+    /// (an OAuth client-credentials flow, a cloud provider's IAM token). An `Err` fails the
+    /// connection with its words.
+    pub fn sasl_oauthbearer_token_provider<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Secret, String>> + Send + 'static,
+    {
+        self.config.conn.security.sasl_mechanism = Some(SaslMechanism::OAuthBearer);
+        self.config.conn.security.sasl_oauthbearer_token_provider =
+            Some(kdirect_engine::security::TokenProvider::new(f));
+        self
+    }
+
     /// `security.protocol`: PLAINTEXT (the default), SSL, SASL_PLAINTEXT or SASL_SSL.
     pub fn security_protocol(mut self, protocol: SecurityProtocol) -> Self {
         self.config.conn.security.protocol = protocol;
