@@ -668,3 +668,66 @@ fn check_catches_the_usual_mistakes_each_with_a_fix() {
     );
     assert!(!out.contains(":pw@"), "{out}");
 }
+
+/// `docs/cli.md` is the CLI reference, generated from the clap definitions (every command's
+/// and subcommand's `--help`), so it cannot drift: this test regenerates it and fails when the
+/// committed file differs. `KDIRECT_UPDATE_DOCS=1 cargo test --test it cli_reference` rewrites
+/// it.
+#[test]
+fn the_cli_reference_is_generated_from_the_clap_definitions() {
+    fn help(path: &[&str]) -> String {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kdirect"))
+            .args(path)
+            .arg("--help")
+            .env_clear()
+            .env("COLUMNS", "100")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "kdirect {path:?} --help");
+        String::from_utf8(out.stdout).unwrap()
+    }
+    fn commands(help: &str) -> Vec<String> {
+        help.lines()
+            .skip_while(|l| *l != "Commands:")
+            .skip(1)
+            .take_while(|l| l.starts_with("  "))
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|c| *c != "help")
+            .map(str::to_owned)
+            .collect()
+    }
+    fn walk(path: &mut Vec<String>, out: &mut String) {
+        let refs: Vec<&str> = path.iter().map(String::as_str).collect();
+        let text = help(&refs);
+        let depth = path.len().min(3);
+        out.push_str(&format!(
+            "{} `kdirect{}{}`\n\n```text\n{}```\n\n",
+            "#".repeat(depth + 1),
+            if path.is_empty() { "" } else { " " },
+            path.join(" "),
+            text
+        ));
+        for c in commands(&text) {
+            path.push(c);
+            walk(path, out);
+            path.pop();
+        }
+    }
+    let mut doc = String::from(
+        "# kdirect command-line reference\n\n\
+         Generated from the clap definitions by `tests/it/cli.rs` \
+         (`the_cli_reference_is_generated_from_the_clap_definitions`); do not edit by hand: \
+         `KDIRECT_UPDATE_DOCS=1 cargo test --test it cli_reference` rewrites it.\n\n",
+    );
+    walk(&mut Vec::new(), &mut doc);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/cli.md");
+    if std::env::var_os("KDIRECT_UPDATE_DOCS").is_some() {
+        std::fs::write(&path, &doc).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == doc,
+        "docs/cli.md is not what the clap definitions say: run \
+         KDIRECT_UPDATE_DOCS=1 cargo test --test it cli_reference"
+    );
+}
