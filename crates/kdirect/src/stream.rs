@@ -2682,6 +2682,62 @@ pub const SETTINGS: &[&str] = &[
     "group.membership",
 ];
 
+/// Every key [`DirectStreamBuilder::set`] takes (the security ones included), with its
+/// default and what it does: the source of `docs/config.md` (a test regenerates that file and
+/// fails when it drifts). `(key, default, meaning)`.
+pub const SETTINGS_REFERENCE: &[(&str, &str, &str)] = &[
+    ("bootstrap.servers", "(required)", "Brokers to start from, `host:port,host:port`."),
+    ("group.id", "kdirect", "The consumer group: whose offsets a store keeps, and the group a member joins."),
+    ("subscribe", "", "Topics to read, comma-separated (every partition, or a group member's share)."),
+    ("subscribePattern", "", "Every topic whose whole name matches this regex, re-evaluated on each metadata refresh."),
+    ("client.id", "kdirect", "Sent in every request header."),
+    ("request.timeout.ms", "30000", "How long one request may take before its connection is closed."),
+    ("default.api.timeout.ms", "60000", "How long an operation retries retriable errors before it fails."),
+    ("reconnect.timeout.ms", "unbounded (bounded streams: default.api.timeout.ms)", "How long a running stream keeps trying when the brokers are unreachable."),
+    ("metadata.max.age.ms", "5000", "Metadata is refreshed when older than this, and after any error."),
+    ("ends.max.age.ms", "1000", "A Fetch answer's partition ends plan the next batch while younger than this (0: ListOffsets every batch)."),
+    ("isolation.level", "read_uncommitted", "`read_committed` stops at the last stable offset and skips aborted transactions."),
+    ("fetch.min.bytes", "1", "Bytes a long-poll waits for before the broker answers."),
+    ("fetch.max.bytes", "52428800", "Most bytes one Fetch response may hold."),
+    ("fetch.max.wait.ms", "500", "How long the broker holds a Fetch for fetch.min.bytes (the idle long-poll)."),
+    ("max.partition.fetch.bytes", "1048576", "Most bytes asked per partition in one Fetch."),
+    ("check.crcs", "true", "Check each record batch's CRC-32C."),
+    ("startingOffsets", "latest", "Where partitions with no stored position start: earliest, latest, none, or Spark's offsets JSON."),
+    ("auto.offset.reset", "latest", "The Kafka name of startingOffsets (earliest, latest, none)."),
+    ("startingTimestamp", "", "Start every partition at the first offset at or after this time (ms)."),
+    ("startingOffsetsByTimestamp", "", "Per-partition start times, Spark's JSON `{\"t\":{\"0\":ms}}`."),
+    ("startingOffsetsByTimestampStrategy", "latest", "No offset at that time: `error`, or `latest`."),
+    ("endingOffsets", "", "A bounded stream's end: `latest`, or Spark's offsets JSON (-1 = latest)."),
+    ("endingTimestamp", "", "A bounded stream ends at the first offset at or after this time (ms)."),
+    ("maxOffsetsPerTrigger", "adaptive (a quarter of memory.budget.bytes)", "Most offsets per batch, split over partitions by lag."),
+    ("maxRatePerPartition", "", "Most records per partition per second, held in wall-clock time."),
+    ("minOffsetsPerTrigger", "", "A batch waits for this many offsets, up to maxTriggerDelay."),
+    ("maxTriggerDelay", "900000", "The longest a batch waits for minOffsetsPerTrigger (ms)."),
+    ("failOnDataLoss", "true", "Data lost to retention or a re-created topic fails the stream; false reports it and goes on."),
+    ("backpressure.enabled", "false", "Spark's PID rate estimator, from each batch's processing time."),
+    ("batch.interval.ms", "1000", "The interval rates and backpressure are computed over."),
+    ("minRatePerPartition", "", "Backpressure never lowers a partition's rate below this."),
+    ("trigger", "as-fast-as-possible", "When batches start: as-fast-as-possible, available-now, processing-time=<ms>."),
+    ("memory.budget.bytes", "67108864", "Most fetched bytes held at once (the batch being read and the prefetched one)."),
+    ("group.instance.id", "", "Static membership (KIP-345): a restart within session.timeout.ms moves nothing."),
+    ("session.timeout.ms", "45000", "How long the coordinator waits for a member's heartbeat."),
+    ("heartbeat.interval.ms", "3000", "How often a member heartbeats (also while a batch is processed)."),
+    ("max.poll.interval.ms", "300000", "A batch held longer leaves the group and its commit is refused; also the rebalance timeout."),
+    ("partition.assignment.strategy", "range,roundrobin", "Assignors in order of preference: range, roundrobin, cooperative-sticky."),
+    ("client.rack", "", "Fetch from a replica in this rack (KIP-392), and the rack in a member's subscription."),
+    ("group.protocol", "classic", "The group protocol; only `classic` (KIP-848's `consumer` is not supported yet)."),
+    ("group.membership", "false", "Join the group (true) or read every partition (false)."),
+    ("security.protocol", "PLAINTEXT", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."),
+    ("sasl.mechanism", "", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER."),
+    ("sasl.username", "", "PLAIN and SCRAM."),
+    ("sasl.password", "", "PLAIN and SCRAM (a secret: never printed)."),
+    ("sasl.oauthbearer.token", "", "A static OAUTHBEARER token (a secret; the library also takes a token callback)."),
+    ("ssl.ca.location", "Mozilla's roots", "A PEM file of CA certificates to trust."),
+    ("ssl.certificate.location", "", "The client's certificate chain (PEM), for mutual TLS."),
+    ("ssl.key.location", "", "The client's private key (PEM: PKCS#8, RSA or EC)."),
+    ("ssl.endpoint.identification.algorithm", "https", "`https` checks the broker's host name; `none` does not (with a warning)."),
+];
+
 /// The known key closest to `key` (case-insensitive edit distance), if it is close enough to
 /// be a typo: at most a third of the key's length.
 fn closest_key(key: &str) -> Option<&'static str> {
