@@ -24,6 +24,14 @@
 //               benches/e2e.rs: reads N records from the start of every partition, tuned for
 //               throughput, and prints "RESULT records= bytes= secs= cpu= rss_kib= checksum="
 //               (the checksum: wrapping sum of CRC32C(key ++ value) per record, as the others)
+//   group-consume --topic T --group G --out FILE --stop STOPFILE [--assignor range|roundrobin]
+//               [--session-timeout-ms MS] [--heartbeat-interval-ms MS] [--max-poll-records N]
+//               [--instance-id ID] [--isolation read_committed]   a group member (see below)
+//   tick        --topic T --partitions P --every-ms MS   benches/group.rs: one record per
+//               partition every MS ms until killed (key "p", value the send time in ms)
+//   produce-gated --topic T --partitions P --count N --value-size S --transactional-id X
+//               --gate FILE   benches/group.rs: all N records in one open transaction, then
+//               "READY" on stdout; once FILE exists, commit, print "COMMITTED" and exit
 import java.util.*;
 import java.util.concurrent.*;
 import org.apache.kafka.clients.admin.*;
@@ -65,6 +73,8 @@ public class KTool {
       case "wait-isr": waitIsr(); break;
       case "perf": perf(); break;
       case "group-consume": groupConsume(); break;
+      case "tick": tick(); break;
+      case "produce-gated": produceGated(); break;
       default: throw new IllegalArgumentException("unknown command " + cmd);
     }
   }
@@ -326,6 +336,7 @@ public class KTool {
             : assignor.equals("default") ? RangeAssignor.class.getName() + "," + CooperativeStickyAssignor.class.getName()
             : RangeAssignor.class.getName());
     if (opts.containsKey("instance-id")) p.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, opt("instance-id"));
+    if (opts.containsKey("isolation")) p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, opt("isolation"));
     java.nio.file.Path stop = java.nio.file.Path.of(opt("stop"));
     try (java.io.PrintWriter out = new java.io.PrintWriter(new java.io.FileWriter(opt("out"), true));
          KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
@@ -346,6 +357,72 @@ public class KTool {
         out.flush();
         if (!rs.isEmpty()) c.commitSync();
       }
+    }
+  }
+
+  static KafkaProducer<byte[], byte[]> producer(String txId) {
+    Properties p = new Properties();
+    p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, opt("bootstrap"));
+    p.put(ProducerConfig.BATCH_SIZE_CONFIG, opt("batch-size", "65536"));
+    p.put(ProducerConfig.LINGER_MS_CONFIG, opt("linger-ms", "5"));
+    p.put(ProducerConfig.ACKS_CONFIG, "all");
+    if (txId != null) {
+      p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txId);
+      p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, "600000");
+    }
+    return new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer());
+  }
+
+  // A record per partition every --every-ms ms until killed, each sent at once (linger 0):
+  // the availability runs of benches/group.rs measure when each partition is read again.
+  static void tick() throws Exception {
+    String topic = opt("topic");
+    int partitions = Integer.parseInt(opt("partitions"));
+    long every = Long.parseLong(opt("every-ms", "5"));
+    opts.put("linger-ms", "0");
+    try (KafkaProducer<byte[], byte[]> prod = producer(null)) {
+      long next = System.currentTimeMillis();
+      while (true) {
+        long now = System.currentTimeMillis();
+        for (int part = 0; part < partitions; part++) {
+          prod.send(new ProducerRecord<>(topic, part, ("" + part).getBytes(), ("" + now).getBytes()));
+        }
+        next += every;
+        long wait = next - System.currentTimeMillis();
+        if (wait > 0) Thread.sleep(wait);
+        else next = System.currentTimeMillis();
+      }
+    }
+  }
+
+  // The throughput runs of benches/group.rs: the records become readable (read_committed) all
+  // at once, after the group has settled, so that no join or rebalance is inside the timing.
+  static void produceGated() throws Exception {
+    String topic = opt("topic");
+    int partitions = Integer.parseInt(opt("partitions"));
+    long count = Long.parseLong(opt("count"));
+    int valueSize = Integer.parseInt(opt("value-size", "100"));
+    java.nio.file.Path gate = java.nio.file.Path.of(opt("gate"));
+    try (KafkaProducer<byte[], byte[]> prod = producer(opt("transactional-id"))) {
+      prod.initTransactions();
+      prod.beginTransaction();
+      java.util.concurrent.atomic.AtomicReference<Exception> failed = new java.util.concurrent.atomic.AtomicReference<>();
+      for (long i = 0; i < count; i++) {
+        int part = (int) (i % partitions);
+        long n = i / partitions;
+        byte[] value = new byte[valueSize];
+        for (int j = 0; j < valueSize; j++) value[j] = (byte) ('a' + (n + j) % 26);
+        prod.send(new ProducerRecord<>(topic, part, ("k" + part + "-" + n).getBytes(), value),
+            (md, e) -> { if (e != null) failed.compareAndSet(null, e); });
+      }
+      prod.flush();
+      if (failed.get() != null) throw failed.get();
+      System.out.println("READY");
+      System.out.flush();
+      while (!java.nio.file.Files.exists(gate)) Thread.sleep(1);
+      prod.commitTransaction();
+      System.out.println("COMMITTED");
+      System.out.flush();
     }
   }
 
