@@ -86,7 +86,7 @@ fn parse_args() -> Result<Opts, String> {
             _ => {}
         }
     }
-    if o.records % PARTITIONS as u64 != 0 {
+    if !o.records.is_multiple_of(PARTITIONS as u64) {
         return Err(format!("--records must be a multiple of {PARTITIONS}"));
     }
     Ok(o)
