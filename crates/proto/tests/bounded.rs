@@ -711,8 +711,7 @@ fn apis_without_a_bounded_walk_are_refused() {
         .slice(4..);
     let e = decode_response::<ListGroups>(frame, 1).unwrap_err();
     assert!(
-        e.to_string()
-            .contains("no bounded reader for ListGroups"),
+        e.to_string().contains("no bounded reader for ListGroups"),
         "{e}"
     );
 }
@@ -751,9 +750,9 @@ mod walked {
         OffsetFetchResponseTopic, OffsetFetchResponseTopics,
     };
     use kafka_protocol::messages::{
-        ApiVersionsResponse, DescribeGroupsResponse, FindCoordinatorResponse, GroupId, HeartbeatResponse,
-        JoinGroupResponse, LeaveGroupResponse, OffsetCommitResponse, OffsetFetchResponse,
-        SyncGroupResponse,
+        ApiVersionsResponse, DescribeGroupsResponse, FindCoordinatorResponse, GroupId,
+        HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse, OffsetCommitResponse,
+        OffsetFetchResponse, SyncGroupResponse,
     };
 
     fn roundtrip<A: Api>(resp: &A::Response, version: i16, cid: i32) -> Result<(), TestCaseError>

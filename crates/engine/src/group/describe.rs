@@ -78,7 +78,10 @@ async fn describe_once(cluster: &Cluster, group: &str) -> Result<GroupDescriptio
         }
         .into()
     };
-    let version = conn.versions().negotiate::<DescribeGroups>().map_err(in_group)?;
+    let version = conn
+        .versions()
+        .negotiate::<DescribeGroups>()
+        .map_err(in_group)?;
     let resp = conn
         .request_at::<DescribeGroups>(&describe_groups::request(&[group], version), version)
         .await

@@ -120,10 +120,7 @@ pub fn view(resp: &DescribeGroupsResponse) -> Vec<GroupDescription> {
                         };
                         MemberDescription {
                             member_id: m.member_id.to_string(),
-                            group_instance_id: m
-                                .group_instance_id
-                                .as_ref()
-                                .map(|s| s.to_string()),
+                            group_instance_id: m.group_instance_id.as_ref().map(|s| s.to_string()),
                             client_id: m.client_id.to_string(),
                             client_host: m.client_host.to_string(),
                             assignment,
@@ -147,11 +144,8 @@ pub(crate) fn check(r: &mut Reader<'_>, version: i16) -> Res<()> {
         r.i32("throttle_time_ms")?;
     }
     let s = r.len_size(false);
-    let member_min = s
-        + if version >= 4 { s } else { 0 }
-        + 2 * s
-        + 2 * r.len_size(true)
-        + r.tags_size();
+    let member_min =
+        s + if version >= 4 { s } else { 0 } + 2 * s + 2 * r.len_size(true) + r.tags_size();
     let group_min = 2
         + if version >= 6 { s } else { 0 }
         + 4 * s
@@ -269,10 +263,7 @@ mod tests {
             user_data: None,
         };
         for v in DescribeGroups::VERSIONS.min..=DescribeGroups::VERSIONS.max {
-            let got = decoded(
-                &response(v, "consumer", assignment.encode(3).unwrap()),
-                v,
-            );
+            let got = decoded(&response(v, "consumer", assignment.encode(3).unwrap()), v);
             assert_eq!(got.len(), 2);
             let g = &got[0];
             assert_eq!(
@@ -348,10 +339,7 @@ mod tests {
         // v5 (flexible): header tags, throttle, a compact count of u32::MAX - 1 groups.
         let frame: &[u8] = &[0, 0, 0, 1, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f];
         let e = decode_response::<DescribeGroups>(Bytes::from_static(frame), 5).unwrap_err();
-        assert!(
-            matches!(e, ProtoError::Decode { position: 9, .. }),
-            "{e:?}"
-        );
+        assert!(matches!(e, ProtoError::Decode { position: 9, .. }), "{e:?}");
         assert!(e.to_string().contains("groups count"), "{e}");
     }
 }
