@@ -135,6 +135,24 @@ put("group_response", "leave_group-v2", sel(2, 3) + CID + struct.pack(">ih", 0, 
 put("group_response", "leave_group-v5", sel(5, 3) + CID + TAGS + struct.pack(">ih", 0, 0) + uv(2)
     + cs(b"m-1") + cs(b"i-1") + struct.pack(">h", 0) + TAGS + TAGS)
 
+# describe_groups_response: version byte, then frames from DescribeGroupsResponse.json: a
+# stable consumer group (v4: a static kdirect member with the golden assignment and a Java
+# member whose assignment is empty), v5 (flexible) and v6 (a missing group's
+# GROUP_ID_NOT_FOUND with its message).
+MEMBER_V4 = (s16(b"kdirect-1") + s16(b"i-1") + s16(b"kdirect") + s16(b"/127.0.0.1") + b32(SUB_V3)
+             + b32(ASSIGN_V3) + s16(b"consumer-g-1-2") + s16(None) + s16(b"consumer-g-1")
+             + s16(b"/127.0.0.1") + b32(b"") + b32(b""))
+put("describe_groups_response", "stable-v4", bytes([4]) + CID + struct.pack(">ii", 0, 1)
+    + struct.pack(">h", 0) + s16(b"g") + s16(b"Stable") + s16(b"consumer") + s16(b"range")
+    + struct.pack(">i", 2) + MEMBER_V4 + struct.pack(">i", -2147483648))
+put("describe_groups_response", "stable-v5", bytes([5]) + CID + TAGS + struct.pack(">i", 0) + uv(2)
+    + struct.pack(">h", 0) + cs(b"g") + cs(b"Stable") + cs(b"consumer") + cs(b"range") + uv(2)
+    + cs(b"kdirect-1") + cs(None) + cs(b"kdirect") + cs(b"/127.0.0.1") + cs(SUB_V3) + cs(ASSIGN_V3)
+    + TAGS + struct.pack(">i", -2147483648) + TAGS + TAGS)
+put("describe_groups_response", "not-found-v6", bytes([6]) + CID + TAGS + struct.pack(">i", 0) + uv(2)
+    + struct.pack(">h", 69) + cs(b"group gone") + cs(b"g") + cs(b"Dead") + cs(b"") + cs(b"") + uv(1)
+    + struct.pack(">i", -2147483648) + TAGS + TAGS)
+
 put("consumer_protocol", "subscription-v3", SUB_V3)
 put("consumer_protocol", "subscription-v0", b"\x00\x00" + struct.pack(">i", 1) + s16(b"events") + b32(None))
 put("consumer_protocol", "subscription-v4-trailing", b"\x00\x04" + SUB_V3[2:] + struct.pack(">i", 42))

@@ -739,3 +739,254 @@ fn regex_escape(s: &str) -> String {
         })
         .collect()
 }
+
+/// Kafka's `kafka-consumer-groups --describe` (with `extra`, e.g. `--members --verbose`): its
+/// rows for `group`, each a map from column name to value.
+fn consumer_groups_rows(
+    kafka: &Kafka,
+    group: &str,
+    extra: &[&str],
+) -> Vec<BTreeMap<String, String>> {
+    let mut args = vec![
+        "--bootstrap-server",
+        &kafka.bootstrap,
+        "--describe",
+        "--group",
+        group,
+    ];
+    args.extend(extra);
+    let text = kafka.java(
+        "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+        &args,
+    );
+    let Some(header) = text.lines().find(|l| l.contains("CONSUMER-ID")) else {
+        return Vec::new();
+    };
+    let names: Vec<&str> = header.split_whitespace().collect();
+    text.lines()
+        .filter(|l| l.split_whitespace().next() == Some(group))
+        .map(|l| {
+            let cols: Vec<String> = l.split_whitespace().map(str::to_owned).collect();
+            names.iter().map(|n| (*n).to_owned()).zip(cols).collect()
+        })
+        .collect()
+}
+
+/// `kdirect lag`'s text rows (tab-separated, by the header's column names).
+fn lag_rows(text: &str) -> Vec<BTreeMap<String, String>> {
+    let mut lines = text.lines();
+    let Some(header) = lines.next() else {
+        return Vec::new();
+    };
+    let names: Vec<&str> = header.split('\t').collect();
+    lines
+        .map(|l| l.split('\t').collect::<Vec<_>>())
+        .filter(|cols| cols.len() == names.len())
+        .map(|cols| {
+            names
+                .iter()
+                .map(|n| (*n).to_owned())
+                .zip(cols.into_iter().map(str::to_owned))
+                .collect()
+        })
+        .collect()
+}
+
+/// A kdirect member and a Java `KafkaConsumer` in one group: `kdirect lag` shows each
+/// partition's owner (consumer id, host, client id) and the group's state, `--json` the
+/// members and their partitions, and `--members` one line per member, all as Kafka's own
+/// `kafka-consumer-groups --describe` (and `--describe --members --verbose`) report them; once
+/// both left, the group is empty and `lag` prints as it did before groups had members.
+#[test]
+fn lag_shows_each_member_and_its_partitions_as_kafka_consumer_groups_does() {
+    let test = "lag_shows_each_member_and_its_partitions_as_kafka_consumer_groups_does";
+    let Some(kafka) = Kafka::single(test) else {
+        return;
+    };
+    let t = topic("lagmembers");
+    let group = format!("{t}-g");
+    kafka.create(&t, 6, &[]);
+    kafka.produce(&t, 6, 600, &[]);
+    let dir = tempdir("lagmembers");
+    let (j_out, j_log, stop) = (dir.join("java.out"), dir.join("java.log"), dir.join("stop"));
+    let (k_out, k_log) = (dir.join("kdirect.out"), dir.join("kdirect.log"));
+    let mut java = kafka
+        .tool_command("group-consume")
+        .args(["--topic", &t, "--group", &group])
+        .args([
+            "--out",
+            j_out.to_str().unwrap(),
+            "--stop",
+            stop.to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&j_log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut kd = member(&kafka, &t, &group, &k_out, &k_log, &[]);
+    wait_until(
+        Duration::from_secs(90),
+        "both members hold 3 partitions",
+        || {
+            let m = described_members(&kafka, &group);
+            m.len() == 2 && m.iter().all(|(_, n)| *n == 3)
+        },
+    );
+    let lag = |extra: &[&str]| {
+        let mut args = vec![
+            "lag",
+            "-b",
+            &kafka.bootstrap,
+            "--store",
+            "kafka",
+            "-g",
+            &group,
+            "-t",
+            &t,
+        ];
+        args.extend(extra);
+        crate::real_kafka::kdirect_cli(&args)
+    };
+    let columns = ["CONSUMER-ID", "HOST", "CLIENT-ID", "CURRENT-OFFSET"];
+    let ours = ["consumer_id", "host", "client_id", "committed"];
+    // Per partition: the owner and the committed offset, from both tools (retried until the
+    // two snapshots agree: the members commit as they read).
+    let by_kafka = || -> BTreeMap<String, Vec<String>> {
+        consumer_groups_rows(&kafka, &group, &[])
+            .into_iter()
+            .filter(|r| r.get("TOPIC") == Some(&t))
+            .map(|r| {
+                (
+                    r["PARTITION"].clone(),
+                    columns.iter().map(|c| r[*c].clone()).collect(),
+                )
+            })
+            .collect()
+    };
+    let by_kdirect = |text: &str| -> BTreeMap<String, Vec<String>> {
+        lag_rows(text)
+            .into_iter()
+            .filter(|r| r.get("topic") == Some(&t))
+            .map(|r| {
+                (
+                    r["partition"].clone(),
+                    ours.iter()
+                        .map(|c| r.get(*c).cloned().unwrap_or_default())
+                        .collect(),
+                )
+            })
+            .collect()
+    };
+    let mut text = String::new();
+    wait_until(
+        Duration::from_secs(60),
+        "kdirect lag and kafka-consumer-groups --describe agree",
+        || {
+            let k = by_kafka();
+            text = lag(&[]);
+            k.len() == 6 && k == by_kdirect(&text)
+        },
+    );
+    let owners = by_kdirect(&text);
+    let clients: BTreeMap<&str, usize> = owners.values().fold(BTreeMap::new(), |mut m, o| {
+        *m.entry(o[2].as_str()).or_insert(0) += 1;
+        m
+    });
+    assert_eq!(clients.len(), 2, "{text}");
+    assert_eq!(clients.get("kdirect"), Some(&3), "{text}");
+    assert!(
+        clients.keys().any(|c| c.starts_with("consumer-")),
+        "the Java member's client id: {text}"
+    );
+    assert!(
+        owners.values().all(|o| o[1].contains("127.0.0.1")),
+        "{text}"
+    );
+    assert!(
+        text.contains("group state\tStable (2 members, assignor range)"),
+        "{text}"
+    );
+    // --json: the state, both members with their partitions, each partition's owner.
+    let v: serde_json::Value = serde_json::from_str(lag(&["--json"]).trim()).unwrap();
+    assert_eq!(v["state"], "Stable", "{v}");
+    assert_eq!(v["protocol"], "range", "{v}");
+    let members = v["members"].as_array().unwrap();
+    assert_eq!(members.len(), 2, "{v}");
+    for m in members {
+        let parts = m["partitions"].as_array().unwrap();
+        assert_eq!(parts.len(), 3, "{v}");
+        for p in parts {
+            let row = v["partitions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["partition"] == p["partition"])
+                .unwrap();
+            assert_eq!(row["consumer_id"], m["consumer_id"], "{v}");
+            assert_eq!(row["client_id"], m["client_id"], "{v}");
+        }
+    }
+    // --members: one line per member, as `--describe --members --verbose` reports them.
+    let text = crate::real_kafka::kdirect_cli(&[
+        "lag",
+        "-b",
+        &kafka.bootstrap,
+        "--store",
+        "kafka",
+        "-g",
+        &group,
+        "--members",
+    ]);
+    let ours: BTreeMap<String, Vec<String>> = lag_rows(&text)
+        .into_iter()
+        .map(|r| {
+            let v = ["host", "client_id", "#partitions", "assignment"].map(|c| r[c].clone());
+            (r["consumer_id"].clone(), v.to_vec())
+        })
+        .collect();
+    let theirs: BTreeMap<String, Vec<String>> =
+        consumer_groups_rows(&kafka, &group, &["--members", "--verbose"])
+            .into_iter()
+            .map(|r| {
+                // Kafka 4 calls it CURRENT-ASSIGNMENT (beside KIP-848's target), 3.x ASSIGNMENT.
+                let assignment = r.get("CURRENT-ASSIGNMENT").or(r.get("ASSIGNMENT")).cloned();
+                let v = ["HOST", "CLIENT-ID", "#PARTITIONS"].map(|c| r[c].clone());
+                let v = v.into_iter().chain(assignment).collect::<Vec<_>>();
+                (r["CONSUMER-ID"].clone(), v)
+            })
+            .collect();
+    assert_eq!(ours, theirs, "kdirect lag --members:\n{text}");
+    println!("{test}: kdirect lag --members agrees with kafka-consumer-groups:\n{text}");
+    assert_eq!(ours.len(), 2, "{text}");
+    assert!(
+        ours.values()
+            .all(|v| v[2] == "3" && v[3].starts_with(&format!("{t}:"))),
+        "{text}"
+    );
+    // Both leave: an empty group prints as before.
+    std::fs::write(&stop, b"").unwrap();
+    signal(&kd, "-TERM");
+    assert!(kd.wait().unwrap().success());
+    assert!(java.wait().unwrap().success());
+    let text = lag(&[]);
+    assert!(
+        text.starts_with("topic\tpartition\tcommitted\tlog_start\tend\tlag\tmargin\n"),
+        "{text}"
+    );
+    assert!(!text.contains("group state"), "{text}");
+    let text = crate::real_kafka::kdirect_cli(&[
+        "lag",
+        "-b",
+        &kafka.bootstrap,
+        "--store",
+        "kafka",
+        "-g",
+        &group,
+        "--members",
+    ]);
+    assert!(
+        text.contains("group state\tEmpty (no active members)"),
+        "{text}"
+    );
+    println!("{test}: kdirect lag --members agrees with kafka-consumer-groups:\n{text}");
+}

@@ -406,6 +406,17 @@ pub enum ErrorKind {
         /// The coordinator's error message, if it sent one.
         message: Option<String>,
     },
+    /// A group's coordinator could not be asked about the group: it speaks no version of the
+    /// API kdirect does, or its answer is malformed or does not name the group.
+    #[error("group '{group}': {broker}: {source}")]
+    GroupProtocol {
+        /// The group.
+        group: String,
+        /// The coordinator.
+        broker: BrokerName,
+        /// The protocol error.
+        source: ProtoError,
+    },
     /// This member lost its partitions before the batch was committed (its session expired,
     /// it held the batch past `max.poll.interval.ms`, or the group moved on to a newer
     /// generation): the commit is refused, and the next batch rejoins the group.

@@ -22,6 +22,7 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::{BrokerId, ProducerId, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kdirect_proto::api::api_versions::{self, ApiVersions};
+use kdirect_proto::api::describe_groups::{self, DescribeGroups};
 use kdirect_proto::api::fetch::{self, Fetch, FetchResponse};
 use kdirect_proto::api::find_coordinator::FindCoordinator;
 use kdirect_proto::api::heartbeat::Heartbeat;
@@ -374,6 +375,9 @@ proptest! {
         let _ = decode_response::<SyncGroup>(frame.clone(), v);
         let _ = decode_response::<Heartbeat>(frame.clone(), v);
         let _ = decode_response::<LeaveGroup>(frame.clone(), v);
+        if let Ok((_, r)) = decode_response::<DescribeGroups>(frame.clone(), v) {
+            let _ = describe_groups::view(&r);
+        }
         let _ = decode_response::<SaslAuthenticate>(frame, v);
     }
 }
@@ -614,6 +618,36 @@ fn huge_counts_are_refused_where_they_stand() {
     b.put_i32(0x0fff_ffff);
     let e = decode_response::<OffsetFetch>(b.freeze(), 5).unwrap_err();
     assert!(e.to_string().contains("partitions count"), "{e}");
+    // DescribeGroups v4 with one group "g" claiming 2^31 - 1 members in 4 bytes.
+    let mut b = BytesMut::new();
+    b.put_i32(1);
+    b.put_i32(0); // throttle
+    b.put_i32(1); // groups
+    b.put_i16(0); // error
+    for f in [&b"g"[..], b"Stable", b"consumer", b"range"] {
+        b.put_i16(f.len() as i16);
+        b.put_slice(f);
+    }
+    let at = b.len();
+    b.put_i32(i32::MAX);
+    b.put_i32(0);
+    let e = decode_response::<DescribeGroups>(b.freeze(), 4).unwrap_err();
+    assert_eq!(decode_position(&e), at, "{e}");
+    assert!(
+        e.to_string().contains("members count: 2147483647 elements"),
+        "{e}"
+    );
+    // ... and v5 (flexible) with a compact member count of u32::MAX - 1.
+    let mut b = BytesMut::new();
+    b.put_i32(1);
+    b.put_u8(0); // header tags
+    b.put_i32(0); // throttle
+    b.put_u8(2); // one group
+    b.put_i16(0);
+    b.put_slice(&[2, b'g', 1, 1, 1]); // "g", "", "", ""
+    b.put_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
+    let e = decode_response::<DescribeGroups>(b.freeze(), 5).unwrap_err();
+    assert!(e.to_string().contains("members count"), "{e}");
 }
 
 #[test]
@@ -663,22 +697,21 @@ fn unknown_topic_ids_are_inconsistent() {
 /// rather than handed to kafka-protocol unchecked (or read with another API's schema).
 #[test]
 fn apis_without_a_bounded_walk_are_refused() {
-    use kafka_protocol::messages::{ApiKey, DescribeGroupsRequest, DescribeGroupsResponse};
+    use kafka_protocol::messages::{ApiKey, ListGroupsRequest, ListGroupsResponse};
     use kafka_protocol::protocol::VersionRange;
-    struct DescribeGroups;
-    impl Api for DescribeGroups {
-        const KEY: ApiKey = ApiKey::DescribeGroups;
+    struct ListGroups;
+    impl Api for ListGroups {
+        const KEY: ApiKey = ApiKey::ListGroups;
         const VERSIONS: VersionRange = VersionRange { min: 0, max: 5 };
-        type Request = DescribeGroupsRequest;
-        type Response = DescribeGroupsResponse;
+        type Request = ListGroupsRequest;
+        type Response = ListGroupsResponse;
     }
-    let frame = encode_response::<DescribeGroups>(&DescribeGroupsResponse::default(), 1, 3)
+    let frame = encode_response::<ListGroups>(&ListGroupsResponse::default(), 1, 3)
         .unwrap()
         .slice(4..);
-    let e = decode_response::<DescribeGroups>(frame, 1).unwrap_err();
+    let e = decode_response::<ListGroups>(frame, 1).unwrap_err();
     assert!(
-        e.to_string()
-            .contains("no bounded reader for DescribeGroups"),
+        e.to_string().contains("no bounded reader for ListGroups"),
         "{e}"
     );
 }
@@ -703,6 +736,9 @@ mod walked {
     use kafka_protocol::messages::api_versions_response::{
         ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
     };
+    use kafka_protocol::messages::describe_groups_response::{
+        DescribedGroup, DescribedGroupMember,
+    };
     use kafka_protocol::messages::find_coordinator_response::Coordinator;
     use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
     use kafka_protocol::messages::leave_group_response::MemberResponse;
@@ -714,9 +750,9 @@ mod walked {
         OffsetFetchResponseTopic, OffsetFetchResponseTopics,
     };
     use kafka_protocol::messages::{
-        ApiVersionsResponse, FindCoordinatorResponse, GroupId, HeartbeatResponse,
-        JoinGroupResponse, LeaveGroupResponse, OffsetCommitResponse, OffsetFetchResponse,
-        SyncGroupResponse,
+        ApiVersionsResponse, DescribeGroupsResponse, FindCoordinatorResponse, GroupId,
+        HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse, OffsetCommitResponse,
+        OffsetFetchResponse, SyncGroupResponse,
     };
 
     fn roundtrip<A: Api>(resp: &A::Response, version: i16, cid: i32) -> Result<(), TestCaseError>
@@ -910,6 +946,42 @@ mod walked {
                     .with_error_code(*e)).collect());
             }
             roundtrip::<LeaveGroup>(&r, version, cid)?;
+        }
+
+        #[test]
+        fn describe_groups(
+            version in DescribeGroups::VERSIONS.min..=DescribeGroups::VERSIONS.max,
+            groups in proptest::collection::vec((
+                "[a-z]{0,8}", any::<i16>(), proptest::option::of("[a-z ]{0,10}"), "[A-Za-z]{0,12}", "[a-z]{0,8}", any::<i32>(),
+                proptest::collection::vec(("[a-z0-9-]{0,12}", proptest::option::of("[a-z]{0,6}"), "[a-z-]{0,8}", "[0-9./]{0,10}",
+                    proptest::collection::vec(any::<u8>(), 0..12), proptest::collection::vec(any::<u8>(), 0..12)), 0..3)), 0..3),
+            throttle in any::<i32>(),
+            cid in any::<i32>(),
+        ) {
+            let r = DescribeGroupsResponse::default()
+                .with_throttle_time_ms(if version >= 1 { throttle } else { 0 })
+                .with_groups(groups.iter().map(|(g, e, msg, st, pt, ops, ms)| DescribedGroup::default()
+                    .with_error_code(*e)
+                    .with_error_message(msg.as_deref().filter(|_| version >= 6).map(s))
+                    .with_group_id(GroupId(s(g)))
+                    .with_group_state(s(st))
+                    .with_protocol_type(s(pt))
+                    .with_protocol_data(s("range"))
+                    .with_authorized_operations(if version >= 3 { *ops } else { -2147483648 })
+                    .with_members(ms.iter().map(|(m, i, c, h, md, a)| DescribedGroupMember::default()
+                        .with_member_id(s(m))
+                        .with_group_instance_id(i.as_deref().filter(|_| version >= 4).map(s))
+                        .with_client_id(s(c))
+                        .with_client_host(s(h))
+                        .with_member_metadata(Bytes::from(md.clone()))
+                        .with_member_assignment(Bytes::from(a.clone()))).collect())).collect());
+            roundtrip::<DescribeGroups>(&r, version, cid)?;
+            let frame = encode_response::<DescribeGroups>(&r, version, cid).unwrap().slice(4..);
+            let view = describe_groups::view(&decode_response::<DescribeGroups>(frame, version).unwrap().1);
+            prop_assert_eq!(view.len(), groups.len());
+            for (g, (_, _, _, _, _, _, ms)) in view.iter().zip(&groups) {
+                prop_assert_eq!(g.members.len(), ms.len());
+            }
         }
     }
 }

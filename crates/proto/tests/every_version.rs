@@ -10,6 +10,7 @@ use bytes::Buf;
 use bytes::Bytes;
 use kafka_protocol::protocol::{decode_request_header_from_buffer, Decodable};
 use kdirect_proto::api::api_versions::{self, ApiVersions};
+use kdirect_proto::api::describe_groups::{self, DescribeGroups};
 use kdirect_proto::api::fetch::{self, Fetch, FetchParams, PartitionFetch, TopicFetch};
 use kdirect_proto::api::find_coordinator::{self, FindCoordinator};
 use kdirect_proto::api::heartbeat::{self, Heartbeat};
@@ -230,6 +231,19 @@ proptest! {
             prop_assert_eq!(back.members[0].reason.as_deref(), reason.as_deref().filter(|_| lv >= 5));
         } else {
             prop_assert_eq!(back.member_id.as_str(), member.as_str());
+        }
+    }
+}
+
+#[test]
+fn describe_groups_encodes_at_every_claimed_version() {
+    for version in DescribeGroups::VERSIONS.min..=DescribeGroups::VERSIONS.max {
+        for groups in [&[][..], &["g"][..], &["g", "other-group"][..]] {
+            let back =
+                roundtrip::<DescribeGroups>(&describe_groups::request(groups, version), version);
+            let names: Vec<&str> = back.groups.iter().map(|g| g.as_str()).collect();
+            assert_eq!(names, groups);
+            assert!(!back.include_authorized_operations);
         }
     }
 }

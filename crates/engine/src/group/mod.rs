@@ -6,6 +6,8 @@
 //!
 //! - [`assignor`]: `range` and `roundrobin`, as the Java client computes them, and
 //!   `cooperative-sticky` (KIP-429).
+//! - [`describe`]: a group's state and members as its coordinator describes them
+//!   (DescribeGroups), for `kdirect lag`.
 //! - [`membership`]: the member as a pure state machine (what each answer means).
 //! - [`member`]: the driver: a dedicated coordinator connection (JoinGroup is held by the
 //!   coordinator for up to the rebalance timeout, and a broker answers one request per
@@ -20,12 +22,14 @@
 //! leader can hand them on. KIP-848 (`group.protocol=consumer`) is not here yet.
 
 pub mod assignor;
+pub mod describe;
 pub mod member;
 pub mod membership;
 
 use std::time::Duration;
 
 pub use assignor::Assignor;
+pub use describe::describe_group;
 pub use member::{GroupMember, Joined};
 pub use membership::Generation;
 

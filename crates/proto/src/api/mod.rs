@@ -5,6 +5,7 @@
 
 pub mod api_versions;
 pub mod consumer_protocol;
+pub mod describe_groups;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
@@ -60,6 +61,7 @@ pub(crate) fn first_flexible_version(key: ApiKey) -> Option<i16> {
         ApiKey::SyncGroup => sync_group::FIRST_FLEXIBLE_VERSION,
         ApiKey::Heartbeat => heartbeat::FIRST_FLEXIBLE_VERSION,
         ApiKey::LeaveGroup => leave_group::FIRST_FLEXIBLE_VERSION,
+        ApiKey::DescribeGroups => describe_groups::FIRST_FLEXIBLE_VERSION,
         _ => return None,
     })
 }
@@ -92,6 +94,7 @@ pub(crate) fn check_body(key: ApiKey, version: i16, r: &mut Reader<'_>) -> Res<(
         ApiKey::SyncGroup => sync_group::check(r, version),
         ApiKey::Heartbeat => heartbeat::check(r, version),
         ApiKey::LeaveGroup => leave_group::check(r, version),
+        ApiKey::DescribeGroups => describe_groups::check(r, version),
         // first_flexible_version and this match list the same keys; one added to the first
         // and not here is refused, never read with another API's schema.
         _ => Err(no_reader(r)),

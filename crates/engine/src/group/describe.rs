@@ -1,0 +1,167 @@
+//! Describing a consumer group through its coordinator (FindCoordinator, then DescribeGroups):
+//! its state, its protocol and its members with their client ids, hosts and assignments, as
+//! `kafka-consumer-groups --describe` shows them. Read-only: describing never joins the
+//! group or disturbs its members.
+//!
+//! A coordinator that is moving or loading (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE,
+//! COORDINATOR_LOAD_IN_PROGRESS) and lost connections are retried after a fresh lookup, with
+//! backoff, within `default.api.timeout.ms`. A group that does not exist is described as
+//! `Dead` with no members at every version (v6 coordinators answer GROUP_ID_NOT_FOUND where
+//! older ones answered the state `Dead`).
+
+use std::time::{Duration, Instant};
+
+use kdirect_proto::api::describe_groups::{self, DescribeGroups, GroupDescription};
+use kdirect_proto::message::Api;
+use kdirect_proto::{ErrorCode, ProtoError};
+
+use crate::cluster::Cluster;
+use crate::conn::BrokerConnection;
+use crate::error::{BrokerName, Error, ErrorKind};
+
+/// GROUP_ID_NOT_FOUND (69): DescribeGroups v6's answer for a group that does not exist.
+const GROUP_ID_NOT_FOUND: ErrorCode = ErrorCode(69);
+
+/// Describes consumer group `group` at its coordinator. Errors name the group and the
+/// coordinator: [`ErrorKind::Group`] for an error code, [`ErrorKind::GroupProtocol`] for a
+/// coordinator that speaks no DescribeGroups version kdirect does or an answer that does not
+/// describe the group, and the connection's own errors (which name the broker) once retries
+/// are exhausted.
+pub async fn describe_group(cluster: &Cluster, group: &str) -> Result<GroupDescription, Error> {
+    let retry_timeout = cluster.config().retry_timeout;
+    let started = Instant::now();
+    let mut attempts = 0u32;
+    loop {
+        match describe_once(cluster, group).await {
+            Ok(d) => return Ok(d),
+            Err(e) if retriable(&e) => {
+                attempts += 1;
+                if started.elapsed() >= retry_timeout {
+                    return Err(e.gave_up(attempts, started.elapsed()));
+                }
+                let wait = crate::fetch::backoff(
+                    Duration::from_millis(100),
+                    attempts,
+                    Duration::from_secs(2),
+                );
+                tracing::debug!(group, attempt = attempts, "describing the group: {e}");
+                tokio::time::sleep(wait).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn retriable(e: &Error) -> bool {
+    match e.kind() {
+        ErrorKind::Group { code, .. } => code.is_retriable(),
+        _ => e.is_retriable(),
+    }
+}
+
+async fn describe_once(cluster: &Cluster, group: &str) -> Result<GroupDescription, Error> {
+    let (node, addr) = cluster.find_coordinator(group).await?;
+    let conn = match cluster.connection(node).await {
+        Ok(c) => c,
+        // The coordinator is not in this client's metadata yet: reach it by its address.
+        Err(e) if matches!(e.kind(), ErrorKind::UnknownBroker { .. }) => {
+            BrokerConnection::connect(&addr, Some(node), cluster.config()).await?
+        }
+        Err(e) => return Err(e),
+    };
+    let broker = conn.broker().clone();
+    let in_group = |source: ProtoError| -> Error {
+        ErrorKind::GroupProtocol {
+            group: group.to_owned(),
+            broker: broker.clone(),
+            source,
+        }
+        .into()
+    };
+    let version = conn
+        .versions()
+        .negotiate::<DescribeGroups>()
+        .map_err(in_group)?;
+    let resp = conn
+        .request_at::<DescribeGroups>(&describe_groups::request(&[group], version), version)
+        .await
+        .map_err(|e| match e.into_kind() {
+            ErrorKind::Protocol { source, .. } => in_group(source),
+            other => other.into(),
+        })?;
+    let found = describe_groups::view(&resp)
+        .into_iter()
+        .find(|g| g.group_id == group)
+        .ok_or_else(|| {
+            in_group(ProtoError::Inconsistent {
+                api: DescribeGroups::KEY,
+                reason: format!("the answer does not describe group '{group}'"),
+            })
+        })?;
+    classify(found, group, &broker)
+}
+
+/// The description, or the error its code means; a group that does not exist is `Dead`.
+fn classify(
+    mut d: GroupDescription,
+    group: &str,
+    broker: &BrokerName,
+) -> Result<GroupDescription, Error> {
+    match d.error.err() {
+        None => Ok(d),
+        Some(GROUP_ID_NOT_FOUND) => {
+            d.state = "Dead".to_owned();
+            d.members.clear();
+            Ok(d)
+        }
+        Some(code) => Err(ErrorKind::Group {
+            group: group.to_owned(),
+            broker: broker.clone(),
+            api: DescribeGroups::KEY,
+            code,
+            message: d.message.take(),
+        }
+        .into()),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    fn described(code: i16) -> GroupDescription {
+        GroupDescription {
+            error: ErrorCode(code),
+            message: Some("why".into()),
+            group_id: "g".into(),
+            state: String::new(),
+            protocol_type: String::new(),
+            protocol: String::new(),
+            members: Vec::new(),
+        }
+    }
+
+    fn broker() -> BrokerName {
+        BrokerName {
+            node_id: Some(1),
+            addr: "127.0.0.1:9092".into(),
+        }
+    }
+
+    #[test]
+    fn a_missing_group_is_dead_and_other_codes_name_the_group_and_the_coordinator() {
+        let d = classify(described(69), "g", &broker()).unwrap();
+        assert_eq!(d.state, "Dead");
+        assert!(!d.is_active());
+        let e = classify(described(30), "g", &broker()).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("group 'g'"), "{text}");
+        assert!(text.contains("broker 1 at 127.0.0.1:9092"), "{text}");
+        assert!(text.contains("DescribeGroups"), "{text}");
+        assert!(text.contains("(why)"), "{text}");
+        assert!(!retriable(&e));
+        let e = classify(described(14), "g", &broker()).unwrap_err();
+        assert!(retriable(&e), "a loading coordinator is retried");
+    }
+}
