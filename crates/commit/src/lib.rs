@@ -48,9 +48,9 @@ pub mod file_sink;
 pub mod kafka;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub mod spark;
 #[cfg(feature = "sql")]
 pub mod sql;
-pub mod spark;
 
 pub use error::{StoreError, StoreErrorKind, Stored};
 

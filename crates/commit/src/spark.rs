@@ -215,14 +215,18 @@ impl SparkBatch {
     pub fn decode(text: &str, id: u64, path: &Path) -> Result<SparkBatch, StoreError> {
         let lines = lines(text);
         check_version(path, lines[0])?;
-        let meta = lines.get(1).ok_or_else(|| {
-            format_err(path, Some(2), "the metadata line is missing: truncated?")
-        })?;
+        let meta = lines
+            .get(1)
+            .ok_or_else(|| format_err(path, Some(2), "the metadata line is missing: truncated?"))?;
         let timestamp_ms = if meta.trim().is_empty() {
             None
         } else {
             let v: Value = serde_json::from_str(meta).map_err(|e| {
-                format_err(path, Some(2), format!("the metadata line is not JSON ({e})"))
+                format_err(
+                    path,
+                    Some(2),
+                    format!("the metadata line is not JSON ({e})"),
+                )
             })?;
             let obj = v.as_object().ok_or_else(|| {
                 format_err(path, Some(2), "the metadata line is not a JSON object")
@@ -230,7 +234,11 @@ impl SparkBatch {
             match obj.get("batchTimestampMs") {
                 None => None,
                 Some(t) => Some(t.as_i64().ok_or_else(|| {
-                    format_err(path, Some(2), format!("batchTimestampMs {t} is not an integer"))
+                    format_err(
+                        path,
+                        Some(2),
+                        format!("batchTimestampMs {t} is not an integer"),
+                    )
                 })?),
             }
         };
@@ -286,7 +294,12 @@ fn check_commit(path: &Path) -> Result<(), StoreError> {
             return Err(format_err(path, Some(2), "not a JSON object"));
         }
     }
-    if let Some((i, extra)) = lines.iter().enumerate().skip(2).find(|(_, l)| !l.is_empty()) {
+    if let Some((i, extra)) = lines
+        .iter()
+        .enumerate()
+        .skip(2)
+        .find(|(_, l)| !l.is_empty())
+    {
         return Err(format_err(
             path,
             Some(i + 1),
@@ -444,11 +457,11 @@ impl SparkCheckpoint {
     /// The indices of the Kafka sources (by their offsets in the newest batch, else the
     /// batch before, else their initial offsets).
     pub fn kafka_sources(&self) -> Vec<usize> {
-        let n = self.last.sources.len().max(
-            self.previous
-                .as_ref()
-                .map_or(0, |p| p.sources.len()),
-        );
+        let n = self
+            .last
+            .sources
+            .len()
+            .max(self.previous.as_ref().map_or(0, |p| p.sources.len()));
         (0..n)
             .filter(|&i| {
                 let seen = [Some(&self.last), self.previous.as_ref()]
@@ -639,8 +652,11 @@ mod tests {
     #[test]
     fn committed_last_batch_is_where_spark_stopped() {
         let d = tmpdir("committed");
-        fs::write(d.join("metadata"), r#"{"id":"5a1b7c2e-0000-4000-8000-000000000001"}"#)
-            .unwrap();
+        fs::write(
+            d.join("metadata"),
+            r#"{"id":"5a1b7c2e-0000-4000-8000-000000000001"}"#,
+        )
+        .unwrap();
         offsets(&d, 0, &[r#"{"events":{"0":100,"1":50}}"#]);
         commit(&d, 0);
         offsets(&d, 1, &[r#"{"events":{"1":90,"0":200}}"#]);
@@ -648,7 +664,10 @@ mod tests {
         // Hadoop's checksum files beside them are skipped.
         fs::write(d.join("offsets").join(".1.crc"), b"\0\0").unwrap();
         let c = SparkCheckpoint::read(&d).unwrap();
-        assert_eq!(c.query_id.as_deref(), Some("5a1b7c2e-0000-4000-8000-000000000001"));
+        assert_eq!(
+            c.query_id.as_deref(),
+            Some("5a1b7c2e-0000-4000-8000-000000000001")
+        );
         assert_eq!(c.last.timestamp_ms, Some(1_700_000_000_000));
         let i = c.resolve(None, None).unwrap();
         assert_eq!(i.batch_id, Some(1));
@@ -667,7 +686,10 @@ mod tests {
         let c = SparkCheckpoint::read(&d).unwrap();
         let e = c.resolve(None, None).unwrap_err();
         assert!(
-            matches!(e.kind(), StoreErrorKind::SparkUncommitted { batch_id: 4, .. }),
+            matches!(
+                e.kind(),
+                StoreErrorKind::SparkUncommitted { batch_id: 4, .. }
+            ),
             "{e}"
         );
         assert!(kind(&e).contains("offsets/4"), "{e}");
@@ -735,7 +757,10 @@ mod tests {
         let d = tmpdir("nokafka");
         offsets(&d, 0, &["5"]);
         commit(&d, 0);
-        let e = SparkCheckpoint::read(&d).unwrap().resolve(None, None).unwrap_err();
+        let e = SparkCheckpoint::read(&d)
+            .unwrap()
+            .resolve(None, None)
+            .unwrap_err();
         assert!(kind(&e).contains("no Kafka source"), "{e}");
     }
 
@@ -745,20 +770,49 @@ mod tests {
             ("v2", b"v2\n{}\n{\"a\":{\"0\":1}}", Some(1), "newer Spark"),
             ("garbage", b"hello\n{}\n{}", Some(1), "not a version line"),
             ("empty", b"", None, "empty"),
-            ("meta", b"v1\n{not json\n{\"a\":{\"0\":1}}", Some(2), "metadata line is not JSON"),
+            (
+                "meta",
+                b"v1\n{not json\n{\"a\":{\"0\":1}}",
+                Some(2),
+                "metadata line is not JSON",
+            ),
             ("nometa", b"v1", Some(2), "metadata line is missing"),
-            ("torn", b"v1\n{}\n{\"a\":{\"0\":1", Some(3), "source 0 is not JSON"),
-            ("negative", b"v1\n{}\n{\"a\":{\"0\":-5}}", Some(3), "not a non-negative"),
-            ("blank", b"v1\n{}\n\n{\"a\":{\"0\":1}}", Some(3), "empty source line"),
+            (
+                "torn",
+                b"v1\n{}\n{\"a\":{\"0\":1",
+                Some(3),
+                "source 0 is not JSON",
+            ),
+            (
+                "negative",
+                b"v1\n{}\n{\"a\":{\"0\":-5}}",
+                Some(3),
+                "not a non-negative",
+            ),
+            (
+                "blank",
+                b"v1\n{}\n\n{\"a\":{\"0\":1}}",
+                Some(3),
+                "empty source line",
+            ),
             ("binary", b"v1\n{}\n\xff\xfe", None, "not UTF-8"),
-            ("stamp", b"v1\n{\"batchTimestampMs\":\"x\"}\n-", Some(2), "batchTimestampMs"),
+            (
+                "stamp",
+                b"v1\n{\"batchTimestampMs\":\"x\"}\n-",
+                Some(2),
+                "batchTimestampMs",
+            ),
         ];
         for (name, bytes, line, want) in cases {
             let d = tmpdir(name);
             fs::write(d.join("offsets").join("0"), bytes).unwrap();
             let e = SparkCheckpoint::read(&d).unwrap_err();
             match e.kind() {
-                StoreErrorKind::SparkFormat { path, line: l, reason } => {
+                StoreErrorKind::SparkFormat {
+                    path,
+                    line: l,
+                    reason,
+                } => {
                     assert!(path.ends_with("offsets/0"), "{name}: {e}");
                     assert_eq!(l, line, "{name}: {e}");
                     assert!(reason.contains(want), "{name}: {e}");
@@ -793,7 +847,10 @@ mod tests {
         commit(&d, 0);
         commit(&d, 1);
         let e = SparkCheckpoint::read(&d).unwrap_err();
-        assert!(matches!(e.kind(), StoreErrorKind::Inconsistent { .. }), "{e}");
+        assert!(
+            matches!(e.kind(), StoreErrorKind::Inconsistent { .. }),
+            "{e}"
+        );
         // Two uncommitted batches.
         let d = tmpdir("twopending");
         offsets(&d, 0, &[r#"{"a":{"0":1}}"#]);

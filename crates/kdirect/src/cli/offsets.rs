@@ -679,15 +679,17 @@ mod store_cmd {
         use kdirect_commit::StoreErrorKind;
         let ckpt = SparkCheckpoint::read(&args.checkpoint)?;
         let sources = (!args.source.is_empty()).then_some(args.source.as_slice());
-        let import = ckpt.resolve(args.take, sources).map_err(|e| match e.kind() {
-            StoreErrorKind::SparkUncommitted { .. } => {
-                CliError(format!("{e}: give --take committed or --take planned"))
-            }
-            StoreErrorKind::SparkSource { .. } if sources.is_none() => {
-                CliError(format!("{e} (--source N picks one)"))
-            }
-            _ => CliError(e.to_string()),
-        })?;
+        let import = ckpt
+            .resolve(args.take, sources)
+            .map_err(|e| match e.kind() {
+                StoreErrorKind::SparkUncommitted { .. } => {
+                    CliError(format!("{e}: give --take committed or --take planned"))
+                }
+                StoreErrorKind::SparkSource { .. } if sources.is_none() => {
+                    CliError(format!("{e} (--source N picks one)"))
+                }
+                _ => CliError(e.to_string()),
+            })?;
         if args.take.is_some() && import.uncommitted.is_none() {
             eprintln!(
                 "note: Spark's last batch {} is committed; --take changes nothing",
@@ -696,18 +698,11 @@ mod store_cmd {
         }
         // Every position inside its partition's log, every partition known to the cluster.
         let cluster = args.store.require_cluster("offsets import-spark").await?;
-        let mut topics: Vec<String> = import
-            .positions
-            .keys()
-            .map(|tp| tp.topic.clone())
-            .collect();
+        let mut topics: Vec<String> = import.positions.keys().map(|tp| tp.topic.clone()).collect();
         topics.dedup();
-        let bounds = crate::cli::common::log_bounds(
-            &cluster,
-            &topics,
-            IsolationLevel::ReadUncommitted,
-        )
-        .await?;
+        let bounds =
+            crate::cli::common::log_bounds(&cluster, &topics, IsolationLevel::ReadUncommitted)
+                .await?;
         let mut problems = Vec::new();
         for (tp, &o) in &import.positions {
             let at = bounds
