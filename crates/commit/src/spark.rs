@@ -28,8 +28,8 @@
 //! start is the previous batch's end, or `sources/<i>/0` for batch 0), it has exactly one
 //! offsets line (Spark: one per source, `-` for none), its `commits/N` holds every position
 //! (Spark's only the watermark), and a version other than `v1` is refused by both. The offsets
-//! JSON is the same and is read by the same code ([`crate::checkpoint::parse_offsets`]), and
-//! every file is read bounded ([`crate::checkpoint::read_bounded`]): regular files, 64 MiB at
+//! JSON is the same and is read by the same code (`checkpoint::parse_offsets`), and
+//! every file is read bounded (`checkpoint::read_bounded`): regular files, 64 MiB at
 //! most.
 //!
 //! Spark re-runs an `offsets/N` without `commits/N` with exactly that file's ends and
