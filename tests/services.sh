@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs (from Debian, when missing) and starts the services the tests talk to, on loopback:
-# PostgreSQL, MariaDB, Redis and Apache Kafka (tests/kafka/kafka.sh). Idempotent: a service
+# PostgreSQL, MariaDB, Redis and Apache Kafka (tests/kafka/kafka.sh), and fetches Apache Spark
+# (tests/spark/spark.sh: jars only; the Spark test runs it in local mode). Idempotent: a service
 # already answering is left alone. Meant to be sourced by tests/run (it exports the
 # KDIRECT_TEST_* variables the tests read); `bash tests/services.sh` alone starts them and
 # prints the variables to export.
@@ -70,6 +71,10 @@ export KDIRECT_TEST_POSTGRES="postgres://postgres:$pg_password@127.0.0.1:5432/kd
 export KDIRECT_TEST_MYSQL="mysql://kdirect:kdirect@127.0.0.1:3306/kdirect_test"
 export KDIRECT_TEST_REDIS="redis://127.0.0.1:6379/"
 eval "$(bash "$here/kafka/kafka.sh" env)"
+
+# --- Apache Spark (local mode, from Maven Central jars; run by tests/it/spark.rs) -----------
+bash "$here/spark/spark.sh" fetch >&2
+eval "$(bash "$here/spark/spark.sh" env)"
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   env | grep -E '^KDIRECT_TEST_' | sed 's/^/export /'

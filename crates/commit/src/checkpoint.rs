@@ -193,7 +193,9 @@ fn offsets_json(o: &TopicOffsets) -> Value {
     Value::Object(topics)
 }
 
-fn parse_offsets(v: &Value) -> Result<TopicOffsets, String> {
+/// Parses `{"topic":{"partition":offset}}` (Spark's Kafka offsets JSON; also read by
+/// [`crate::spark`]).
+pub(crate) fn parse_offsets(v: &Value) -> Result<TopicOffsets, String> {
     let topics = v
         .as_object()
         .ok_or("expected a JSON object {\"topic\":{\"partition\":offset}}")?;

@@ -117,6 +117,34 @@ pub enum StoreErrorKind {
         /// What is wrong, with the line where known.
         reason: String,
     },
+    /// A file of a Spark Structured Streaming checkpoint does not parse (import).
+    #[error("Spark checkpoint file {}{}: {reason}", path.display(), line.map(|l| format!(" line {l}")).unwrap_or_default())]
+    SparkFormat {
+        /// The file.
+        path: PathBuf,
+        /// The line (1-based), when the fault is on one.
+        line: Option<usize>,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Spark's last batch was planned (`offsets/N`) but its sink never committed
+    /// (`commits/N` is absent): Spark would re-run it. An import must be told which side to take.
+    #[error("Spark's batch {batch_id} was planned ({}) but never committed: Spark would re-run it from {start}; say which side to take — the committed side (where Spark stopped: batch {batch_id}'s records are read again) or the planned side (batch {batch_id}'s end: its records are skipped)", path.display(), start = batch_id.checked_sub(1).map_or_else(|| "the initial offsets (sources/<i>/0)".to_owned(), |p| format!("batch {p}'s end")))]
+    SparkUncommitted {
+        /// The uncommitted batch's `offsets/N`.
+        path: PathBuf,
+        /// N.
+        batch_id: u64,
+    },
+    /// A Spark checkpoint has no Kafka source to import, several where one was expected, or
+    /// none of the offsets asked for.
+    #[error("Spark checkpoint {}: {reason}", dir.display())]
+    SparkSource {
+        /// The checkpoint directory.
+        dir: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// Batch ids in a checkpoint directory are not contiguous.
     #[error("checkpoint gap: {} is missing (found {} and {}); nothing was overwritten", missing.display(), before.display(), after.display())]
     Gap {

@@ -8,7 +8,9 @@
 //! - `sql` (feature `sql`): SQLite, PostgreSQL and MySQL/MariaDB through sqlx, with the
 //!   transactional exactly-once API ([`sql::SqlStore::begin`]) and the sink-table helper;
 //! - `redis` (feature `redis`): a hash per group and topic, compare-and-set in a Lua script;
-//! - [`file_sink`]: the idempotent file sink (one atomically written file per batch id).
+//! - [`file_sink`]: the idempotent file sink (one atomically written file per batch id);
+//! - [`spark`]: reads an Apache Spark Structured Streaming checkpoint (read only), to import
+//!   where Spark stopped.
 //!
 //! What it does not do: it never fetches records or plans batches (that is `kdirect-engine`),
 //! and it never formats the user's output. Direction: `proto` ← `engine` ← `commit` ←
@@ -46,6 +48,7 @@ pub mod file_sink;
 pub mod kafka;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub mod spark;
 #[cfg(feature = "sql")]
 pub mod sql;
 

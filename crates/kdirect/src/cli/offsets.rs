@@ -25,6 +25,10 @@ pub enum Command {
     Reset(ResetArgs),
     /// Copy a group's positions from one store to another (`--store FROM --to TO`).
     Migrate(MigrateArgs),
+    /// Start where a Spark Structured Streaming query stopped: read its checkpoint's offsets/
+    /// and commits/ logs and write the Kafka source's positions to a store (a dry run unless
+    /// --execute; needs -b to check them against the log).
+    ImportSpark(ImportSparkArgs),
 }
 
 /// Arguments of `kdirect offsets list`.
@@ -80,6 +84,7 @@ pub async fn run(cmd: Command) -> Result<ExitCode, CliError> {
         Command::Set(a) => store_cmd::set(a).await,
         Command::Reset(a) => store_cmd::reset(a).await,
         Command::Migrate(a) => store_cmd::migrate(a).await,
+        Command::ImportSpark(a) => store_cmd::import_spark(a).await,
     }
 }
 
@@ -288,6 +293,42 @@ pub struct MigrateArgs {
     topic: Option<String>,
 }
 
+/// Arguments of `kdirect offsets import-spark`.
+#[derive(Debug, clap::Args)]
+pub struct ImportSparkArgs {
+    /// The query's checkpointLocation, a local directory (copy it from HDFS or S3 first): its
+    /// `offsets/`, `commits/`, `metadata` and `sources/` are read, nothing in it is written.
+    #[arg(value_name = "CHECKPOINT_DIR")]
+    checkpoint: std::path::PathBuf,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// When Spark's last batch was planned but never committed: `committed` takes the last
+    /// committed batch's positions (where Spark stopped: the batch's records are read again),
+    /// `planned` the uncommitted batch's end (its records are skipped). Without it, such a
+    /// checkpoint is refused.
+    #[arg(long, value_name = "SIDE", value_parser = parse_take)]
+    take: Option<kdirect_commit::spark::Take>,
+    /// Which Kafka source to import when the query has several (its index, as in
+    /// `sources/<i>/`; comma-separated for several on distinct partitions).
+    #[arg(long, value_name = "N", value_delimiter = ',')]
+    source: Vec<usize>,
+    /// Write the positions (without it: a dry run that only prints them).
+    #[arg(long, conflicts_with = "dry_run")]
+    execute: bool,
+    /// Only print the positions (the default; for scripts that say it).
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// Parses `committed|planned`.
+fn parse_take(s: &str) -> Result<kdirect_commit::spark::Take, String> {
+    match s {
+        "committed" => Ok(kdirect_commit::spark::Take::Committed),
+        "planned" => Ok(kdirect_commit::spark::Take::Planned),
+        _ => Err(format!("'{s}' is not committed or planned")),
+    }
+}
+
 /// Parses `PARTITION=OFFSET`.
 fn parse_assignment(s: &str) -> Result<(i32, i64), String> {
     let (p, o) = s
@@ -318,7 +359,7 @@ mod store_cmd {
     use kdirect_proto::IsolationLevel;
     use serde_json::json;
 
-    use super::{MigrateArgs, ResetArgs, SetArgs, ShowArgs};
+    use super::{ImportSparkArgs, MigrateArgs, ResetArgs, SetArgs, ShowArgs};
     use crate::cli::CliError;
 
     fn topics(t: &Option<String>) -> Vec<String> {
@@ -631,6 +672,170 @@ mod store_cmd {
             from.describe(),
             to.describe()
         );
+        Ok(ExitCode::SUCCESS)
+    }
+    pub async fn import_spark(args: ImportSparkArgs) -> Result<ExitCode, CliError> {
+        use kdirect_commit::spark::{SparkCheckpoint, Take};
+        use kdirect_commit::StoreErrorKind;
+        let ckpt = SparkCheckpoint::read(&args.checkpoint)?;
+        let sources = (!args.source.is_empty()).then_some(args.source.as_slice());
+        let import = ckpt
+            .resolve(args.take, sources)
+            .map_err(|e| match e.kind() {
+                StoreErrorKind::SparkUncommitted { .. } => {
+                    CliError(format!("{e}: give --take committed or --take planned"))
+                }
+                StoreErrorKind::SparkSource { .. } if sources.is_none() => {
+                    CliError(format!("{e} (--source N picks one)"))
+                }
+                _ => CliError(e.to_string()),
+            })?;
+        if args.take.is_some() && import.uncommitted.is_none() {
+            eprintln!(
+                "note: Spark's last batch {} is committed; --take changes nothing",
+                ckpt.last.id
+            );
+        }
+        // Every position inside its partition's log, every partition known to the cluster.
+        let cluster = args.store.require_cluster("offsets import-spark").await?;
+        let mut topics: Vec<String> = import.positions.keys().map(|tp| tp.topic.clone()).collect();
+        topics.dedup();
+        let bounds =
+            crate::cli::common::log_bounds(&cluster, &topics, IsolationLevel::ReadUncommitted)
+                .await?;
+        let mut problems = Vec::new();
+        for (tp, &o) in &import.positions {
+            let at = bounds
+                .starts
+                .iter()
+                .zip(&bounds.ends)
+                .find(|(s, _)| s.topic == tp.topic && s.partition == tp.partition);
+            match at {
+                None => problems.push(format!(
+                    "{}-{}: in Spark's offsets but not a partition of the cluster (topic \
+                     re-created with fewer partitions?)",
+                    tp.topic, tp.partition
+                )),
+                Some((s, e)) if o < s.offset || o > e.offset => problems.push(format!(
+                    "{}-{}: Spark's position {o} is outside the log [{}, {}] ({})",
+                    tp.topic,
+                    tp.partition,
+                    s.offset,
+                    e.offset,
+                    if o < s.offset {
+                        "retention deleted the records since"
+                    } else {
+                        "past the end: topic re-created or another cluster?"
+                    }
+                )),
+                Some(_) => {}
+            }
+        }
+        if !problems.is_empty() {
+            return Err(CliError(format!(
+                "{}; nothing was written",
+                problems.join("; ")
+            )));
+        }
+        let unread: Vec<String> = bounds
+            .partitions
+            .iter()
+            .filter(|(t, p)| {
+                !import
+                    .positions
+                    .contains_key(&TopicPartition::new(t.clone(), *p))
+            })
+            .map(|(t, p)| format!("{t}-{p}"))
+            .collect();
+        let store = if args.execute {
+            Some(args.store.open(&args.store.store, Some(cluster)).await?)
+        } else {
+            args.store
+                .open_if_exists(&args.store.store, Some(cluster))
+                .await?
+        };
+        let before = match &store {
+            Some(s) => s.load(&topics).await?,
+            None => Committed::default(),
+        };
+        // An empty store continues Spark's batch ids (the next batch is Spark's next); one
+        // that holds batches keeps its own.
+        let fresh = before.batch_id.is_none() && before.pending.is_none();
+        let batch_id = if fresh {
+            import.batch_id.unwrap_or(0)
+        } else {
+            before.next_batch_id()
+        };
+        let spark_batch = import
+            .batch_id
+            .map_or_else(|| "-".to_owned(), |b| b.to_string());
+        let mut out = std::io::stdout().lock();
+        writeln!(
+            out,
+            "# Spark checkpoint {}{}",
+            ckpt.dir.display(),
+            ckpt.query_id
+                .as_ref()
+                .map(|q| format!(" (query {q})"))
+                .unwrap_or_default()
+        )?;
+        let side = match (import.batch_id, import.uncommitted) {
+            (Some(b), None) => format!("batch {b} is the last, committed"),
+            (Some(b), Some((u, Take::Committed))) => format!(
+                "batch {u} was planned but not committed: taking batch {b}'s end (batch {u}'s \
+                 records are read again)"
+            ),
+            (None, _) => "batch 0 was planned but not committed: taking the initial offsets \
+                          (batch 0's records are read again)"
+                .to_owned(),
+            (Some(b), Some(_)) => format!(
+                "batch {b} was planned but not committed: taking its end (its records are \
+                 skipped)"
+            ),
+        };
+        writeln!(
+            out,
+            "# {side}; positions from {}, source {}",
+            import.from_file.display(),
+            import
+                .sources
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        )?;
+        if !unread.is_empty() {
+            writeln!(
+                out,
+                "# not in Spark's offsets (kdirect consume starts them per --starting): {}",
+                unread.join(", ")
+            )?;
+        }
+        if args.execute {
+            drop(out);
+            let store = store.expect("opened for --execute");
+            write(&store, &before, batch_id, &import.positions).await?;
+            eprintln!(
+                "imported {} positions of Spark batch {spark_batch} into {} as batch {batch_id}; \
+                 `kdirect consume --store …` resumes there",
+                import.positions.len(),
+                store.describe()
+            );
+        } else {
+            writeln!(out, "TOPIC\tPARTITION\tNEW-OFFSET\tSPARK-BATCH")?;
+            for (tp, o) in &import.positions {
+                writeln!(out, "{}\t{}\t{o}\t{spark_batch}", tp.topic, tp.partition)?;
+            }
+            writeln!(
+                out,
+                "# dry run: nothing written; add --execute to write these positions to {} as \
+                 batch {batch_id}",
+                store.as_ref().map_or_else(
+                    || format!("{} (not created yet)", args.store.store),
+                    |s| s.describe()
+                )
+            )?;
+        }
         Ok(ExitCode::SUCCESS)
     }
 }

@@ -1,8 +1,8 @@
 //! Options shared by the subcommands that open an offset store (`offsets show|set|reset|
-//! migrate`, `lag`).
+//! migrate|import-spark`, `lag`).
 use std::sync::Arc;
 
-use kdirect_commit::{open_store, AnyStore, OpenOptions, StoreSpec};
+use kdirect_commit::{open_store, AnyStore, OpenOptions, StoreErrorKind, StoreSpec};
 use kdirect_engine::cluster::Cluster;
 
 use super::CliError;
@@ -72,6 +72,28 @@ impl StoreArgs {
         cluster: Option<Arc<Cluster>>,
     ) -> Result<AnyStore, CliError> {
         self.open_with(spec, cluster, true).await
+    }
+
+    /// Opens the store `spec` if it exists, else `None` (a dry run that creates nothing and
+    /// shows what a new store would get).
+    pub async fn open_if_exists(
+        &self,
+        spec: &str,
+        cluster: Option<Arc<Cluster>>,
+    ) -> Result<Option<AnyStore>, CliError> {
+        let cluster = match (cluster, StoreSpec::parse(spec)?) {
+            (Some(c), _) => Some(c),
+            (None, StoreSpec::Kafka) => Some(self.require_cluster("the kafka store").await?),
+            (None, _) => None,
+        };
+        let mut options = OpenOptions::default();
+        options.cluster = cluster;
+        options.must_exist = true;
+        match open_store(spec, &self.group, &options).await {
+            Ok(s) => Ok(Some(s)),
+            Err(e) if matches!(e.kind(), StoreErrorKind::Missing { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     async fn open_with(

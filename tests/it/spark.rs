@@ -1,0 +1,457 @@
+//! Migration from Spark (issue 16 item 6): `kdirect offsets import-spark` reads a Structured
+//! Streaming checkpoint and writes where Spark stopped into a store; `kdirect consume --store`
+//! then reads exactly the records after Spark's positions.
+//!
+//! Two checkpoints:
+//! - one written by **Apache Spark itself** (3.5.4, spark-sql-kafka-0-10, local mode, from
+//!   Maven Central: `tests/spark/spark.sh`, run once for this file by
+//!   `import_spark_from_a_real_spark_checkpoint` against Apache Kafka), with an uncommitted
+//!   last batch made the way a crash leaves it (Spark wrote `offsets/N`, the sink never
+//!   finished, so `commits/N` is absent) and a query with two Kafka sources;
+//! - one written by hand in the same format, against kdirect's fake broker, so plain
+//!   `cargo test` covers the command too.
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use bytes::Bytes;
+use kdirect_fake_broker::{Codec, FakeCluster, FakeRecord};
+
+use crate::real_kafka::{topic, Kafka};
+use crate::support::{service, tempdir};
+
+fn kdirect(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kdirect"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = kdirect(args);
+    assert!(
+        o.status.success(),
+        "kdirect {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+fn refused(args: &[&str]) -> String {
+    let o = kdirect(args);
+    assert!(!o.status.success(), "kdirect {args:?} should fail");
+    String::from_utf8(o.stderr).unwrap()
+}
+
+/// `kdirect consume --store SPEC -g G --starting none --until-latest`: the (partition, offset)
+/// pairs read. `--starting none` fails on any partition the store has no position for, so
+/// every record read started from an imported position.
+fn consume(boot: &str, topic: &str, store: &str, group: &str, dir: &Path) -> BTreeSet<(i64, i64)> {
+    let out = dir.join(format!("out-{}.jsonl", group));
+    ok(&[
+        "consume",
+        "-b",
+        boot,
+        "-t",
+        topic,
+        "--starting",
+        "none",
+        "--until-latest",
+        "--store",
+        store,
+        "-g",
+        group,
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    let mut seen = BTreeSet::new();
+    for line in std::fs::read_to_string(&out).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let key = (
+            v["partition"].as_i64().unwrap(),
+            v["offset"].as_i64().unwrap(),
+        );
+        assert!(seen.insert(key), "{key:?} read twice");
+    }
+    seen
+}
+
+/// Every (partition, offset) in `[from[p], until[p])`.
+fn expected(from: &[i64], until: &[i64]) -> BTreeSet<(i64, i64)> {
+    let mut out = BTreeSet::new();
+    for (p, (&f, &u)) in from.iter().zip(until).enumerate() {
+        for o in f..u {
+            out.insert((p as i64, o));
+        }
+    }
+    out
+}
+
+/// The offsets a source line of `offsets/N` holds for `topic`, by partition.
+fn spark_line(file: &Path, source: usize, topic: &str) -> Vec<i64> {
+    let text = std::fs::read_to_string(file).unwrap();
+    let line = text.lines().nth(2 + source).unwrap();
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    let parts = v[topic].as_object().unwrap();
+    (0..parts.len())
+        .map(|p| parts[&p.to_string()].as_i64().unwrap())
+        .collect()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+fn last_batch(dir: &Path) -> u64 {
+    std::fs::read_dir(dir.join("offsets"))
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().to_str()?.parse::<u64>().ok())
+        .max()
+        .unwrap()
+}
+
+#[test]
+fn import_spark_from_a_real_spark_checkpoint() {
+    let test = "import_spark_from_a_real_spark_checkpoint";
+    let Some(kafka) = Kafka::single(test) else {
+        return;
+    };
+    let Some(spark) = service("KDIRECT_TEST_SPARK", test) else {
+        return;
+    };
+    let a = topic("spark-a");
+    let b = topic("spark-b");
+    kafka.create(&a, 2, &[]);
+    kafka.create(&b, 1, &[]);
+    kafka.produce(&a, 2, 100, &[]);
+    kafka.produce(&b, 1, 20, &[]);
+    let tmp = tempdir("spark");
+    let one = tmp.join("one");
+    let two = tmp.join("two");
+    // Spark once for the whole file: query `one` reads topic a, query `two` reads a and b as two
+    // sources; at most 30 records per micro-batch, so each query writes several batches.
+    let run = Command::new("bash")
+        .arg(&spark)
+        .args(["run", &kafka.bootstrap, "30"])
+        .arg(format!("{}={a}", one.display()))
+        .arg(format!("{}={a}+{b}", two.display()))
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "Spark failed: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    // After Spark stopped, more records: what kdirect must read.
+    kafka.produce(&a, 2, 60, &[]);
+    let ends = kafka.end_offsets(&a);
+    assert_eq!(ends, vec![80, 80]);
+
+    // Every batch committed: where Spark stopped is the last offsets file.
+    let last = last_batch(&one);
+    assert!(last >= 2, "Spark wrote {last} batches");
+    let stopped = spark_line(&one.join(format!("offsets/{last}")), 0, &a);
+    assert_eq!(stopped, vec![50, 50], "Spark read all 100 records");
+    let ckpt = format!("checkpoint:{}", tmp.join("kd-one").display());
+    let dry = ok(&[
+        "offsets",
+        "import-spark",
+        one.to_str().unwrap(),
+        "--store",
+        &ckpt,
+        "-g",
+        "g",
+        "-b",
+        &kafka.bootstrap,
+    ]);
+    assert!(
+        dry.contains("TOPIC\tPARTITION\tNEW-OFFSET\tSPARK-BATCH"),
+        "{dry}"
+    );
+    assert!(dry.contains(&format!("{a}\t0\t50\t{last}")), "{dry}");
+    assert!(dry.contains("dry run"), "{dry}");
+    assert!(!tmp.join("kd-one").exists(), "a dry run creates nothing");
+    ok(&[
+        "offsets",
+        "import-spark",
+        one.to_str().unwrap(),
+        "--store",
+        &ckpt,
+        "-g",
+        "g",
+        "-b",
+        &kafka.bootstrap,
+        "--execute",
+    ]);
+    let read = consume(&kafka.bootstrap, &a, &ckpt, "g", &tmp);
+    assert_eq!(read, expected(&stopped, &ends));
+
+    // The same checkpoint as a crash leaves it: offsets/N written, commits/N not.
+    let unc = tmp.join("uncommitted");
+    copy_dir(&one, &unc);
+    std::fs::remove_file(unc.join(format!("commits/{last}"))).unwrap();
+    let _ = std::fs::remove_file(unc.join(format!("commits/.{last}.crc")));
+    let unc_s = unc.to_str().unwrap();
+    let err = refused(&[
+        "offsets",
+        "import-spark",
+        unc_s,
+        "--store",
+        &ckpt,
+        "-g",
+        "g",
+        "-b",
+        &kafka.bootstrap,
+    ]);
+    assert!(err.contains(&format!("batch {last} was planned")), "{err}");
+    assert!(err.contains("--take committed or --take planned"), "{err}");
+    // --take committed: the last committed batch's end, into Kafka's group offsets.
+    let committed = spark_line(&unc.join(format!("offsets/{}", last - 1)), 0, &a);
+    let group = topic("spark-group");
+    let dry = ok(&[
+        "offsets",
+        "import-spark",
+        unc_s,
+        "--store",
+        "kafka",
+        "-g",
+        &group,
+        "-b",
+        &kafka.bootstrap,
+        "--take",
+        "committed",
+    ]);
+    assert!(
+        dry.contains(&format!("{a}\t1\t{}\t{}", committed[1], last - 1)),
+        "{dry}"
+    );
+    ok(&[
+        "offsets",
+        "import-spark",
+        unc_s,
+        "--store",
+        "kafka",
+        "-g",
+        &group,
+        "-b",
+        &kafka.bootstrap,
+        "--take",
+        "committed",
+        "--execute",
+    ]);
+    let read = consume(&kafka.bootstrap, &a, "kafka", &group, &tmp);
+    assert_eq!(read, expected(&committed, &ends), "batch {last} read again");
+    // --take planned: the uncommitted batch's end.
+    let planned_store = format!("checkpoint:{}", tmp.join("kd-planned").display());
+    ok(&[
+        "offsets",
+        "import-spark",
+        unc_s,
+        "--store",
+        &planned_store,
+        "-g",
+        "p",
+        "-b",
+        &kafka.bootstrap,
+        "--take",
+        "planned",
+        "--execute",
+    ]);
+    let read = consume(&kafka.bootstrap, &a, &planned_store, "p", &tmp);
+    assert_eq!(read, expected(&stopped, &ends), "batch {last} skipped");
+
+    // Two Kafka sources: refused unless --source says which.
+    let two_s = two.to_str().unwrap();
+    let err = refused(&[
+        "offsets",
+        "import-spark",
+        two_s,
+        "--store",
+        &ckpt,
+        "-g",
+        "g",
+        "-b",
+        &kafka.bootstrap,
+    ]);
+    assert!(err.contains("2 Kafka sources"), "{err}");
+    assert!(
+        err.contains(&format!("source 1: Kafka, topics {b}")),
+        "{err}"
+    );
+    let dry = ok(&[
+        "offsets",
+        "import-spark",
+        two_s,
+        "--source",
+        "1",
+        "--store",
+        &ckpt,
+        "-g",
+        "g",
+        "-b",
+        &kafka.bootstrap,
+    ]);
+    let b_last = last_batch(&two);
+    assert!(dry.contains(&format!("{b}\t0\t20\t{b_last}")), "{dry}");
+    assert!(!dry.contains(&format!("{a}\t")), "{dry}");
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+const META: &str = r#"{"batchWatermarkMs":0,"batchTimestampMs":1796153251401,"conf":{"spark.sql.streaming.stateStore.providerClass":"org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider","spark.sql.streaming.multipleWatermarkPolicy":"min","spark.sql.shuffle.partitions":"1"}}"#;
+
+/// A checkpoint written by hand in Spark 3.5's format (the shape `tests/spark` records from
+/// real Spark): query metadata, `sources/0/0` with its leading NUL, batch 0 committed, batch 1
+/// planned but not committed; source 1 is a file source (`{"logOffset":…}`), not Kafka.
+fn hand_written(dir: &Path, topic: &str, b0: [i64; 2], b1: [i64; 2]) {
+    for d in ["offsets", "commits", "sources/0", "sources/1"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    std::fs::write(
+        dir.join("metadata"),
+        "{\"id\":\"5eed4e37-45d9-4140-866f-dafefb6b779e\"}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("sources/0/0"),
+        format!("\0v1\n{{\"{topic}\":{{\"0\":0,\"1\":0}}}}"),
+    )
+    .unwrap();
+    for (id, o, lo) in [(0, b0, 0), (1, b1, 1)] {
+        std::fs::write(
+            dir.join(format!("offsets/{id}")),
+            format!(
+                "v1\n{META}\n{{\"{topic}\":{{\"1\":{},\"0\":{}}}}}\n{{\"logOffset\":{lo}}}",
+                o[1], o[0]
+            ),
+        )
+        .unwrap();
+    }
+    std::fs::write(dir.join("commits/0"), "v1\n{\"nextBatchWatermarkMs\":0}").unwrap();
+}
+
+#[test]
+fn import_spark_hand_written_checkpoint_against_the_fake_broker() {
+    let fake = FakeCluster::builder()
+        .brokers(1)
+        .topic("hs", 2)
+        .start()
+        .unwrap();
+    for p in 0..2 {
+        let recs: Vec<FakeRecord> = (0..100)
+            .map(|i| FakeRecord::value(Bytes::from(format!("{p}:{i}"))))
+            .collect();
+        fake.append_records("hs", p, &recs, Codec::Lz4).unwrap();
+    }
+    let boot = fake.bootstrap();
+    let tmp = tempdir("spark-hand");
+    let spark = tmp.join("spark");
+    hand_written(&spark, "hs", [30, 20], [60, 45]);
+    let spark_s = spark.to_str().unwrap();
+    let ckpt = format!("checkpoint:{}", tmp.join("kd").display());
+    let err = refused(&[
+        "offsets",
+        "import-spark",
+        spark_s,
+        "--store",
+        &ckpt,
+        "-g",
+        "g",
+        "-b",
+        &boot,
+    ]);
+    assert!(err.contains("batch 1 was planned"), "{err}");
+    let dry = ok(&[
+        "offsets",
+        "import-spark",
+        spark_s,
+        "--store",
+        &ckpt,
+        "-g",
+        "g",
+        "-b",
+        &boot,
+        "--take",
+        "committed",
+    ]);
+    assert!(
+        dry.contains("query 5eed4e37-45d9-4140-866f-dafefb6b779e"),
+        "{dry}"
+    );
+    assert!(dry.contains("hs\t0\t30\t0\nhs\t1\t20\t0\n"), "{dry}");
+    assert!(dry.contains("as batch 0"), "{dry}");
+    ok(&[
+        "offsets",
+        "import-spark",
+        spark_s,
+        "--store",
+        &ckpt,
+        "-g",
+        "g",
+        "-b",
+        &boot,
+        "--take",
+        "committed",
+        "--execute",
+    ]);
+    let shown = ok(&["offsets", "show", "--store", &ckpt, "-g", "g"]);
+    assert!(shown.contains("last committed batch 0"), "{shown}");
+    let read = consume(&boot, "hs", &ckpt, "g", &tmp);
+    assert_eq!(read, expected(&[30, 20], &[100, 100]));
+
+    // A position past the log's end is refused with the range, and nothing is written.
+    let far = tmp.join("far");
+    hand_written(&far, "hs", [30, 500], [60, 600]);
+    let other = format!("checkpoint:{}", tmp.join("kd-far").display());
+    let err = refused(&[
+        "offsets",
+        "import-spark",
+        far.to_str().unwrap(),
+        "--store",
+        &other,
+        "-g",
+        "g",
+        "-b",
+        &boot,
+        "--take",
+        "planned",
+        "--execute",
+    ]);
+    assert!(
+        err.contains("hs-1: Spark's position 600 is outside the log [0, 100]"),
+        "{err}"
+    );
+    assert!(!tmp.join("kd-far").exists(), "{err}");
+    // A malformed file names itself and the line.
+    std::fs::write(
+        far.join("offsets/1"),
+        format!("v1\n{META}\n{{\"hs\":{{\"0\":"),
+    )
+    .unwrap();
+    let err = refused(&[
+        "offsets",
+        "import-spark",
+        far.to_str().unwrap(),
+        "--store",
+        &other,
+        "-g",
+        "g",
+        "-b",
+        &boot,
+        "--take",
+        "planned",
+    ]);
+    assert!(
+        err.contains("offsets/1 line 3: source 0 is not JSON"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&tmp);
+}
