@@ -696,14 +696,7 @@ pub async fn wait_for_data(
                     .into_iter()
                     .filter(|p| p.error.is_ok())
                     .map(|p| {
-                        let end = match iso {
-                            kdirect_proto::IsolationLevel::ReadCommitted
-                                if p.last_stable_offset >= 0 =>
-                            {
-                                p.last_stable_offset
-                            }
-                            _ => p.high_watermark,
-                        };
+                        let end = session::partition_end(&p, iso);
                         (
                             TopicPartition::new(p.topic, p.partition),
                             ObservedEnds {

@@ -392,13 +392,7 @@ impl FetchSession {
             // The partition's ends as this answer saw them: what plans the next batch when
             // fresh (no ListOffsets round for it).
             if p.log_start_offset >= 0 {
-                let end = if self.isolation == IsolationLevel::ReadCommitted
-                    && p.last_stable_offset >= 0
-                {
-                    p.last_stable_offset
-                } else {
-                    p.high_watermark
-                };
+                let end = partition_end(&p, self.isolation);
                 if end >= p.log_start_offset {
                     if let Some(out) = self.out.get_mut(i) {
                         out.observed = Some(ObservedEnds {
@@ -457,12 +451,7 @@ impl FetchSession {
             }
             // No whole batch past the position. Up to the high watermark (or the last stable
             // offset) there is nothing more: the range reaches past the data the partition has.
-            let end =
-                if self.isolation == IsolationLevel::ReadCommitted && p.last_stable_offset >= 0 {
-                    p.last_stable_offset
-                } else {
-                    p.high_watermark
-                };
+            let end = partition_end(&p, self.isolation);
             if end <= at {
                 return Err(ErrorKind::PastEnd {
                     broker: broker.clone(),
@@ -587,10 +576,18 @@ fn high_watermark_behind(
     at: i64,
     isolation: IsolationLevel,
 ) -> bool {
-    let end = if isolation == IsolationLevel::ReadCommitted && p.last_stable_offset >= 0 {
+    partition_end(p, isolation) <= at
+}
+
+/// Where a Fetch answer says the partition's readable data ends: the last stable offset under
+/// read_committed (when the broker sent one), else the high watermark.
+pub(super) fn partition_end(
+    p: &kdirect_proto::api::fetch::FetchedPartition,
+    isolation: IsolationLevel,
+) -> i64 {
+    if isolation == IsolationLevel::ReadCommitted && p.last_stable_offset >= 0 {
         p.last_stable_offset
     } else {
         p.high_watermark
-    };
-    end <= at
+    }
 }

@@ -67,6 +67,13 @@ struct Inner {
     fatal: Mutex<Option<(ApiKey, BrokerName, Fault)>>,
 }
 
+impl Inner {
+    /// Tells whoever waits in [`GroupMember::join_needed`] to look again.
+    fn wake(&self) {
+        self.changed.send_modify(|n| *n += 1);
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -142,7 +149,7 @@ impl GroupMember {
     /// next batch rejoins.
     pub fn lose(&self, reason: impl Into<String>) {
         lock(&self.inner.state).lose(reason);
-        self.inner.changed.send_modify(|n| *n += 1);
+        self.inner.wake();
     }
 
     /// The member id (empty before the first join).
@@ -374,7 +381,7 @@ impl GroupMember {
             )
         };
         lock(&self.inner.state).left();
-        self.inner.changed.send_modify(|n| *n += 1);
+        self.inner.wake();
         if instance.is_some() || member_id.is_empty() {
             return Ok(());
         }
@@ -495,7 +502,7 @@ async fn heartbeats(inner: std::sync::Weak<Inner>) {
         let held = *lock(&inner.holding_since);
         if held.is_some_and(|since| since.elapsed() > config.max_poll_interval) {
             lock(&inner.state).poll_expired();
-            inner.changed.send_modify(|n| *n += 1);
+            inner.wake();
             tracing::warn!(
                 group = config.group.as_str(),
                 member = generation.member_id.as_str(),
@@ -523,7 +530,7 @@ async fn heartbeats(inner: std::sync::Weak<Inner>) {
                 "no heartbeat was answered for session.timeout.ms ({} ms)",
                 config.session_timeout.as_millis()
             ));
-            inner.changed.send_modify(|n| *n += 1);
+            inner.wake();
             continue;
         }
         let conn = match coordinator(&inner).await {
@@ -573,7 +580,7 @@ async fn heartbeats(inner: std::sync::Weak<Inner>) {
                     group = config.group.as_str(),
                     "the group is rebalancing: rejoining after this batch"
                 );
-                inner.changed.send_modify(|n| *n += 1);
+                inner.wake();
             }
             Ok(Beat::Lost) => {
                 tracing::warn!(
@@ -582,12 +589,12 @@ async fn heartbeats(inner: std::sync::Weak<Inner>) {
                     "lost the group's generation {} ({code}): rejoining after this batch",
                     generation.generation_id
                 );
-                inner.changed.send_modify(|n| *n += 1);
+                inner.wake();
             }
             Ok(Beat::FindCoordinator) => *inner.coordinator.lock().await = None,
             Err(f) => {
                 *lock(&inner.fatal) = Some((Heartbeat::KEY, conn.broker().clone(), f));
-                inner.changed.send_modify(|n| *n += 1);
+                inner.wake();
             }
         }
     }

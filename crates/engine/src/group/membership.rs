@@ -249,8 +249,7 @@ impl Membership {
             return Ok(JoinStep::Again);
         }
         if code == ErrorCode::UNKNOWN_MEMBER_ID {
-            self.member_id.clear();
-            self.generation_id = -1;
+            self.forget_identity();
             return Ok(JoinStep::Again);
         }
         if code == ErrorCode::ILLEGAL_GENERATION || code == ErrorCode::REBALANCE_IN_PROGRESS {
@@ -339,8 +338,7 @@ impl Membership {
     pub fn on_sync(&mut self, v: &SyncView) -> Result<SyncStep, Fault> {
         let code = v.error;
         if code == ErrorCode::UNKNOWN_MEMBER_ID {
-            self.member_id.clear();
-            self.generation_id = -1;
+            self.forget_identity();
             return Ok(SyncStep::Rejoin);
         }
         if code == ErrorCode::ILLEGAL_GENERATION || code == ErrorCode::REBALANCE_IN_PROGRESS {
@@ -390,8 +388,7 @@ impl Membership {
         }
         if code == ErrorCode::UNKNOWN_MEMBER_ID {
             self.lose("the coordinator no longer knows this member (its session expired)");
-            self.member_id.clear();
-            self.generation_id = -1;
+            self.forget_identity();
             return Ok(Beat::Lost);
         }
         if is_coordinator_error(code) {
@@ -416,8 +413,7 @@ impl Membership {
             self.config.max_poll_interval.as_millis()
         ));
         if self.config.instance_id.is_none() {
-            self.member_id.clear();
-            self.generation_id = -1;
+            self.forget_identity();
         }
     }
 
@@ -426,9 +422,14 @@ impl Membership {
         self.assigned.clear();
         self.state = State::Unjoined;
         if self.config.instance_id.is_none() {
-            self.member_id.clear();
-            self.generation_id = -1;
+            self.forget_identity();
         }
+    }
+
+    /// The next JoinGroup goes as a new member: no member id, no generation.
+    fn forget_identity(&mut self) {
+        self.member_id.clear();
+        self.generation_id = -1;
     }
 }
 
