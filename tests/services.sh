@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs (from Debian, when missing) and starts the services the tests talk to, on loopback:
-# PostgreSQL, MariaDB, Redis and Apache Kafka (tests/kafka/kafka.sh), and fetches Apache Spark
+# PostgreSQL, MariaDB, Redis, ZooKeeper and Apache Kafka (tests/kafka/kafka.sh), and fetches Apache Spark
 # (tests/spark/spark.sh: jars only; the Spark test runs it in local mode). Idempotent: a service
 # already answering is left alone. Meant to be sourced by tests/run (it exports the
 # KDIRECT_TEST_* variables the tests read); `bash tests/services.sh` alone starts them and
@@ -64,12 +64,36 @@ if ! up 6379; then
   wait_up 6379 Redis
 fi
 
+# --- ZooKeeper: Debian's package, run as a standalone server of our own on 39500 -----------
+# (not the package's service: its data and port are the system's). Data under
+# target/zookeeper, thrown away by a fresh clone like the Kafka clusters'.
+zk_port=39500
+if [ ! -f /usr/share/java/zookeeper.jar ]; then apt_install zookeeper; fi
+if ! up "$zk_port"; then
+  zk_home="${KDIRECT_ZOOKEEPER_HOME:-$here/../target/zookeeper}"
+  mkdir -p "$zk_home/data"
+  zk_home="$(cd "$zk_home" && pwd)"
+  cat > "$zk_home/zoo.cfg" <<CFG
+tickTime=2000
+dataDir=$zk_home/data
+clientPort=$zk_port
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+4lw.commands.whitelist=ruok,srvr
+CFG
+  nohup java -Xmx256m -cp "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar" \
+    -Dzookeeper.log.dir="$zk_home" org.apache.zookeeper.server.ZooKeeperServerMain \
+    "$zk_home/zoo.cfg" > "$zk_home/server.log" 2>&1 &
+  wait_up "$zk_port" ZooKeeper
+fi
+
 # --- Apache Kafka (KRaft, from Maven Central jars) ----------------------------------------
 bash "$here/kafka/kafka.sh" up >&2
 
 export KDIRECT_TEST_POSTGRES="postgres://postgres:$pg_password@127.0.0.1:5432/kdirect_test"
 export KDIRECT_TEST_MYSQL="mysql://kdirect:kdirect@127.0.0.1:3306/kdirect_test"
 export KDIRECT_TEST_REDIS="redis://127.0.0.1:6379/"
+export KDIRECT_TEST_ZOOKEEPER="zk://127.0.0.1:$zk_port"
 eval "$(bash "$here/kafka/kafka.sh" env)"
 
 # --- Apache Spark (local mode, from Maven Central jars; run by tests/it/spark.rs) -----------

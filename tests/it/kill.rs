@@ -435,6 +435,61 @@ fn redis_and_file_sink_lose_nothing() {
     assert_all(&read_files(&out), &n, false, "redis + file sink");
 }
 
+/// The ZooKeeper store logs each plan before its batch runs, as the checkpoint does, so with
+/// the idempotent file sink a kill -9 at any moment loses and doubles nothing.
+#[test]
+fn zookeeper_and_file_sink_survive_kill_9_exactly_once() {
+    let test = "zookeeper_and_file_sink_survive_kill_9_exactly_once";
+    let Some(url) = service("KDIRECT_TEST_ZOOKEEPER", test) else {
+        return;
+    };
+    let fake = fake();
+    let tmp = tempdir("zk");
+    let out = tmp.join("out");
+    let store = format!("{url}/kill-{}", tmp.file_name().unwrap().to_string_lossy());
+    let n = run_with_kills(
+        "zookeeper",
+        &fake,
+        &[
+            "--store",
+            &store,
+            "--group",
+            "kill",
+            "--output-dir",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert_all(&read_files(&out), &n, true, "zookeeper + file sink");
+}
+
+/// The same against Apache Kafka, on a topic its Java producer wrote.
+#[test]
+fn zookeeper_and_file_sink_survive_kill_9_against_kafka() {
+    let test = "zookeeper_and_file_sink_survive_kill_9_against_kafka";
+    let Some(url) = service("KDIRECT_TEST_ZOOKEEPER", test) else {
+        return;
+    };
+    let Some(source) = kafka_source(test) else {
+        return;
+    };
+    let tmp = tempdir("zk-kafka");
+    let out = tmp.join("out");
+    let store = format!("{url}/kill-{}", tmp.file_name().unwrap().to_string_lossy());
+    let n = run_with_kills(
+        "zookeeper (Kafka)",
+        &source,
+        &[
+            "--store",
+            &store,
+            "--group",
+            "kill",
+            "--output-dir",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert_all(&read_files(&out), &n, true, "zookeeper + file sink (Kafka)");
+}
+
 #[test]
 fn checkpoint_and_file_sink_survive_kill_9_against_kafka() {
     let test = "checkpoint_and_file_sink_survive_kill_9_against_kafka";

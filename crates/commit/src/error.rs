@@ -231,6 +231,16 @@ pub enum StoreErrorKind {
         /// The driver's error.
         source: redis::RedisError,
     },
+    /// A ZooKeeper request failed, or a znode holds what the store cannot read.
+    #[error("zookeeper {server} znode {path}: {reason}")]
+    ZooKeeper {
+        /// The connect string (`host:port,…/chroot`).
+        server: String,
+        /// The znode (below the chroot).
+        path: String,
+        /// The client's error, or what is wrong with the znode's data.
+        reason: String,
+    },
     /// A broker request failed (connection, timeout, protocol) for the Kafka-group store.
     #[error("kafka group '{group}': {source}")]
     Kafka {

@@ -8,6 +8,9 @@
 //! - `sql` (feature `sql`): SQLite, PostgreSQL and MySQL/MariaDB through sqlx, with the
 //!   transactional exactly-once API ([`sql::SqlStore::begin`]) and the sink-table helper;
 //! - `redis` (feature `redis`): a hash per group and topic, compare-and-set in a Lua script;
+//! - `zookeeper` (feature `zookeeper`): the old Kafka consumer's
+//!   `/consumers/<group>/offsets/<topic>/<partition>` znodes, committed in one multi-op
+//!   transaction with version checks, and a plan log beside them;
 //! - [`file_sink`]: the idempotent file sink (one atomically written file per batch id);
 //! - [`spark`]: reads an Apache Spark Structured Streaming checkpoint (read only), to import
 //!   where Spark stopped.
@@ -51,6 +54,8 @@ pub mod redis;
 pub mod spark;
 #[cfg(feature = "sql")]
 pub mod sql;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
 
 pub use error::{StoreError, StoreErrorKind, Stored};
 
@@ -163,7 +168,7 @@ pub trait OffsetStore: Send + Sync {
 }
 
 /// A parsed store spec: `checkpoint:DIR | kafka | sqlite:PATH | postgres://… | mysql://… |
-/// redis://…`. Its `Debug` redacts passwords ([`redact`]).
+/// redis://… | zk://…`. Its `Debug` redacts passwords ([`redact`]).
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StoreSpec {
@@ -179,6 +184,8 @@ pub enum StoreSpec {
     MySql(String),
     /// `redis://…` / `rediss://…`.
     Redis(String),
+    /// `zk://host:port[,host:port…][/chroot]` (or `zookeeper://…`), as given.
+    ZooKeeper(String),
 }
 
 impl std::fmt::Debug for StoreSpec {
@@ -190,6 +197,7 @@ impl std::fmt::Debug for StoreSpec {
             StoreSpec::Postgres(u) => f.debug_tuple("Postgres").field(&redact(u)).finish(),
             StoreSpec::MySql(u) => f.debug_tuple("MySql").field(&redact(u)).finish(),
             StoreSpec::Redis(u) => f.debug_tuple("Redis").field(&redact(u)).finish(),
+            StoreSpec::ZooKeeper(u) => f.debug_tuple("ZooKeeper").field(&redact(u)).finish(),
         }
     }
 }
@@ -233,8 +241,12 @@ impl StoreSpec {
         if spec.starts_with("redis://") || spec.starts_with("rediss://") {
             return Ok(StoreSpec::Redis(spec.to_owned()));
         }
+        if spec.starts_with("zk://") || spec.starts_with("zookeeper://") {
+            return Ok(StoreSpec::ZooKeeper(spec.to_owned()));
+        }
         Err(bad(
-            "expected checkpoint:DIR, kafka, sqlite:PATH, postgres://…, mysql://… or redis://…",
+            "expected checkpoint:DIR, kafka, sqlite:PATH, postgres://…, mysql://…, redis://… or \
+             zk://…",
         ))
     }
 }
@@ -279,6 +291,9 @@ pub enum AnyStore {
     /// Redis.
     #[cfg(feature = "redis")]
     Redis(redis::RedisStore),
+    /// ZooKeeper.
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(zookeeper::ZooKeeperStore),
 }
 
 impl AnyStore {
@@ -294,7 +309,12 @@ impl AnyStore {
     /// Whether the store logs plans before batches run (a restart re-runs exactly the logged
     /// ranges).
     pub fn logs_plans(&self) -> bool {
-        matches!(self, AnyStore::Checkpoint(_))
+        match self {
+            AnyStore::Checkpoint(_) => true,
+            #[cfg(feature = "zookeeper")]
+            AnyStore::ZooKeeper(_) => true,
+            _ => false,
+        }
     }
 }
 
@@ -369,6 +389,16 @@ pub async fn open_store(
             feature: "redis",
         }
         .into()),
+        #[cfg(feature = "zookeeper")]
+        StoreSpec::ZooKeeper(url) => Ok(AnyStore::ZooKeeper(
+            zookeeper::ZooKeeperStore::connect(&url, group).await?,
+        )),
+        #[cfg(not(feature = "zookeeper"))]
+        StoreSpec::ZooKeeper(_) => Err(StoreErrorKind::FeatureDisabled {
+            spec: redact(spec),
+            feature: "zookeeper",
+        }
+        .into()),
     }
 }
 
@@ -381,6 +411,8 @@ macro_rules! dispatch {
             AnyStore::Sql($s) => $e,
             #[cfg(feature = "redis")]
             AnyStore::Redis($s) => $e,
+            #[cfg(feature = "zookeeper")]
+            AnyStore::ZooKeeper($s) => $e,
         }
     };
 }

@@ -1,5 +1,5 @@
 //! Integration tests of every store against the real thing: the file system, PostgreSQL,
-//! MariaDB, Redis (each skipped, with a printed reason, only when its variable is unset) and
+//! MariaDB, Redis, ZooKeeper (each skipped, with a printed reason, only when its variable is unset) and
 //! librdkafka's mock cluster for Kafka group offsets. One binary, helpers in `support`.
 mod checkpoint;
 mod common;
@@ -9,3 +9,5 @@ mod redis;
 #[cfg(feature = "sql")]
 mod sql;
 mod support;
+#[cfg(feature = "zookeeper")]
+mod zookeeper;
