@@ -370,7 +370,7 @@ impl ZooKeeperStore {
                 match source {
                     zk::Error::BadVersion | zk::Error::NodeExists => Ok(false),
                     // A plan someone else removed: forget it and try again.
-                    zk::Error::NoNode if index >= entries.len() + 1 => {
+                    zk::Error::NoNode if index > entries.len() => {
                         if let Some(id) = plans.get(index - entries.len() - 1) {
                             lock(&self.plans).remove(id);
                         }
