@@ -78,7 +78,7 @@ fn zookeeper_store_keeps_the_old_consumers_layout() {
             .commit(&batch(0, &topic, &[(0, 1000, 1010), (1, 2000, 2000)]))
             .await
             .unwrap();
-        let c = store.load(&[topic.clone()]).await.unwrap();
+        let c = store.load(std::slice::from_ref(&topic)).await.unwrap();
         assert_eq!(c.positions, pos(&topic, &[(0, 1010), (1, 2000)]));
 
         // Garbage in a znode is an error naming it, never a position.
