@@ -9,6 +9,7 @@ mod fake_broker;
 mod fetch;
 mod group;
 mod hostile;
+mod import;
 mod kill;
 mod migrate;
 mod output;

@@ -27,7 +27,7 @@ fn kdirect(args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn ok(args: &[&str]) -> String {
+pub(crate) fn ok(args: &[&str]) -> String {
     let o = kdirect(args);
     assert!(
         o.status.success(),
@@ -37,7 +37,7 @@ fn ok(args: &[&str]) -> String {
     String::from_utf8(o.stdout).unwrap()
 }
 
-fn refused(args: &[&str]) -> String {
+pub(crate) fn refused(args: &[&str]) -> String {
     let o = kdirect(args);
     assert!(!o.status.success(), "kdirect {args:?} should fail");
     String::from_utf8(o.stderr).unwrap()
@@ -46,7 +46,13 @@ fn refused(args: &[&str]) -> String {
 /// `kdirect consume --store SPEC -g G --starting none --until-latest`: the (partition, offset)
 /// pairs read. `--starting none` fails on any partition the store has no position for, so
 /// every record read started from an imported position.
-fn consume(boot: &str, topic: &str, store: &str, group: &str, dir: &Path) -> BTreeSet<(i64, i64)> {
+pub(crate) fn consume(
+    boot: &str,
+    topic: &str,
+    store: &str,
+    group: &str,
+    dir: &Path,
+) -> BTreeSet<(i64, i64)> {
     let out = dir.join(format!("out-{}.jsonl", group));
     ok(&[
         "consume",
@@ -77,7 +83,7 @@ fn consume(boot: &str, topic: &str, store: &str, group: &str, dir: &Path) -> BTr
 }
 
 /// Every (partition, offset) in `[from[p], until[p])`.
-fn expected(from: &[i64], until: &[i64]) -> BTreeSet<(i64, i64)> {
+pub(crate) fn expected(from: &[i64], until: &[i64]) -> BTreeSet<(i64, i64)> {
     let mut out = BTreeSet::new();
     for (p, (&f, &u)) in from.iter().zip(until).enumerate() {
         for o in f..u {

@@ -13,7 +13,9 @@
 //!   transaction with version checks, and a plan log beside them;
 //! - [`file_sink`]: the idempotent file sink (one atomically written file per batch id);
 //! - [`spark`]: reads an Apache Spark Structured Streaming checkpoint (read only), to import
-//!   where Spark stopped.
+//!   where Spark stopped;
+//! - [`import`]: reads offsets other programs keep in Redis, SQL tables, ZooKeeper or Kafka,
+//!   in the layouts of the Spark Streaming articles (read only).
 //!
 //! What it does not do: it never fetches records or plans batches (that is `kdirect-engine`),
 //! and it never formats the user's output. Direction: `proto` ← `engine` ← `commit` ←
@@ -48,6 +50,7 @@ pub use kdirect_engine::plan::{OffsetRange, TopicPartition};
 pub mod checkpoint;
 mod error;
 pub mod file_sink;
+pub mod import;
 pub mod kafka;
 #[cfg(feature = "redis")]
 pub mod redis;

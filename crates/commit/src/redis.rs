@@ -256,3 +256,26 @@ impl OffsetStore for RedisStore {
             .map_err(self.err(&format!("kdirect:{}:*", self.group)))
     }
 }
+
+/// Reads a hash of `partition → next offset` (the layout the Spark articles keep a DStream's
+/// offsets in, `offset:<topic>:<group>`), for `kdirect offsets import`.
+pub async fn read_hash(url: &str, key: &str, topic: &str) -> Result<Positions, StoreError> {
+    let store = RedisStore::connect(url, "import").await?;
+    let mut conn = store.conn.clone();
+    let fields: HashMap<String, String> = conn.hgetall(key).await.map_err(store.err(key))?;
+    let mut out = Positions::new();
+    for (p, o) in fields {
+        let p: i32 = p
+            .trim()
+            .parse()
+            .ok()
+            .filter(|p| *p >= 0)
+            .ok_or_else(|| store.corrupt(key, format!("field '{p}' is not a partition")))?;
+        let o: i64 =
+            o.trim().parse().ok().filter(|o| *o >= 0).ok_or_else(|| {
+                store.corrupt(key, format!("partition {p}: '{o}' is not an offset"))
+            })?;
+        out.insert(TopicPartition::new(topic, p), o);
+    }
+    Ok(out)
+}

@@ -155,74 +155,8 @@ impl SqlStore {
         group: &str,
         table: &str,
     ) -> Result<SqlStore, StoreError> {
-        static DRIVERS: Once = Once::new();
-        DRIVERS.call_once(sqlx::any::install_default_drivers);
         identifier("table name", table)?;
-        let database = redact(url);
-        let (dialect, url) = if let Some(rest) = url.strip_prefix("sqlite:") {
-            // Create the file if missing.
-            let rest = rest.trim_start_matches("//");
-            let sep = if rest.contains('?') { '&' } else { '?' };
-            let url = if rest.contains("mode=") || rest == ":memory:" {
-                format!("sqlite:{rest}")
-            } else {
-                format!("sqlite:{rest}{sep}mode=rwc")
-            };
-            (Dialect::Sqlite, url)
-        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            (Dialect::Postgres, url.to_owned())
-        } else if url.starts_with("mysql://") {
-            (Dialect::MySql, url.to_owned())
-        } else if let Some(rest) = url.strip_prefix("mariadb://") {
-            (Dialect::MySql, format!("mysql://{rest}"))
-        } else {
-            return Err(StoreErrorKind::Spec {
-                spec: database,
-                reason: "expected sqlite:PATH, postgres://… or mysql://…".to_owned(),
-            }
-            .into());
-        };
-        let mut options =
-            AnyPoolOptions::new().max_connections(if dialect == Dialect::Sqlite { 4 } else { 8 });
-        if dialect == Dialect::Sqlite {
-            options = options.after_connect(|conn, _| {
-                Box::pin(async move {
-                    // WAL with synchronous=FULL: durable commits, readers never block the writer.
-                    conn.execute("PRAGMA journal_mode=WAL").await?;
-                    conn.execute("PRAGMA synchronous=FULL").await?;
-                    conn.execute("PRAGMA busy_timeout=10000").await?;
-                    Ok(())
-                })
-            });
-        }
-        if dialect != Dialect::Sqlite {
-            // One direct connection first: a pool retries a refused or failed connection until
-            // its acquire timeout (30 s) and then says only "pool timed out"; this reports the
-            // cause at once (connection refused, unknown host, authentication failed).
-            let first = tokio::time::timeout(
-                std::time::Duration::from_secs(10),
-                <sqlx::AnyConnection as sqlx::Connection>::connect(&url),
-            )
-            .await
-            .map_err(|_| sqlx::Error::PoolTimedOut)
-            .and_then(|r| r)
-            .map_err(|source| StoreErrorKind::Sql {
-                database: database.clone(),
-                table: table.to_owned(),
-                context: "connect".to_owned(),
-                source,
-            })?;
-            let _ = sqlx::Connection::close(first).await;
-        }
-        let pool = options
-            .connect(&url)
-            .await
-            .map_err(|source| StoreErrorKind::Sql {
-                database: database.clone(),
-                table: table.to_owned(),
-                context: "connect".to_owned(),
-                source,
-            })?;
+        let (pool, dialect, database) = open_pool(url, table).await?;
         let store = SqlStore {
             pool,
             dialect,
@@ -745,6 +679,184 @@ impl OffsetStore for SqlStore {
         }
         tx.commit().await.map_err(self.err(t, "commit transaction"))
     }
+}
+
+/// Connects a pool to `url` (`table` only names the errors): the dialect, the pool, and the URL
+/// without its password.
+async fn open_pool(url: &str, table: &str) -> Result<(AnyPool, Dialect, String), StoreError> {
+    static DRIVERS: Once = Once::new();
+    DRIVERS.call_once(sqlx::any::install_default_drivers);
+    let database = redact(url);
+    let (dialect, url) = if let Some(rest) = url.strip_prefix("sqlite:") {
+        // Create the file if missing.
+        let rest = rest.trim_start_matches("//");
+        let sep = if rest.contains('?') { '&' } else { '?' };
+        let url = if rest.contains("mode=") || rest == ":memory:" {
+            format!("sqlite:{rest}")
+        } else {
+            format!("sqlite:{rest}{sep}mode=rwc")
+        };
+        (Dialect::Sqlite, url)
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        (Dialect::Postgres, url.to_owned())
+    } else if url.starts_with("mysql://") {
+        (Dialect::MySql, url.to_owned())
+    } else if let Some(rest) = url.strip_prefix("mariadb://") {
+        (Dialect::MySql, format!("mysql://{rest}"))
+    } else {
+        return Err(StoreErrorKind::Spec {
+            spec: database,
+            reason: "expected sqlite:PATH, postgres://… or mysql://…".to_owned(),
+        }
+        .into());
+    };
+    let mut options =
+        AnyPoolOptions::new().max_connections(if dialect == Dialect::Sqlite { 4 } else { 8 });
+    if dialect == Dialect::Sqlite {
+        options = options.after_connect(|conn, _| {
+            Box::pin(async move {
+                // WAL with synchronous=FULL: durable commits, readers never block the writer.
+                conn.execute("PRAGMA journal_mode=WAL").await?;
+                conn.execute("PRAGMA synchronous=FULL").await?;
+                conn.execute("PRAGMA busy_timeout=10000").await?;
+                Ok(())
+            })
+        });
+    }
+    if dialect != Dialect::Sqlite {
+        // One direct connection first: a pool retries a refused or failed connection until
+        // its acquire timeout (30 s) and then says only "pool timed out"; this reports the
+        // cause at once (connection refused, unknown host, authentication failed).
+        let first = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            <sqlx::AnyConnection as sqlx::Connection>::connect(&url),
+        )
+        .await
+        .map_err(|_| sqlx::Error::PoolTimedOut)
+        .and_then(|r| r)
+        .map_err(|source| StoreErrorKind::Sql {
+            database: database.clone(),
+            table: table.to_owned(),
+            context: "connect".to_owned(),
+            source,
+        })?;
+        let _ = sqlx::Connection::close(first).await;
+    }
+    let pool = options
+        .connect(&url)
+        .await
+        .map_err(|source| StoreErrorKind::Sql {
+            database: database.clone(),
+            table: table.to_owned(),
+            context: "connect".to_owned(),
+            source,
+        })?;
+    Ok((pool, dialect, database))
+}
+
+impl Dialect {
+    /// `name` quoted as an identifier (the articles' columns are `partition` and `offset`,
+    /// reserved words in MySQL and PostgreSQL).
+    fn quote(self, name: &str) -> String {
+        match self {
+            Dialect::MySql => format!("`{name}`"),
+            _ => format!("\"{name}\""),
+        }
+    }
+
+    /// `CAST(expr AS <64-bit integer>)`: offsets kept as INT, BIGINT or text all read as i64.
+    fn as_bigint(self, expr: &str) -> String {
+        match self {
+            Dialect::MySql => format!("CAST({expr} AS SIGNED)"),
+            Dialect::Postgres => format!("CAST({expr} AS BIGINT)"),
+            Dialect::Sqlite => format!("CAST({expr} AS INTEGER)"),
+        }
+    }
+}
+
+/// Reads `topic`'s positions for `group` from a table another program keeps offsets in
+/// (`kdirect offsets import`): the newest row per partition by the layout's timestamp column,
+/// or the only one. Creates nothing.
+pub async fn read_offsets_table(
+    url: &str,
+    layout: &crate::import::SqlLayout,
+    topic: &str,
+    group: &str,
+) -> Result<Positions, StoreError> {
+    identifier("table name", &layout.table)?;
+    for c in [
+        &layout.topic,
+        &layout.group,
+        &layout.partition,
+        &layout.offset,
+    ]
+    .into_iter()
+    .chain(layout.timestamp.as_ref())
+    {
+        identifier("column name", c)?;
+    }
+    let (pool, d, database) = open_pool(url, &layout.table).await?;
+    let order = match &layout.timestamp {
+        Some(ts) => format!(" ORDER BY {} DESC", d.quote(ts)),
+        None => String::new(),
+    };
+    let sql = format!(
+        "SELECT {}, {} FROM {} WHERE {} = {} AND {} = {}{order}",
+        d.as_bigint(&d.quote(&layout.partition)),
+        d.as_bigint(&d.quote(&layout.offset)),
+        d.quote(&layout.table),
+        d.quote(&layout.topic),
+        d.placeholder(1),
+        d.quote(&layout.group),
+        d.placeholder(2),
+    );
+    let err = |source| -> StoreError {
+        StoreErrorKind::Sql {
+            database: database.clone(),
+            table: layout.table.clone(),
+            context: format!("reading topic {topic}'s offsets of group '{group}'"),
+            source,
+        }
+        .into()
+    };
+    let rows: Vec<AnyRow> = sqlx::query(&sql)
+        .bind(topic)
+        .bind(group)
+        .fetch_all(&pool)
+        .await
+        .map_err(err)?;
+    let mut out = Positions::new();
+    for row in rows {
+        let p: i64 = row.try_get(0).map_err(err)?;
+        let o: i64 = row.try_get(1).map_err(err)?;
+        let bad = |what: String| -> StoreError {
+            StoreErrorKind::Invalid {
+                what: "imported offset",
+                value: what,
+                reason: format!("in {} table {}", database, layout.table),
+            }
+            .into()
+        };
+        let p = i32::try_from(p)
+            .ok()
+            .filter(|p| *p >= 0)
+            .ok_or_else(|| bad(format!("{topic} partition {p}")))?;
+        if o < 0 {
+            return Err(bad(format!("{topic}-{p} offset {o}")));
+        }
+        let tp = TopicPartition::new(topic, p);
+        if out.contains_key(&tp) {
+            if layout.timestamp.is_none() {
+                return Err(bad(format!(
+                    "{topic}-{p} has several rows and no timestamp column orders them"
+                )));
+            }
+            continue; // an older row: the newest came first
+        }
+        out.insert(tp, o);
+    }
+    pool.close().await;
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -932,7 +932,7 @@ impl DirectStreamBuilder {
     }
 
     /// Like [`store`](Self::store), with the store named by a spec (`checkpoint:DIR`, `kafka`,
-    /// `sqlite:PATH`, `postgres://…`, `mysql://…`, `redis://…`), opened by `build` for the
+    /// `sqlite:PATH`, `postgres://…`, `mysql://…`, `redis://…`, `zk://…`), opened by `build` for the
     /// [`group`](Self::group). The `kafka` store commits through the stream's own
     /// connections.
     pub fn store_spec(mut self, spec: &str) -> Self {
@@ -1012,9 +1012,9 @@ impl DirectStreamBuilder {
             (Some(g), Some(store)) => {
                 if store.logs_plans() {
                     return Err(Error::Misuse(format!(
-                        "{} cannot be shared by the members of a group: a checkpoint directory \
-                         has one writer (as in Spark), and its batch log orders one stream's \
-                         batches. Use --store kafka (the group's offsets, at-least-once) or a \
+                        "{} cannot be shared by the members of a group: it logs each batch's \
+                         plan before the batch runs (a checkpoint directory, ZooKeeper), and \
+                         that log orders one stream's batches (one writer, as in Spark). Use --store kafka (the group's offsets, at-least-once) or a \
                          SQL store (exactly-once) with --join, or drop --join",
                         store.describe()
                     )));

@@ -153,7 +153,8 @@ pub struct Args {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     check_crcs: bool,
     /// Where committed offsets live: `checkpoint:DIR`, `kafka`, `sqlite:PATH`,
-    /// `postgres://…`, `mysql://…` or `redis://…`. Without it, positions live in memory only.
+    /// `postgres://…`, `mysql://…`, `redis://…` or `zk://HOST:PORT[/chroot]`. Without it,
+    /// positions live in memory only.
     #[arg(
         long,
         value_name = "SPEC",

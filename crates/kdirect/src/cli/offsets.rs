@@ -29,6 +29,13 @@ pub enum Command {
     /// and commits/ logs and write the Kafka source's positions to a store (a dry run unless
     /// --execute; needs -b to check them against the log).
     ImportSpark(ImportSparkArgs),
+    /// Start where a Spark Streaming (DStream) job's own offsets say: read them in the
+    /// layouts the articles use — a Redis hash `offset:<topic>:<group>`, a SQL table
+    /// `(topic, group_id, partition, offset, timestamp)`, ZooKeeper's
+    /// `/consumers/<group>/offsets/<topic>/<partition>`, or the group's offsets in Kafka — and
+    /// write them to a store (a dry run unless --execute; needs -b to check them against the
+    /// log).
+    Import(ImportArgs),
 }
 
 /// Arguments of `kdirect offsets list`.
@@ -85,6 +92,7 @@ pub async fn run(cmd: Command) -> Result<ExitCode, CliError> {
         Command::Reset(a) => store_cmd::reset(a).await,
         Command::Migrate(a) => store_cmd::migrate(a).await,
         Command::ImportSpark(a) => store_cmd::import_spark(a).await,
+        Command::Import(a) => store_cmd::import(a).await,
     }
 }
 
@@ -320,6 +328,78 @@ pub struct ImportSparkArgs {
     dry_run: bool,
 }
 
+/// Arguments of `kdirect offsets import`.
+#[derive(Debug, clap::Args)]
+pub struct ImportArgs {
+    /// Where the job kept its offsets: `redis://…`, `postgres://…`, `mysql://…`,
+    /// `sqlite:PATH`, `zk://HOST:PORT[/chroot]`, or `kafka` (the group's offsets, through -b).
+    #[arg(
+        long,
+        value_name = "SOURCE",
+        env = "KDIRECT_IMPORT_FROM",
+        hide_env_values = true
+    )]
+    from: String,
+    /// The topic.
+    #[arg(short, long)]
+    topic: String,
+    /// The group the source keeps the offsets under, when it is not -g's.
+    #[arg(long, value_name = "G")]
+    from_group: Option<String>,
+    /// Redis: the hash's key, `{topic}` and `{group}` replaced.
+    #[arg(long, value_name = "KEY", default_value = kdirect_commit::import::REDIS_KEY)]
+    from_key: String,
+    /// SQL: the table.
+    #[arg(long, value_name = "TABLE", default_value = "offsets")]
+    from_table: String,
+    /// SQL: the columns for topic, group, partition, offset and (optional) the timestamp that
+    /// orders a partition's rows, newest first.
+    #[arg(
+        long,
+        value_name = "T,G,P,O[,TS]",
+        default_value = "topic,group_id,partition,offset,timestamp"
+    )]
+    from_columns: String,
+    /// A position outside its partition's log is refused (with the range) unless this moves
+    /// it inside: below the log start to the start (the records in between are gone), past
+    /// the end to the end.
+    #[arg(long)]
+    clamp: bool,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Write the positions (without it: a dry run that only prints them).
+    #[arg(long, conflicts_with = "dry_run")]
+    execute: bool,
+    /// Only print the positions (the default; for scripts that say it).
+    #[arg(long)]
+    dry_run: bool,
+}
+
+impl ImportArgs {
+    fn layout(&self) -> Result<kdirect_commit::import::SqlLayout, CliError> {
+        let cols: Vec<&str> = self.from_columns.split(',').map(str::trim).collect();
+        let (t, g, p, o, ts) = match cols.as_slice() {
+            [t, g, p, o] => (t, g, p, o, None),
+            [t, g, p, o, ts] => (t, g, p, o, Some((*ts).to_owned())),
+            _ => {
+                return Err(CliError(format!(
+                    "--from-columns '{}': give topic,group,partition,offset[,timestamp] \
+                     column names",
+                    self.from_columns
+                )))
+            }
+        };
+        Ok(kdirect_commit::import::SqlLayout {
+            table: self.from_table.clone(),
+            topic: (*t).to_owned(),
+            group: (*g).to_owned(),
+            partition: (*p).to_owned(),
+            offset: (*o).to_owned(),
+            timestamp: ts,
+        })
+    }
+}
+
 /// Parses `committed|planned`.
 fn parse_take(s: &str) -> Result<kdirect_commit::spark::Take, String> {
     match s {
@@ -359,7 +439,7 @@ mod store_cmd {
     use kdirect_proto::IsolationLevel;
     use serde_json::json;
 
-    use super::{ImportSparkArgs, MigrateArgs, ResetArgs, SetArgs, ShowArgs};
+    use super::{ImportArgs, ImportSparkArgs, MigrateArgs, ResetArgs, SetArgs, ShowArgs};
     use crate::cli::CliError;
 
     fn topics(t: &Option<String>) -> Vec<String> {
@@ -674,6 +754,158 @@ mod store_cmd {
         );
         Ok(ExitCode::SUCCESS)
     }
+    /// Checks `positions` against the log: every partition known to the cluster, every
+    /// position inside `[log start, end]`. Out of the log is refused (with the range), or with
+    /// `clamp` moved to the nearest bound (a note per partition moved); `None`: the command
+    /// has no --clamp.
+    fn inside_log(
+        positions: &Positions,
+        bounds: &crate::cli::common::LogBounds,
+        whose: &str,
+        clamp: Option<bool>,
+    ) -> Result<(Positions, Vec<String>), CliError> {
+        let mut problems = Vec::new();
+        let mut notes = Vec::new();
+        let mut out = Positions::new();
+        for (tp, &o) in positions {
+            let at = bounds
+                .starts
+                .iter()
+                .zip(&bounds.ends)
+                .find(|(s, _)| s.topic == tp.topic && s.partition == tp.partition);
+            match at {
+                None => problems.push(format!(
+                    "{}-{}: in {whose} offsets but not a partition of the cluster (topic \
+                     re-created with fewer partitions?)",
+                    tp.topic, tp.partition
+                )),
+                Some((s, e)) if o < s.offset || o > e.offset => {
+                    let (to, why) = if o < s.offset {
+                        (s.offset, "retention deleted the records since")
+                    } else {
+                        (
+                            e.offset,
+                            "past the end: topic re-created or another cluster?",
+                        )
+                    };
+                    if clamp == Some(true) {
+                        notes.push(format!(
+                            "{}-{}: {whose} position {o} is outside the log [{}, {}] ({why}); \
+                             --clamp moves it to {to}",
+                            tp.topic, tp.partition, s.offset, e.offset
+                        ));
+                        out.insert(tp.clone(), to);
+                    } else {
+                        problems.push(format!(
+                            "{}-{}: {whose} position {o} is outside the log [{}, {}] ({why})",
+                            tp.topic, tp.partition, s.offset, e.offset
+                        ));
+                    }
+                }
+                Some(_) => {
+                    out.insert(tp.clone(), o);
+                }
+            }
+        }
+        if !problems.is_empty() {
+            return Err(CliError(format!(
+                "{}; nothing was written{}",
+                problems.join("; "),
+                if clamp == Some(false) {
+                    " (--clamp moves positions into the log)"
+                } else {
+                    ""
+                }
+            )));
+        }
+        Ok((out, notes))
+    }
+
+    pub async fn import(args: ImportArgs) -> Result<ExitCode, CliError> {
+        use kdirect_commit::import::Source;
+        let source = Source::parse(&args.from, args.layout()?, &args.from_key)?;
+        let from_group = args
+            .from_group
+            .clone()
+            .unwrap_or_else(|| args.store.group.clone());
+        let what = source.describe(&args.topic, &from_group);
+        let cluster = args.store.require_cluster("offsets import").await?;
+        let read = source
+            .read(&args.topic, &from_group, Some(cluster.clone()))
+            .await?;
+        if read.is_empty() {
+            return Err(CliError(format!(
+                "{what} holds no offsets for topic {}; nothing was written",
+                args.topic
+            )));
+        }
+        let topics = vec![args.topic.clone()];
+        let bounds =
+            crate::cli::common::log_bounds(&cluster, &topics, IsolationLevel::ReadUncommitted)
+                .await?;
+        let (positions, notes) = inside_log(&read, &bounds, "the source's", Some(args.clamp))?;
+        let store = if args.execute {
+            Some(args.store.open(&args.store.store, Some(cluster)).await?)
+        } else {
+            args.store
+                .open_if_exists(&args.store.store, Some(cluster))
+                .await?
+        };
+        let before = match &store {
+            Some(s) => s.load(&topics).await?,
+            None => Committed::default(),
+        };
+        let batch_id = before.next_batch_id();
+        let unread: Vec<String> = bounds
+            .partitions
+            .iter()
+            .filter(|(_, p)| !positions.contains_key(&TopicPartition::new(args.topic.clone(), *p)))
+            .map(|(t, p)| format!("{t}-{p}"))
+            .collect();
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "# from {what}")?;
+        for n in &notes {
+            writeln!(out, "# {n}")?;
+        }
+        if !unread.is_empty() {
+            writeln!(
+                out,
+                "# not in the source (kdirect consume starts them per --starting): {}",
+                unread.join(", ")
+            )?;
+        }
+        if args.execute {
+            drop(out);
+            let store = store.expect("opened for --execute");
+            write(&store, &before, batch_id, &positions).await?;
+            eprintln!(
+                "imported {} positions from {what} into {} as batch {batch_id}; `kdirect \
+                 consume --store …` resumes there",
+                positions.len(),
+                store.describe()
+            );
+        } else {
+            writeln!(out, "TOPIC\tPARTITION\tCURRENT-OFFSET\tNEW-OFFSET")?;
+            for (tp, o) in &positions {
+                let was = before
+                    .positions
+                    .get(tp)
+                    .map_or_else(|| "-".to_owned(), |w| w.to_string());
+                writeln!(out, "{}\t{}\t{was}\t{o}", tp.topic, tp.partition)?;
+            }
+            writeln!(
+                out,
+                "# dry run: nothing written; add --execute to write these positions to {} as \
+                 batch {batch_id}",
+                store.as_ref().map_or_else(
+                    || format!("{} (not created yet)", args.store.store),
+                    |s| s.describe()
+                )
+            )?;
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+
     pub async fn import_spark(args: ImportSparkArgs) -> Result<ExitCode, CliError> {
         use kdirect_commit::spark::{SparkCheckpoint, Take};
         use kdirect_commit::StoreErrorKind;
@@ -703,40 +935,8 @@ mod store_cmd {
         let bounds =
             crate::cli::common::log_bounds(&cluster, &topics, IsolationLevel::ReadUncommitted)
                 .await?;
-        let mut problems = Vec::new();
-        for (tp, &o) in &import.positions {
-            let at = bounds
-                .starts
-                .iter()
-                .zip(&bounds.ends)
-                .find(|(s, _)| s.topic == tp.topic && s.partition == tp.partition);
-            match at {
-                None => problems.push(format!(
-                    "{}-{}: in Spark's offsets but not a partition of the cluster (topic \
-                     re-created with fewer partitions?)",
-                    tp.topic, tp.partition
-                )),
-                Some((s, e)) if o < s.offset || o > e.offset => problems.push(format!(
-                    "{}-{}: Spark's position {o} is outside the log [{}, {}] ({})",
-                    tp.topic,
-                    tp.partition,
-                    s.offset,
-                    e.offset,
-                    if o < s.offset {
-                        "retention deleted the records since"
-                    } else {
-                        "past the end: topic re-created or another cluster?"
-                    }
-                )),
-                Some(_) => {}
-            }
-        }
-        if !problems.is_empty() {
-            return Err(CliError(format!(
-                "{}; nothing was written",
-                problems.join("; ")
-            )));
-        }
+        let (_, notes) = inside_log(&import.positions, &bounds, "Spark's", None)?;
+        debug_assert!(notes.is_empty());
         let unread: Vec<String> = bounds
             .partitions
             .iter()

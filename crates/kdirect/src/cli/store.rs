@@ -11,7 +11,7 @@ use super::CliError;
 #[derive(Debug, Clone, clap::Args)]
 pub struct StoreArgs {
     /// Where offsets live: `checkpoint:DIR`, `kafka`, `sqlite:PATH`, `postgres://…`,
-    /// `mysql://…` or `redis://…`.
+    /// `mysql://…`, `redis://…` or `zk://HOST:PORT[/chroot]`.
     #[arg(
         long,
         value_name = "SPEC",
