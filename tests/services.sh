@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs (from Debian, when missing) and starts the services the tests talk to, on loopback:
-# PostgreSQL, MariaDB, Redis, ZooKeeper and Apache Kafka (tests/kafka/kafka.sh), and fetches Apache Spark
+# PostgreSQL, MariaDB, Redis, ZooKeeper, an S3-compatible server (moto) and Apache Kafka (tests/kafka/kafka.sh), and fetches Apache Spark
 # (tests/spark/spark.sh: jars only; the Spark test runs it in local mode). Idempotent: a service
 # already answering is left alone. Meant to be sourced by tests/run (it exports the
 # KDIRECT_TEST_* variables the tests read); `bash tests/services.sh` alone starts them and
@@ -87,6 +87,26 @@ CFG
   wait_up "$zk_port" ZooKeeper
 fi
 
+# --- An S3-compatible server: moto from PyPI (its server mode keeps S3's conditional create,
+# If-None-Match), on 39600 with bucket kdirect-test, for checkpoints on object storage ------
+s3_port=39600
+if ! up "$s3_port"; then
+  moto_home="$here/../target/moto"
+  if [ ! -x "$moto_home/bin/moto_server" ]; then
+    say "installing moto[server] 5.2.5 from PyPI into $moto_home"
+    python3 -m venv "$moto_home" >&2 || { apt_install python3-venv; python3 -m venv "$moto_home" >&2; }
+    "$moto_home/bin/pip" install -q 'moto[server]==5.2.5' >&2
+  fi
+  nohup "$moto_home/bin/moto_server" -H 127.0.0.1 -p "$s3_port" > "$moto_home/server.log" 2>&1 &
+  wait_up "$s3_port" "moto (S3)"
+  "$moto_home/bin/python" - "$s3_port" <<'PY'
+import sys, boto3
+s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{sys.argv[1]}", region_name="us-east-1",
+                  aws_access_key_id="test", aws_secret_access_key="test")
+s3.create_bucket(Bucket="kdirect-test")
+PY
+fi
+
 # --- Apache Kafka (KRaft, from Maven Central jars) ----------------------------------------
 bash "$here/kafka/kafka.sh" up >&2
 
@@ -94,6 +114,7 @@ export KDIRECT_TEST_POSTGRES="postgres://postgres:$pg_password@127.0.0.1:5432/kd
 export KDIRECT_TEST_MYSQL="mysql://kdirect:kdirect@127.0.0.1:3306/kdirect_test"
 export KDIRECT_TEST_REDIS="redis://127.0.0.1:6379/"
 export KDIRECT_TEST_ZOOKEEPER="zk://127.0.0.1:$zk_port"
+export KDIRECT_TEST_S3="http://127.0.0.1:$s3_port/kdirect-test"
 eval "$(bash "$here/kafka/kafka.sh" env)"
 
 # --- Apache Spark (local mode, from Maven Central jars; run by tests/it/spark.rs) -----------

@@ -134,6 +134,11 @@ impl Lcg {
 }
 
 fn spawn(boot: &str, topic: &str, extra: &[&str]) -> Child {
+    spawn_env(boot, topic, extra, &[])
+}
+
+/// [`spawn`] with environment variables for the consumer (a store's settings).
+fn spawn_env(boot: &str, topic: &str, extra: &[&str], envs: &[(&str, &str)]) -> Child {
     let mut args = vec![
         "consume",
         "-b",
@@ -149,6 +154,7 @@ fn spawn(boot: &str, topic: &str, extra: &[&str]) -> Child {
     args.extend_from_slice(extra);
     Command::new(env!("CARGO_BIN_EXE_kdirect"))
         .args(&args)
+        .envs(envs.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -160,6 +166,16 @@ fn spawn(boot: &str, topic: &str, extra: &[&str]) -> Child {
 /// kill delay shrinks whenever a run finishes on its own before it is killed — the test does
 /// not depend on how fast the machine is. Returns each partition's end offset at the end.
 fn run_with_kills(name: &str, source: &Source, extra: &[&str]) -> Vec<i64> {
+    run_with_kills_env(name, source, extra, &[])
+}
+
+/// [`run_with_kills`] with environment variables for every consumer run.
+fn run_with_kills_env(
+    name: &str,
+    source: &Source,
+    extra: &[&str],
+    envs: &[(&str, &str)],
+) -> Vec<i64> {
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -179,7 +195,7 @@ fn run_with_kills(name: &str, source: &Source, extra: &[&str]) -> Vec<i64> {
                 Instant::now() < deadline,
                 "{name}: only {kills} kills before the deadline"
             );
-            let mut child = spawn(&boot, topic, extra);
+            let mut child = spawn_env(&boot, topic, extra, envs);
             // The random moment of the kill: the thing under test, not a wait.
             std::thread::sleep(Duration::from_millis(rng.next(1, hi + 1)));
             if child.try_wait().unwrap().is_some() {
@@ -199,7 +215,9 @@ fn run_with_kills(name: &str, source: &Source, extra: &[&str]) -> Vec<i64> {
         stop.store(true, Ordering::Relaxed);
     });
     // Let it finish: everything produced up to now.
-    let out = spawn(&boot, topic, extra).wait_with_output().unwrap();
+    let out = spawn_env(&boot, topic, extra, envs)
+        .wait_with_output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{name}: {}",
@@ -460,6 +478,38 @@ fn zookeeper_and_file_sink_survive_kill_9_exactly_once() {
         ],
     );
     assert_all(&read_files(&out), &n, true, "zookeeper + file sink");
+}
+
+/// A checkpoint on object storage (an S3-compatible server) with the file sink: the
+/// conditional create of each batch object keeps the checkpoint's exactly-once through kill -9.
+#[test]
+fn object_store_checkpoint_and_file_sink_survive_kill_9_exactly_once() {
+    let test = "object_store_checkpoint_and_file_sink_survive_kill_9_exactly_once";
+    let Some(s3) = service("KDIRECT_TEST_S3", test) else {
+        return;
+    };
+    let (endpoint, bucket) = s3.rsplit_once('/').unwrap();
+    let fake = fake();
+    let tmp = tempdir("s3");
+    let out = tmp.join("out");
+    let ckpt = format!(
+        "checkpoint:s3://{bucket}/kill-{}",
+        tmp.file_name().unwrap().to_string_lossy()
+    );
+    let envs = [
+        ("AWS_ENDPOINT", endpoint),
+        ("AWS_ALLOW_HTTP", "true"),
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+        ("AWS_REGION", "us-east-1"),
+    ];
+    let n = run_with_kills_env(
+        "s3 checkpoint",
+        &fake,
+        &["--store", &ckpt, "--output-dir", out.to_str().unwrap()],
+        &envs,
+    );
+    assert_all(&read_files(&out), &n, true, "s3 checkpoint + file sink");
 }
 
 /// The same against Apache Kafka, on a topic its Java producer wrote.

@@ -274,11 +274,23 @@ pub struct CheckpointStore {
 #[derive(Debug)]
 struct Inner {
     dir: PathBuf,
+    /// Where the files live: a local directory, or a bucket's prefix.
+    backend: Backend,
     retention: usize,
     /// What the directory holds, as of this process's last read or write (`None`: read it
     /// again). The mutex serializes this process's writers; other processes are caught by the
     /// atomic creates, after which the state is read again.
     state: Mutex<Option<DiskState>>,
+}
+
+/// Where a checkpoint's files live.
+#[derive(Debug)]
+enum Backend {
+    /// A local directory (`dir`).
+    Disk,
+    /// Object storage (`dir` is its `s3://bucket/prefix`).
+    #[cfg(feature = "object-store")]
+    Object(crate::object::Bucket),
 }
 
 /// What the directory holds.
@@ -302,8 +314,66 @@ impl CheckpointStore {
         for d in [dir.clone(), dir.join("offsets"), dir.join("commits")] {
             fs::create_dir_all(&d).map_err(io(&d, "create directory"))?;
         }
+        let inner = Inner {
+            dir,
+            backend: Backend::Disk,
+            retention: retention.max(1),
+            state: Mutex::new(None),
+        };
+        inner.open_metadata()?;
+        Ok(CheckpointStore {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Opens (creating if needed) the checkpoint at `url` on object storage
+    /// (`s3://bucket/prefix`, credentials and endpoint from the AWS environment variables),
+    /// with the same layout and guarantees as a directory (see [`crate::object`]'s docs).
+    #[cfg(feature = "object-store")]
+    pub async fn open_object(url: &str, retention: usize) -> Result<CheckpointStore, StoreError> {
+        Self::open_object_with(url, retention, &[]).await
+    }
+
+    /// [`open_object`](Self::open_object) with settings beyond the environment's, by
+    /// object_store's names (`aws_endpoint`, `aws_allow_http`, `aws_region`, …).
+    #[cfg(feature = "object-store")]
+    pub async fn open_object_with(
+        url: &str,
+        retention: usize,
+        config: &[(&str, &str)],
+    ) -> Result<CheckpointStore, StoreError> {
+        let bucket = crate::object::Bucket::open(Path::new(url), config)?;
+        let inner = Inner {
+            dir: bucket.url().to_owned(),
+            backend: Backend::Object(bucket),
+            retention: retention.max(1),
+            state: Mutex::new(None),
+        };
+        let inner = Arc::new(inner);
+        let opening = inner.clone();
+        match tokio::task::spawn_blocking(move || opening.open_metadata()).await {
+            Ok(r) => r?,
+            Err(e) => {
+                return Err(io(&inner.dir, "checkpoint task")(std::io::Error::other(
+                    e.to_string(),
+                )))
+            }
+        }
+        Ok(CheckpointStore { inner })
+    }
+
+    /// Whether `dir` names object storage (`s3://…`) rather than a local directory.
+    pub fn is_object_url(dir: &Path) -> bool {
+        dir.to_str().is_some_and(|s| s.starts_with("s3://"))
+    }
+}
+
+impl Inner {
+    /// Checks the `metadata` file, or creates it for a new checkpoint.
+    fn open_metadata(&self) -> Result<(), StoreError> {
+        let dir = &self.dir;
         let meta = dir.join("metadata");
-        match read_bounded(&meta).and_then(|b| {
+        match self.read(&meta).and_then(|b| {
             String::from_utf8(b).map_err(|e| {
                 StoreErrorKind::Corrupt {
                     path: meta.clone(),
@@ -331,9 +401,9 @@ impl CheckpointStore {
                 if matches!(e.kind(), StoreErrorKind::Io { source, .. }
                     if source.kind() == std::io::ErrorKind::NotFound) =>
             {
-                let id = stream_id(&dir);
+                let id = stream_id(dir);
                 let text = format!("{}\n", serde_json::json!({ "id": id }));
-                match create_new(&dir, &meta, text.as_bytes()) {
+                match self.create(dir, &meta, text.as_bytes()) {
                     Ok(()) => {}
                     // Another process created it first: fine, it is the same stream.
                     Err(e) if matches!(e.kind(), StoreErrorKind::AlreadyExists { .. }) => {}
@@ -342,15 +412,74 @@ impl CheckpointStore {
             }
             Err(e) => return Err(e),
         }
-        Ok(CheckpointStore {
-            inner: Arc::new(Inner {
-                dir,
-                retention: retention.max(1),
-                state: Mutex::new(None),
-            }),
-        })
+        Ok(())
     }
 
+    /// Reads a checkpoint file ([`read_bounded`] on a disk; a bounded GET on object storage,
+    /// where a missing object is the same `NotFound` as a missing file).
+    fn read(&self, path: &Path) -> Result<Vec<u8>, StoreError> {
+        match &self.backend {
+            Backend::Disk => read_bounded(path),
+            #[cfg(feature = "object-store")]
+            Backend::Object(b) => b.read(path, MAX_CHECKPOINT_FILE)?.ok_or_else(|| {
+                io(path, "read")(std::io::Error::from(std::io::ErrorKind::NotFound))
+            }),
+        }
+    }
+
+    /// Creates `path` (in directory `dir`) only if absent ([`create_new`] on a disk; the
+    /// store's conditional write on object storage).
+    fn create(&self, dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Disk => create_new(dir, path, bytes),
+            #[cfg(feature = "object-store")]
+            Backend::Object(b) => b.create(path, bytes),
+        }
+    }
+
+    /// The names in directory `d`.
+    fn list(&self, d: &Path) -> Result<Vec<String>, StoreError> {
+        match &self.backend {
+            Backend::Disk => {
+                let mut names = Vec::new();
+                for entry in fs::read_dir(d).map_err(io(d, "list"))? {
+                    let entry = entry.map_err(io(d, "list"))?;
+                    // A name that is not UTF-8 is no batch file: skipped, as temp files are.
+                    if let Ok(n) = entry.file_name().into_string() {
+                        names.push(n);
+                    }
+                }
+                Ok(names)
+            }
+            #[cfg(feature = "object-store")]
+            Backend::Object(b) => b.list(d),
+        }
+    }
+
+    /// Whether a file exists.
+    fn exists(&self, path: &Path) -> Result<bool, StoreError> {
+        match &self.backend {
+            Backend::Disk => Ok(path.exists()),
+            #[cfg(feature = "object-store")]
+            Backend::Object(b) => b.exists(path),
+        }
+    }
+
+    /// Removes a file (absent is fine).
+    fn remove(&self, path: &Path) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Disk => match fs::remove_file(path) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(io(path, "remove old batch file")(e)),
+            },
+            #[cfg(feature = "object-store")]
+            Backend::Object(b) => b.remove(path),
+        }
+    }
+}
+
+impl CheckpointStore {
     /// The directory.
     pub fn dir(&self) -> &Path {
         &self.inner.dir
@@ -439,7 +568,7 @@ impl Inner {
     }
 
     fn read_file(&self, path: &Path, id: u64) -> Result<CheckpointFile, StoreError> {
-        let bytes = read_bounded(path)?;
+        let bytes = self.read(path)?;
         let text = String::from_utf8(bytes).map_err(|e| {
             StoreError::from(StoreErrorKind::Corrupt {
                 path: path.to_owned(),
@@ -463,6 +592,11 @@ impl Inner {
     /// [`write_new`], replacing a torn file left by a crash (the newest of its directory,
     /// counted as absent by `read_state`) instead of failing on it.
     fn write_batch_file(&self, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+        #[cfg(feature = "object-store")]
+        if let Backend::Object(b) = &self.backend {
+            // An object is written whole or not at all: nothing is ever torn.
+            return b.create(path, bytes);
+        }
         match write_new(path, bytes) {
             Err(e)
                 if matches!(e.kind(), StoreErrorKind::AlreadyExists { .. })
@@ -480,7 +614,7 @@ impl Inner {
     /// at a page boundary — and not parsing. Text cut anywhere else, or garbage, is not a
     /// tear: it is corruption, refused by name (a person must look).
     fn is_torn(&self, path: &Path) -> bool {
-        let Ok(bytes) = read_bounded(path) else {
+        let Ok(bytes) = self.read(path) else {
             return false;
         };
         let parses = std::str::from_utf8(&bytes)
@@ -493,10 +627,8 @@ impl Inner {
     fn ids(&self, sub: &str) -> Result<Vec<u64>, StoreError> {
         let d = self.dir.join(sub);
         let mut ids = Vec::new();
-        for entry in fs::read_dir(&d).map_err(io(&d, "list"))? {
-            let entry = entry.map_err(io(&d, "list"))?;
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
+        for name in self.list(&d)? {
+            let name = name.as_str();
             // Temp files (".N.tmp-…") and editor leftovers are not batch files.
             if name.starts_with('.') {
                 continue;
@@ -505,7 +637,7 @@ impl Inner {
                 Ok(id) if id.to_string() == name => ids.push(id),
                 _ => {
                     return Err(StoreErrorKind::Corrupt {
-                        path: entry.path(),
+                        path: d.join(name),
                         reason:
                             "not a batch file (names are batch ids); move it out of the checkpoint"
                                 .to_owned(),
@@ -754,7 +886,7 @@ impl Inner {
         });
         if !logged {
             let path = self.offsets_path(batch.id);
-            if path.exists() {
+            if self.exists(&path)? {
                 let existing = self.read_file(&path, batch.id)?;
                 if sorted(existing.ranges()) != sorted(batch.ranges.clone()) {
                     return Err(StoreErrorKind::AlreadyExists {
@@ -807,7 +939,7 @@ impl Inner {
     /// a conflict (another writer committed this batch id).
     fn recommit(&self, batch: &PlannedBatch) -> Result<CommitOutcome, StoreError> {
         let path = self.commits_path(batch.id);
-        if !path.exists() {
+        if !self.exists(&path)? {
             return Err(StoreErrorKind::BatchOrder {
                 store: self.describe(),
                 expected: self.expected_next(&self.read_state()?).unwrap_or(0),
@@ -839,12 +971,7 @@ impl Inner {
             .min(committed);
         for id in oldest..keep_from {
             for sub in ["offsets", "commits"] {
-                let p = self.dir.join(sub).join(id.to_string());
-                match fs::remove_file(&p) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(io(&p, "remove old batch file")(e)),
-                }
+                self.remove(&self.dir.join(sub).join(id.to_string()))?;
             }
         }
         Ok(oldest.max(keep_from))
@@ -888,7 +1015,7 @@ impl Inner {
             from: Some(froms(&batch.ranges)),
             offsets: untils(&batch.ranges),
         };
-        create_new(
+        self.create(
             &self.dir.join("offsets"),
             &self.offsets_path(batch_id),
             file.encode().as_bytes(),
@@ -902,7 +1029,7 @@ impl Inner {
             from: None,
             offsets: positions_file(&state),
         };
-        create_new(
+        self.create(
             &self.dir.join("commits"),
             &self.commits_path(batch_id),
             commit.encode().as_bytes(),

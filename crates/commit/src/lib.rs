@@ -2,7 +2,8 @@
 //!
 //! What it does: one [`OffsetStore`] trait and its strategies, one file per backend:
 //! - [`checkpoint`]: a Structured Streaming–style checkpoint directory (`offsets/<N>` written
-//!   before batch N runs, `commits/<N>` after), plain text a person can read and edit;
+//!   before batch N runs, `commits/<N>` after), plain text a person can read and edit, on a
+//!   local disk or (feature `object-store`) on S3 (`checkpoint:s3://bucket/prefix`);
 //! - [`kafka`]: Kafka consumer-group offsets (FindCoordinator, OffsetCommit as a standalone
 //!   consumer, OffsetFetch), visible to standard Kafka tooling;
 //! - `sql` (feature `sql`): SQLite, PostgreSQL and MySQL/MariaDB through sqlx, with the
@@ -52,6 +53,8 @@ mod error;
 pub mod file_sink;
 pub mod import;
 pub mod kafka;
+#[cfg(feature = "object-store")]
+mod object;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod spark;
@@ -338,7 +341,10 @@ pub async fn open_store(
             .into()
         };
         match &parsed {
-            StoreSpec::Checkpoint(dir) if !dir.join("metadata").is_file() => {
+            StoreSpec::Checkpoint(dir)
+                if !checkpoint::CheckpointStore::is_object_url(dir)
+                    && !dir.join("metadata").is_file() =>
+            {
                 return Err(missing(format!(
                     "{} is not a kdirect checkpoint (no metadata file)",
                     dir.display()
@@ -359,6 +365,24 @@ pub async fn open_store(
         }
     }
     match parsed {
+        #[cfg(feature = "object-store")]
+        StoreSpec::Checkpoint(dir) if checkpoint::CheckpointStore::is_object_url(&dir) => {
+            Ok(AnyStore::Checkpoint(
+                checkpoint::CheckpointStore::open_object(
+                    dir.to_str().unwrap_or_default(),
+                    options.retention,
+                )
+                .await?,
+            ))
+        }
+        #[cfg(not(feature = "object-store"))]
+        StoreSpec::Checkpoint(dir) if checkpoint::CheckpointStore::is_object_url(&dir) => {
+            Err(StoreErrorKind::FeatureDisabled {
+                spec: redact(spec),
+                feature: "object-store",
+            }
+            .into())
+        }
         StoreSpec::Checkpoint(dir) => Ok(AnyStore::Checkpoint(checkpoint::CheckpointStore::open(
             dir,
             options.retention,

@@ -4,6 +4,8 @@
 mod checkpoint;
 mod common;
 mod kafka;
+#[cfg(feature = "object-store")]
+mod object;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "sql")]

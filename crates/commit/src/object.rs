@@ -1,0 +1,177 @@
+//! A checkpoint directory on object storage (`checkpoint:s3://bucket/prefix`): the same
+//! `metadata`, `offsets/N` and `commits/N` objects as on a disk, through the `object_store`
+//! crate, so a checkpoint survives losing the machine.
+//!
+//! "Create only if absent" is the store's conditional write (`PutMode::Create`: S3's
+//! `If-None-Match: *`), so of two writers committing one batch, exactly one succeeds — the
+//! guarantee the disk gets from `O_EXCL` and hard links. An object is written whole or not at
+//! all: no torn files to repair. Credentials and endpoint come from the usual environment
+//! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT`,
+//! `AWS_ALLOW_HTTP` for a local S3-compatible server), as every S3 tool reads them.
+//!
+//! The checkpoint's logic is synchronous (it runs on a blocking thread); [`Bucket`] bridges
+//! to the async client with the runtime handle it was opened on.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use object_store::path::Path as Key;
+use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
+
+use crate::{StoreError, StoreErrorKind};
+
+/// A checkpoint's prefix in a bucket.
+#[derive(Debug, Clone)]
+pub(crate) struct Bucket {
+    store: Arc<dyn ObjectStore>,
+    /// The checkpoint's prefix inside the bucket.
+    prefix: Key,
+    /// `s3://bucket/prefix`, the checkpoint's name in messages (its `dir`).
+    url: PathBuf,
+    rt: tokio::runtime::Handle,
+}
+
+fn object_err(path: &Path, op: &'static str, e: impl std::fmt::Display) -> StoreError {
+    StoreErrorKind::Io {
+        path: path.to_owned(),
+        op,
+        source: std::io::Error::other(e.to_string()),
+    }
+    .into()
+}
+
+impl Bucket {
+    /// Opens `s3://bucket/prefix` with the AWS settings of the environment, then `config`
+    /// (object_store's keys: `aws_endpoint`, `aws_allow_http`, `aws_access_key_id`, …). Must
+    /// be called on a tokio runtime (its handle runs the requests).
+    pub(crate) fn open(url: &Path, config: &[(&str, &str)]) -> Result<Bucket, StoreError> {
+        let s = url.to_str().unwrap_or_default();
+        let rest = s.strip_prefix("s3://").unwrap_or(s);
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(StoreErrorKind::Spec {
+                spec: format!("checkpoint:{s}"),
+                reason: "expected checkpoint:s3://BUCKET/PREFIX".to_owned(),
+            }
+            .into());
+        }
+        let mut builder = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+        for (k, v) in config {
+            let key: object_store::aws::AmazonS3ConfigKey =
+                k.parse().map_err(|e| object_err(url, "open", e))?;
+            builder = builder.with_config(key, *v);
+        }
+        let store = builder.build().map_err(|e| object_err(url, "open", e))?;
+        let rt = tokio::runtime::Handle::try_current()
+            .map_err(|e| object_err(url, "open (no tokio runtime)", e))?;
+        Ok(Bucket {
+            store: Arc::new(store),
+            prefix: Key::from(prefix.trim_matches('/')),
+            url: PathBuf::from(format!("s3://{bucket}/{}", prefix.trim_matches('/'))),
+            rt,
+        })
+    }
+
+    /// The checkpoint's name (`s3://bucket/prefix`).
+    pub(crate) fn url(&self) -> &Path {
+        &self.url
+    }
+
+    /// The key of `path` (a path under [`url`](Self::url)).
+    fn key(&self, path: &Path) -> Key {
+        let rel = path.strip_prefix(&self.url).unwrap_or(path);
+        let mut key = self.prefix.clone();
+        for part in rel.iter() {
+            key = key.child(part.to_string_lossy().as_ref());
+        }
+        key
+    }
+
+    /// The object at `path`, refused when larger than `max` bytes; `Ok(None)` if absent.
+    pub(crate) fn read(&self, path: &Path, max: u64) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = self.key(path);
+        self.rt.block_on(async {
+            let got = match self.store.get(&key).await {
+                Ok(g) => g,
+                Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                Err(e) => return Err(object_err(path, "read", e)),
+            };
+            if got.meta.size > max {
+                return Err(StoreErrorKind::Corrupt {
+                    path: path.to_owned(),
+                    reason: format!(
+                        "{} bytes, more than any checkpoint file ({max} bytes at most)",
+                        got.meta.size
+                    ),
+                }
+                .into());
+            }
+            let bytes = got.bytes().await.map_err(|e| object_err(path, "read", e))?;
+            Ok(Some(bytes.to_vec()))
+        })
+    }
+
+    /// Creates the object at `path` only if there is none (the store's conditional write).
+    pub(crate) fn create(&self, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+        let key = self.key(path);
+        let payload = PutPayload::from(bytes.to_vec());
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        self.rt.block_on(async {
+            match self.store.put_opts(&key, payload, opts).await {
+                Ok(_) => Ok(()),
+                Err(object_store::Error::AlreadyExists { .. })
+                | Err(object_store::Error::Precondition { .. }) => {
+                    Err(StoreErrorKind::AlreadyExists {
+                        path: path.to_owned(),
+                        reason: "a batch file is never overwritten".to_owned(),
+                    }
+                    .into())
+                }
+                Err(e) => Err(object_err(path, "create", e)),
+            }
+        })
+    }
+
+    /// The names directly under `dir`.
+    pub(crate) fn list(&self, dir: &Path) -> Result<Vec<String>, StoreError> {
+        let key = self.key(dir);
+        self.rt.block_on(async {
+            let listed = self
+                .store
+                .list_with_delimiter(Some(&key))
+                .await
+                .map_err(|e| object_err(dir, "list", e))?;
+            Ok(listed
+                .objects
+                .into_iter()
+                .filter_map(|o| o.location.filename().map(str::to_owned))
+                .collect())
+        })
+    }
+
+    /// Whether the object at `path` exists.
+    pub(crate) fn exists(&self, path: &Path) -> Result<bool, StoreError> {
+        let key = self.key(path);
+        self.rt.block_on(async {
+            match self.store.head(&key).await {
+                Ok(_) => Ok(true),
+                Err(object_store::Error::NotFound { .. }) => Ok(false),
+                Err(e) => Err(object_err(path, "read", e)),
+            }
+        })
+    }
+
+    /// Deletes the object at `path` (absent is fine).
+    pub(crate) fn remove(&self, path: &Path) -> Result<(), StoreError> {
+        let key = self.key(path);
+        self.rt.block_on(async {
+            match self.store.delete(&key).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(object_err(path, "remove old batch file", e)),
+            }
+        })
+    }
+}
