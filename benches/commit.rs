@@ -7,8 +7,10 @@
 //! - checkpoint: on local disk (under cargo's target tmpdir), one fdatasync per batch file;
 //!   `log_plan` runs outside the timed part, as it runs before the batch.
 //! - sqlite: a file in the same place (WAL, synchronous=FULL).
-//! - postgres / mysql / redis: `KDIRECT_TEST_POSTGRES`, `KDIRECT_TEST_MYSQL`,
-//!   `KDIRECT_TEST_REDIS`; skipped with a printed reason when unset.
+//! - postgres / mysql / redis / zookeeper: `KDIRECT_TEST_POSTGRES`, `KDIRECT_TEST_MYSQL`,
+//!   `KDIRECT_TEST_REDIS`, `KDIRECT_TEST_ZOOKEEPER`; skipped with a printed reason when unset.
+//! - s3-checkpoint: the checkpoint on the S3-compatible server of `KDIRECT_TEST_S3`
+//!   (`http://HOST:PORT/BUCKET`, moto in the test setup: its latency is moto's, not S3's).
 //!
 //! Besides criterion's estimates, each store prints its p50 and p99 over every timed commit.
 use std::path::PathBuf;
@@ -166,6 +168,29 @@ fn commit(c: &mut Criterion) {
     bench_store(c, "postgres", service("KDIRECT_TEST_POSTGRES"));
     bench_store(c, "mysql", service("KDIRECT_TEST_MYSQL"));
     bench_store(c, "redis", service("KDIRECT_TEST_REDIS"));
+    bench_store(
+        c,
+        "zookeeper",
+        service("KDIRECT_TEST_ZOOKEEPER").map(|u| format!("{u}/{}", unique("bench"))),
+    );
+    let s3 = service("KDIRECT_TEST_S3").map(|v| {
+        let (endpoint, bucket) = v
+            .rsplit_once('/')
+            .expect("KDIRECT_TEST_S3=http://HOST:PORT/BUCKET");
+        // The object store reads its settings from the environment, as every S3 tool does;
+        // set before the store opens, while this is the only thread.
+        for (k, v) in [
+            ("AWS_ENDPOINT", endpoint),
+            ("AWS_ALLOW_HTTP", "true"),
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+            ("AWS_REGION", "us-east-1"),
+        ] {
+            std::env::set_var(k, v);
+        }
+        format!("checkpoint:s3://{bucket}/{}", unique("bench"))
+    });
+    bench_store(c, "s3-checkpoint", s3);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
