@@ -9,6 +9,7 @@
 //! - sqlite: a file in the same place (WAL, synchronous=FULL).
 //! - postgres / mysql / redis / zookeeper: `KDIRECT_TEST_POSTGRES`, `KDIRECT_TEST_MYSQL`,
 //!   `KDIRECT_TEST_REDIS`, `KDIRECT_TEST_ZOOKEEPER`; skipped with a printed reason when unset.
+//! - hbase: the REST gateway of `KDIRECT_TEST_HBASE` (standalone HBase on the same machine).
 //! - s3-checkpoint: the checkpoint on the S3-compatible server of `KDIRECT_TEST_S3`
 //!   (`http://HOST:PORT/BUCKET`, moto in the test setup: its latency is moto's, not S3's).
 //!
@@ -173,6 +174,7 @@ fn commit(c: &mut Criterion) {
         "zookeeper",
         service("KDIRECT_TEST_ZOOKEEPER").map(|u| format!("{u}/{}", unique("bench"))),
     );
+    bench_store(c, "hbase", service("KDIRECT_TEST_HBASE"));
     let s3 = service("KDIRECT_TEST_S3").map(|v| {
         let (endpoint, bucket) = v
             .rsplit_once('/')

@@ -241,6 +241,16 @@ pub enum StoreErrorKind {
         /// The client's error, or what is wrong with the znode's data.
         reason: String,
     },
+    /// An HBase REST gateway request failed, or a row holds what the store cannot read.
+    #[error("hbase {server}: {what}: {reason}")]
+    HBase {
+        /// The gateway and table.
+        server: String,
+        /// What was being done, with the row.
+        what: String,
+        /// The HTTP error or status, or what is wrong with the row.
+        reason: String,
+    },
     /// A broker request failed (connection, timeout, protocol) for the Kafka-group store.
     #[error("kafka group '{group}': {source}")]
     Kafka {

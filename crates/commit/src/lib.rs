@@ -9,6 +9,8 @@
 //! - `sql` (feature `sql`): SQLite, PostgreSQL and MySQL/MariaDB through sqlx, with the
 //!   transactional exactly-once API ([`sql::SqlStore::begin`]) and the sink-table helper;
 //! - `redis` (feature `redis`): a hash per group and topic, compare-and-set in a Lua script;
+//! - `hbase` (feature `hbase`): a row per group and topic through HBase's REST gateway,
+//!   compare-and-set by check-and-put;
 //! - `zookeeper` (feature `zookeeper`): the old Kafka consumer's
 //!   `/consumers/<group>/offsets/<topic>/<partition>` znodes, committed in one multi-op
 //!   transaction with version checks, and a plan log beside them;
@@ -51,6 +53,8 @@ pub use kdirect_engine::plan::{OffsetRange, TopicPartition};
 pub mod checkpoint;
 mod error;
 pub mod file_sink;
+#[cfg(feature = "hbase")]
+pub mod hbase;
 pub mod import;
 pub mod kafka;
 #[cfg(feature = "object-store")]
@@ -174,7 +178,7 @@ pub trait OffsetStore: Send + Sync {
 }
 
 /// A parsed store spec: `checkpoint:DIR | kafka | sqlite:PATH | postgres://… | mysql://… |
-/// redis://… | zk://…`. Its `Debug` redacts passwords ([`redact`]).
+/// redis://… | zk://… | hbase://…`. Its `Debug` redacts passwords ([`redact`]).
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StoreSpec {
@@ -192,6 +196,8 @@ pub enum StoreSpec {
     Redis(String),
     /// `zk://host:port[,host:port…][/chroot]` (or `zookeeper://…`), as given.
     ZooKeeper(String),
+    /// `hbase://host:port[/table]`: HBase's REST gateway.
+    HBase(String),
 }
 
 impl std::fmt::Debug for StoreSpec {
@@ -204,6 +210,7 @@ impl std::fmt::Debug for StoreSpec {
             StoreSpec::MySql(u) => f.debug_tuple("MySql").field(&redact(u)).finish(),
             StoreSpec::Redis(u) => f.debug_tuple("Redis").field(&redact(u)).finish(),
             StoreSpec::ZooKeeper(u) => f.debug_tuple("ZooKeeper").field(&redact(u)).finish(),
+            StoreSpec::HBase(u) => f.debug_tuple("HBase").field(&redact(u)).finish(),
         }
     }
 }
@@ -250,9 +257,12 @@ impl StoreSpec {
         if spec.starts_with("zk://") || spec.starts_with("zookeeper://") {
             return Ok(StoreSpec::ZooKeeper(spec.to_owned()));
         }
+        if spec.starts_with("hbase://") {
+            return Ok(StoreSpec::HBase(spec.to_owned()));
+        }
         Err(bad(
-            "expected checkpoint:DIR, kafka, sqlite:PATH, postgres://…, mysql://…, redis://… or \
-             zk://…",
+            "expected checkpoint:DIR, kafka, sqlite:PATH, postgres://…, mysql://…, redis://…, \
+             zk://… or hbase://…",
         ))
     }
 }
@@ -300,6 +310,9 @@ pub enum AnyStore {
     /// ZooKeeper.
     #[cfg(feature = "zookeeper")]
     ZooKeeper(zookeeper::ZooKeeperStore),
+    /// HBase.
+    #[cfg(feature = "hbase")]
+    HBase(hbase::HBaseStore),
 }
 
 impl AnyStore {
@@ -426,6 +439,16 @@ pub async fn open_store(
             feature: "zookeeper",
         }
         .into()),
+        #[cfg(feature = "hbase")]
+        StoreSpec::HBase(url) => Ok(AnyStore::HBase(
+            hbase::HBaseStore::connect(&url, group).await?,
+        )),
+        #[cfg(not(feature = "hbase"))]
+        StoreSpec::HBase(_) => Err(StoreErrorKind::FeatureDisabled {
+            spec: redact(spec),
+            feature: "hbase",
+        }
+        .into()),
     }
 }
 
@@ -440,6 +463,8 @@ macro_rules! dispatch {
             AnyStore::Redis($s) => $e,
             #[cfg(feature = "zookeeper")]
             AnyStore::ZooKeeper($s) => $e,
+            #[cfg(feature = "hbase")]
+            AnyStore::HBase($s) => $e,
         }
     };
 }

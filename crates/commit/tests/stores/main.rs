@@ -1,8 +1,10 @@
 //! Integration tests of every store against the real thing: the file system, PostgreSQL,
-//! MariaDB, Redis, ZooKeeper (each skipped, with a printed reason, only when its variable is unset) and
+//! MariaDB, Redis, ZooKeeper, HBase, an S3-compatible server (each skipped, with a printed reason, only when its variable is unset) and
 //! librdkafka's mock cluster for Kafka group offsets. One binary, helpers in `support`.
 mod checkpoint;
 mod common;
+#[cfg(feature = "hbase")]
+mod hbase;
 mod kafka;
 #[cfg(feature = "object-store")]
 mod object;

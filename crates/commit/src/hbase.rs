@@ -1,0 +1,470 @@
+//! The HBase store, through HBase's REST gateway (`hbase://host:port[/table]`, default table
+//! `kdirect_offsets`): one row per group and topic, a column per partition.
+//!
+//! ```text
+//! row "<group>:<topic>"   o:<partition> = "<next offset>"   o:batch = "<batch id>"
+//! ```
+//!
+//! Each commit is, per topic of the batch, one read of the row (GET) and one check-and-put
+//! (`PUT …?check=put`): HBase writes every cell of the row only if `o:batch` still holds what
+//! the read saw (or is still absent), atomically — a row mutation is atomic in HBase. The read
+//! compares each range's `from` with the stored position, so a stale writer is refused with a
+//! [`StoreErrorKind::Conflict`]; one that raced in between loses the check and reads again.
+//! Two HTTP round trips per topic per commit.
+//!
+//! A batch over several topics writes one row per topic: each is atomic, the batch as a whole
+//! is not (a crash between rows leaves the earlier topics committed, and the rest re-read:
+//! at-least-once). This store logs no plans. Durability is HBase's (its write-ahead log).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
+use serde_json::{json, Value};
+
+use crate::{
+    CommitOutcome, Committed, OffsetStore, PlannedBatch, Positions, StoreError, StoreErrorKind,
+    TopicPartition,
+};
+
+/// The default table.
+pub const DEFAULT_TABLE: &str = "kdirect_offsets";
+
+/// The column family.
+const FAMILY: &str = "o";
+
+/// How many times a commit re-reads after losing a check-and-put race.
+const MAX_RACES: usize = 8;
+
+/// HBase (through its REST gateway) as an [`OffsetStore`].
+#[derive(Clone)]
+pub struct HBaseStore {
+    http: reqwest::Client,
+    /// `http://host:port`.
+    base: String,
+    table: String,
+    group: String,
+}
+
+impl fmt::Debug for HBaseStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HBaseStore")
+            .field("base", &self.base)
+            .field("table", &self.table)
+            .field("group", &self.group)
+            .finish()
+    }
+}
+
+/// A row as read: its cells by qualifier.
+type Row = BTreeMap<String, String>;
+
+/// One partition to write: its partition, new position, and the `from` it must hold (none:
+/// an administrative write without compare-and-set).
+type Write = (i32, i64, Option<i64>);
+
+fn b64(s: &str) -> String {
+    B64.encode(s.as_bytes())
+}
+
+/// Percent-encodes a row key for a URL path.
+fn path_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl HBaseStore {
+    /// Connects to the REST gateway of `spec` (`hbase://host:port[/table]`) for `group`,
+    /// creating the table (family `o`) if it is missing.
+    pub async fn connect(spec: &str, group: &str) -> Result<HBaseStore, StoreError> {
+        let rest = spec.strip_prefix("hbase://").unwrap_or(spec);
+        let (hostport, table) = rest.split_once('/').unwrap_or((rest, ""));
+        let table = if table.trim_matches('/').is_empty() {
+            DEFAULT_TABLE.to_owned()
+        } else {
+            table.trim_matches('/').to_owned()
+        };
+        if hostport.rsplit_once(':').is_none() {
+            return Err(StoreErrorKind::Spec {
+                spec: spec.to_owned(),
+                reason: "expected hbase://HOST:PORT[/TABLE] (the REST gateway's address)"
+                    .to_owned(),
+            }
+            .into());
+        }
+        if !table
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        {
+            return Err(StoreErrorKind::Invalid {
+                what: "HBase table name",
+                value: table,
+                reason: "letters, digits, '_', '-' and '.' only".to_owned(),
+            }
+            .into());
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| hbase_error(spec, "connect", e))?;
+        let store = HBaseStore {
+            http,
+            base: format!("http://{hostport}"),
+            table,
+            group: group.to_owned(),
+        };
+        store.create_table().await?;
+        Ok(store)
+    }
+
+    fn err(&self, what: &str, reason: impl fmt::Display) -> StoreError {
+        hbase_error(&format!("{} table {}", self.base, self.table), what, reason)
+    }
+
+    fn row_key(&self, topic: &str) -> String {
+        format!("{}:{topic}", self.group)
+    }
+
+    fn url(&self, rest: &str) -> String {
+        format!("{}/{}/{rest}", self.base, path_segment(&self.table))
+    }
+
+    async fn create_table(&self) -> Result<(), StoreError> {
+        let url = self.url("schema");
+        let got = self
+            .http
+            .get(&url)
+            .header("Accept", "application/json")
+            .send()
+            .await
+            .map_err(|e| self.err("read the table schema", e))?;
+        if got.status().is_success() {
+            return Ok(());
+        }
+        let body = json!({ "name": self.table, "ColumnSchema": [{ "name": FAMILY }] });
+        let put = self
+            .http
+            .put(&url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(|e| self.err("create the table", e))?;
+        let status = put.status();
+        // Another process may have created it in between: that is fine.
+        if status.is_success() || self.table_exists().await? {
+            return Ok(());
+        }
+        let text = put.text().await.unwrap_or_default();
+        Err(self.err(
+            "create the table",
+            format_args!("HTTP {status}: {}", text.trim()),
+        ))
+    }
+
+    async fn table_exists(&self) -> Result<bool, StoreError> {
+        let got = self
+            .http
+            .get(self.url("schema"))
+            .header("Accept", "application/json")
+            .send()
+            .await
+            .map_err(|e| self.err("read the table schema", e))?;
+        Ok(got.status().is_success())
+    }
+
+    /// Rows whose key is `key` (or, with `prefix`, starts with it): `(key, cells)`.
+    async fn rows(&self, key: &str, prefix: bool) -> Result<Vec<(String, Row)>, StoreError> {
+        let what = format!("read row {key}{}", if prefix { "*" } else { "" });
+        let url = self.url(&format!(
+            "{}{}",
+            path_segment(key),
+            if prefix { "*" } else { "" }
+        ));
+        let got = self
+            .http
+            .get(&url)
+            .header("Accept", "application/json")
+            .send()
+            .await
+            .map_err(|e| self.err(&what, e))?;
+        if got.status() == reqwest::StatusCode::NOT_FOUND {
+            return Ok(Vec::new());
+        }
+        let status = got.status();
+        let text = got.text().await.map_err(|e| self.err(&what, e))?;
+        if !status.is_success() {
+            return Err(self.err(&what, format_args!("HTTP {status}: {}", text.trim())));
+        }
+        let v: Value = serde_json::from_str(&text)
+            .map_err(|e| self.err(&what, format_args!("not a CellSet ({e})")))?;
+        let mut out = Vec::new();
+        for row in v.get("Row").and_then(Value::as_array).into_iter().flatten() {
+            let key = decode(row.get("key"))
+                .ok_or_else(|| self.err(&what, "a row key is not base64 text"))?;
+            let mut cells = Row::new();
+            for cell in row
+                .get("Cell")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let column = decode(cell.get("column"))
+                    .ok_or_else(|| self.err(&what, "a column is not base64 text"))?;
+                let value = decode(cell.get("$"))
+                    .ok_or_else(|| self.err(&what, "a value is not base64 text"))?;
+                if let Some(q) = column.strip_prefix(&format!("{FAMILY}:")) {
+                    cells.insert(q.to_owned(), value);
+                }
+            }
+            out.push((key, cells));
+        }
+        Ok(out)
+    }
+
+    /// Writes `cells` to `topic`'s row if its `o:batch` holds `expected` (`None`: absent).
+    /// `Ok(false)`: the check failed (another writer changed the row).
+    async fn check_and_put(
+        &self,
+        topic: &str,
+        cells: &[(String, String)],
+        expected: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let key = self.row_key(topic);
+        let what = format!("check-and-put row {key}");
+        let mut list: Vec<Value> = cells
+            .iter()
+            .map(|(q, v)| json!({ "column": b64(&format!("{FAMILY}:{q}")), "$": b64(v) }))
+            .collect();
+        // The check cell comes last: `o:batch` must hold `expected` (empty = absent).
+        list.push(json!({
+            "column": b64(&format!("{FAMILY}:batch")),
+            "$": expected.map(b64).unwrap_or_default(),
+        }));
+        let body = json!({ "Row": [{ "key": b64(&key), "Cell": list }] });
+        let got = self
+            .http
+            .put(format!("{}?check=put", self.url(&path_segment(&key))))
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(|e| self.err(&what, e))?;
+        match got.status() {
+            s if s.is_success() => Ok(true),
+            reqwest::StatusCode::NOT_MODIFIED => Ok(false),
+            s => {
+                let text = got.text().await.unwrap_or_default();
+                Err(self.err(&what, format_args!("HTTP {s}: {}", text.trim())))
+            }
+        }
+    }
+
+    fn number<T: std::str::FromStr>(&self, key: &str, q: &str, v: &str) -> Result<T, StoreError> {
+        v.trim().parse().map_err(|_| {
+            self.err(
+                &format!("read row {key}"),
+                format_args!("column {FAMILY}:{q} holds {v:?}, not a number"),
+            )
+        })
+    }
+
+    /// Writes `positions` of `topic` (and `o:batch` = `batch_id`), comparing each with
+    /// `from` first when given: `Ok(None)` written, `Ok(Some(outcome))` nothing to write.
+    async fn write_topic(
+        &self,
+        topic: &str,
+        batch_id: u64,
+        writes: &[Write],
+        conflict_store: &str,
+        batch: Option<&PlannedBatch>,
+    ) -> Result<Option<CommitOutcome>, StoreError> {
+        let key = self.row_key(topic);
+        for _ in 0..MAX_RACES {
+            let row = self
+                .rows(&key, false)
+                .await?
+                .into_iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, r)| r)
+                .unwrap_or_default();
+            let stored_batch = row.get("batch").cloned();
+            let (mut nonempty, mut already) = (0, 0);
+            let mut cells = Vec::with_capacity(writes.len() + 1);
+            for &(p, until, from) in writes {
+                let stored: Option<i64> = row
+                    .get(&p.to_string())
+                    .map(|v| self.number(&key, &p.to_string(), v))
+                    .transpose()?;
+                if let Some(from) = from {
+                    if from != until {
+                        nonempty += 1;
+                    }
+                    match stored {
+                        Some(s)
+                            if s == until
+                                && stored_batch.as_deref() == Some(&batch_id.to_string()) =>
+                        {
+                            if from != until {
+                                already += 1;
+                            }
+                            continue;
+                        }
+                        Some(s) if s != from => {
+                            let r = batch
+                                .and_then(|b| {
+                                    b.ranges
+                                        .iter()
+                                        .find(|r| r.topic == topic && r.partition == p)
+                                })
+                                .cloned()
+                                .unwrap_or_else(|| crate::OffsetRange::new(topic, p, from, until));
+                            return Err(crate::conflict(
+                                &format!("{conflict_store} row {key}"),
+                                &r,
+                                Some(s),
+                            ));
+                        }
+                        _ => {}
+                    }
+                }
+                cells.push((p.to_string(), until.to_string()));
+            }
+            if nonempty > 0 && already == nonempty {
+                return Ok(Some(CommitOutcome::AlreadyCommitted));
+            }
+            cells.push(("batch".to_owned(), batch_id.to_string()));
+            if self
+                .check_and_put(topic, &cells, stored_batch.as_deref())
+                .await?
+            {
+                return Ok(None);
+            }
+        }
+        Err(self.err(
+            &format!("write row {key}"),
+            format_args!(
+                "lost {MAX_RACES} check-and-put races in a row: another writer keeps changing it"
+            ),
+        ))
+    }
+}
+
+fn decode(v: Option<&Value>) -> Option<String> {
+    let s = v?.as_str()?;
+    String::from_utf8(B64.decode(s).ok()?).ok()
+}
+
+fn hbase_error(server: &str, what: &str, reason: impl fmt::Display) -> StoreError {
+    StoreErrorKind::HBase {
+        server: server.to_owned(),
+        what: what.to_owned(),
+        reason: reason.to_string(),
+    }
+    .into()
+}
+
+impl OffsetStore for HBaseStore {
+    fn describe(&self) -> String {
+        format!(
+            "hbase {} table {} group '{}'",
+            self.base, self.table, self.group
+        )
+    }
+
+    async fn load(&self, topics: &[String]) -> Result<Committed, StoreError> {
+        let prefix = format!("{}:", self.group);
+        let mut c = Committed::default();
+        for (key, row) in self.rows(&prefix, true).await? {
+            let Some(topic) = key.strip_prefix(&prefix) else {
+                continue;
+            };
+            // Kafka topic names have no ':': a longer group that shares the prefix is not ours.
+            if topic.contains(':') || (!topics.is_empty() && !topics.iter().any(|t| t == topic)) {
+                continue;
+            }
+            for (q, v) in &row {
+                if q == "batch" {
+                    let b: u64 = self.number(&key, q, v)?;
+                    c.batch_id = Some(c.batch_id.map_or(b, |m: u64| m.max(b)));
+                    continue;
+                }
+                let Ok(p) = q.parse::<i32>() else { continue };
+                if p < 0 {
+                    continue;
+                }
+                c.positions
+                    .insert(TopicPartition::new(topic, p), self.number(&key, q, v)?);
+            }
+        }
+        Ok(c)
+    }
+
+    async fn log_plan(&self, _batch: &PlannedBatch) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn commit(&self, batch: &PlannedBatch) -> Result<CommitOutcome, StoreError> {
+        let mut by_topic: BTreeMap<&str, Vec<Write>> = BTreeMap::new();
+        for r in &batch.ranges {
+            by_topic.entry(r.topic.as_str()).or_default().push((
+                r.partition,
+                r.until,
+                Some(r.from),
+            ));
+        }
+        let mut all_already = !by_topic.is_empty();
+        for (topic, writes) in by_topic {
+            match self
+                .write_topic(topic, batch.id, &writes, &self.describe(), Some(batch))
+                .await?
+            {
+                Some(CommitOutcome::AlreadyCommitted) => {}
+                _ => all_already = false,
+            }
+        }
+        Ok(if all_already {
+            CommitOutcome::AlreadyCommitted
+        } else {
+            CommitOutcome::Committed
+        })
+    }
+
+    async fn set_positions(&self, batch_id: u64, positions: &Positions) -> Result<(), StoreError> {
+        let mut by_topic: BTreeMap<&str, Vec<Write>> = BTreeMap::new();
+        for (tp, &o) in positions {
+            by_topic
+                .entry(tp.topic.as_str())
+                .or_default()
+                .push((tp.partition, o, None));
+        }
+        for (topic, writes) in by_topic {
+            self.write_topic(topic, batch_id, &writes, &self.describe(), None)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_keys_are_escaped_in_urls() {
+        assert_eq!(path_segment("g 1:t.x"), "g%201%3At.x");
+        assert_eq!(path_segment("a/b?c"), "a%2Fb%3Fc");
+    }
+}
