@@ -12,6 +12,7 @@ mod hostile;
 mod kill;
 mod migrate;
 mod output;
+mod progress;
 mod real_kafka;
 mod secure;
 mod spark;
