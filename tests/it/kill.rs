@@ -288,9 +288,10 @@ fn checkpoint_and_file_sink_survive_kill_9_exactly_once() {
     }
 }
 
-/// The trigger decides when batches start, not how they are logged and committed: checkpoint
-/// + file sink stay exactly-once through kill -9 with the as-fast-as-possible trigger and no
-/// ending (each killed run would read on forever) and with a processing-time trigger.
+/// The trigger decides when batches start, not how they are logged and committed: the
+/// checkpoint with the file sink stays exactly-once through kill -9 with the
+/// as-fast-as-possible trigger and no ending (each killed run would read on forever) and with
+/// a processing-time trigger.
 #[test]
 fn checkpoint_and_file_sink_survive_kill_9_under_every_trigger() {
     for (trigger, ending) in [

@@ -112,7 +112,8 @@ pub struct Args {
     /// batch's records/s).
     #[arg(long, value_name = "SECONDS", value_parser = parse_interval, conflicts_with = "quiet")]
     progress_interval: Option<Duration>,
-    /// No progress line, not even on a terminal.
+    /// No progress line and no summary, not even on a terminal (warnings and log lines still
+    /// go to stderr).
     #[arg(short = 'q', long)]
     quiet: bool,
     /// read_uncommitted or read_committed.
