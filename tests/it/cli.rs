@@ -350,7 +350,8 @@ fn properties_files_and_mistyped_keys() {
                 "-t",
                 "pf",
                 "-e",
-                "--progress",
+                "--progress-interval",
+                "0",
                 "--output",
                 "null",
             ])

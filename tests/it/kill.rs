@@ -133,12 +133,20 @@ impl Lcg {
     }
 }
 
-fn spawn(boot: &str, topic: &str, extra: &[&str]) -> Child {
-    spawn_env(boot, topic, extra, &[])
+/// `kdirect consume` from the earliest offsets in batches of 200; with `ending`, up to the
+/// ends seen at its start (`--until-latest`), else on and on.
+fn spawn(boot: &str, topic: &str, extra: &[&str], ending: bool) -> Child {
+    spawn_env(boot, topic, extra, ending, &[])
 }
 
 /// [`spawn`] with environment variables for the consumer (a store's settings).
-fn spawn_env(boot: &str, topic: &str, extra: &[&str], envs: &[(&str, &str)]) -> Child {
+fn spawn_env(
+    boot: &str,
+    topic: &str,
+    extra: &[&str],
+    ending: bool,
+    envs: &[(&str, &str)],
+) -> Child {
     let mut args = vec![
         "consume",
         "-b",
@@ -147,10 +155,12 @@ fn spawn_env(boot: &str, topic: &str, extra: &[&str], envs: &[(&str, &str)]) -> 
         topic,
         "--starting",
         "earliest",
-        "--until-latest",
         "--max-offsets-per-batch",
         "200",
     ];
+    if ending {
+        args.push("--until-latest");
+    }
     args.extend_from_slice(extra);
     Command::new(env!("CARGO_BIN_EXE_kdirect"))
         .args(&args)
@@ -166,7 +176,7 @@ fn spawn_env(boot: &str, topic: &str, extra: &[&str], envs: &[(&str, &str)]) -> 
 /// kill delay shrinks whenever a run finishes on its own before it is killed — the test does
 /// not depend on how fast the machine is. Returns each partition's end offset at the end.
 fn run_with_kills(name: &str, source: &Source, extra: &[&str]) -> Vec<i64> {
-    run_with_kills_env(name, source, extra, &[])
+    run_with_kills_under(name, source, extra, true, &[])
 }
 
 /// [`run_with_kills`] with environment variables for every consumer run.
@@ -174,6 +184,19 @@ fn run_with_kills_env(
     name: &str,
     source: &Source,
     extra: &[&str],
+    envs: &[(&str, &str)],
+) -> Vec<i64> {
+    run_with_kills_under(name, source, extra, true, envs)
+}
+
+/// [`run_with_kills`], the killed runs with an ending (`--until-latest`) or without one (they
+/// never finish on their own; the last run, with the ending, does), with environment variables
+/// for every run.
+fn run_with_kills_under(
+    name: &str,
+    source: &Source,
+    extra: &[&str],
+    ending: bool,
     envs: &[(&str, &str)],
 ) -> Vec<i64> {
     let seed = std::time::SystemTime::now()
@@ -195,7 +218,7 @@ fn run_with_kills_env(
                 Instant::now() < deadline,
                 "{name}: only {kills} kills before the deadline"
             );
-            let mut child = spawn_env(&boot, topic, extra, envs);
+            let mut child = spawn_env(&boot, topic, extra, ending, envs);
             // The random moment of the kill: the thing under test, not a wait.
             std::thread::sleep(Duration::from_millis(rng.next(1, hi + 1)));
             if child.try_wait().unwrap().is_some() {
@@ -215,7 +238,7 @@ fn run_with_kills_env(
         stop.store(true, Ordering::Relaxed);
     });
     // Let it finish: everything produced up to now.
-    let out = spawn_env(&boot, topic, extra, envs)
+    let out = spawn_env(&boot, topic, extra, true, envs)
         .wait_with_output()
         .unwrap();
     assert!(
@@ -293,6 +316,40 @@ fn checkpoint_and_file_sink_survive_kill_9_exactly_once() {
     for e in std::fs::read_dir(&out).unwrap() {
         let n = e.unwrap().file_name().to_string_lossy().into_owned();
         assert!(n.ends_with(".jsonl") || n.contains(".tmp"), "{n}");
+    }
+}
+
+/// The trigger decides when batches start, not how they are logged and committed: the
+/// checkpoint with the file sink stays exactly-once through kill -9 with the
+/// as-fast-as-possible trigger and no ending (each killed run would read on forever) and with
+/// a processing-time trigger.
+#[test]
+fn checkpoint_and_file_sink_survive_kill_9_under_every_trigger() {
+    for (trigger, ending) in [
+        ("as-fast-as-possible", false),
+        ("processing-time=5", false),
+        ("processing-time=5", true),
+    ] {
+        let fake = fake();
+        let tmp = tempdir("ckpt-trigger");
+        let ckpt = format!("checkpoint:{}", tmp.join("ckpt").display());
+        let out = tmp.join("out");
+        let name = format!("checkpoint, {trigger}, ending {ending}");
+        let n = run_with_kills_under(
+            &name,
+            &fake,
+            &[
+                "--trigger",
+                trigger,
+                "--store",
+                &ckpt,
+                "--output-dir",
+                out.to_str().unwrap(),
+            ],
+            ending,
+            &[],
+        );
+        assert_all(&read_files(&out), &n, true, &name);
     }
 }
 
@@ -692,6 +749,7 @@ fn a_full_disk_under_the_checkpoint_is_a_clear_error_and_nothing_is_lost_or_doub
             &fake.bootstrap(),
             fake.topic(),
             &["--store", &ckpt, "--output", file.to_str().unwrap()],
+            true,
         )
         .wait_with_output()
         .unwrap()
@@ -722,7 +780,7 @@ fn run_with_store_cuts(name: &str, fake: &Source, proxy: &CutProxy, extra: &[&st
     let (boot, topic) = (fake.bootstrap(), fake.topic().to_owned());
     // Every run that does not finish was stopped by a cut: four cut runs, then one without.
     for stopped in 0..40 {
-        let child = spawn(&boot, &topic, extra);
+        let child = spawn(&boot, &topic, extra, true);
         if stopped < 4 {
             let delay = Duration::from_millis(rng.next(50, 400));
             let back = Duration::from_millis(rng.next(1000, 2000));

@@ -13,6 +13,7 @@ mod import;
 mod kill;
 mod migrate;
 mod output;
+mod progress;
 mod real_kafka;
 mod secure;
 mod spark;

@@ -939,7 +939,8 @@ fn max_rate_per_partition_holds_in_wall_clock_time() {
         "1000",
         "--output",
         "null",
-        "--progress",
+        "--progress-interval",
+        "0",
         "--stats",
     ]);
     let elapsed = started.elapsed();
@@ -972,7 +973,8 @@ fn processing_time_trigger_spaces_batches() {
         "1000",
         "--output",
         "null",
-        "--progress",
+        "--progress-interval",
+        "0",
     ]);
     let elapsed = started.elapsed();
     let stderr = String::from_utf8_lossy(&o.stderr);
@@ -1012,7 +1014,8 @@ fn backpressure_falls_with_a_slow_sink_and_rises_with_a_fast_one() {
             &format!("checkpoint:{}", dir.join("ckpt").display()),
             "--output",
             fifo.to_str().unwrap(),
-            "--progress",
+            "--progress-interval",
+            "0",
         ])
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -1339,7 +1342,8 @@ fn batches_with_lag_cost_no_metadata_or_list_offsets_round_each() {
             "800",
             "--output",
             "null",
-            "--progress",
+            "--progress-interval",
+            "0",
         ];
         if let Some(a) = ages {
             args.extend(["-X", a]);

@@ -1148,6 +1148,7 @@ impl DirectStreamBuilder {
             adaptive,
             metadata: Mutex::new(None),
             observed: Mutex::new(BTreeMap::new()),
+            lag: Mutex::new(None),
             // A member reads nothing until the group assigns it partitions.
             assigned: Mutex::new(member.as_ref().map(|_| BTreeSet::new())),
             joined_topics: Mutex::new(BTreeMap::new()),
@@ -1253,6 +1254,9 @@ struct Driver {
     /// Each partition's ends as the last Fetch answer for it gave them, and when: they plan
     /// the next batch while younger than `ends.max.age.ms`, instead of a ListOffsets round.
     observed: Mutex<BTreeMap<TopicPartition, (ObservedEnds, Instant)>>,
+    /// The offsets left to read as of the last plan: the sum over its snapshot's partitions
+    /// of end − position (what `kdirect_partition_lag` reports per partition).
+    lag: Mutex<Option<u64>>,
     /// Group mode: the partitions the group assigned this member (`None`: not a member,
     /// every partition is read).
     assigned: Mutex<Option<BTreeSet<TopicPartition>>>,
@@ -1321,6 +1325,7 @@ impl Driver {
         metrics::gauge!("kdirect_memory_in_use_bytes").set(self.budget.in_use() as f64);
         let planner = self.planner();
         let positions = planner.positions();
+        let mut lag = 0u64;
         for s in snap {
             let labels = [
                 ("topic", s.topic.clone()),
@@ -1333,8 +1338,11 @@ impl Driver {
             metrics::gauge!("kdirect_partition_position", &labels).set(position as f64);
             metrics::gauge!("kdirect_partition_end_offset", &labels).set(s.end as f64);
             metrics::gauge!("kdirect_partition_log_start_offset", &labels).set(s.log_start as f64);
-            metrics::gauge!("kdirect_partition_lag", &labels).set((s.end - position).max(0) as f64);
+            let left = (s.end - position).max(0);
+            metrics::gauge!("kdirect_partition_lag", &labels).set(left as f64);
+            lag = lag.saturating_add(left as u64);
         }
+        *self.lag.lock().unwrap_or_else(PoisonError::into_inner) = Some(lag);
     }
 
     /// After an error: the next snapshot refreshes metadata and asks ListOffsets.
@@ -2334,6 +2342,18 @@ impl DirectStream {
     /// The batch id the next plan will get.
     pub fn next_batch_id(&self) -> u64 {
         self.driver.planner().next_batch_id()
+    }
+
+    /// The offsets left to read as of the last planned batch: the sum over the partitions
+    /// that plan saw (a member's assigned ones in group mode) of the log end its snapshot
+    /// found minus the position after the batch. `None` before the first planned batch.
+    /// Records produced since are not counted until the next plan.
+    pub fn lag(&self) -> Option<u64> {
+        *self
+            .driver
+            .lag
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The end offsets captured at start with `until_latest`.

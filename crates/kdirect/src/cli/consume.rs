@@ -14,6 +14,7 @@ use kdirect::{parse_trigger, starting_offsets_json, Ending, Trigger};
 use super::common::ConnectArgs;
 use super::decode::{push_record_json, BytesFormat};
 use super::offsets::parse_isolation;
+use super::progress::{self, note, Mode, Reporter};
 use super::CliError;
 
 /// Arguments of `kdirect consume`.
@@ -99,9 +100,22 @@ pub struct Args {
     /// report the lost range and go on from the log start (failOnDataLoss).
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     fail_on_data_loss: bool,
-    /// One line per batch to stderr: id, records, offsets, the batch's records/s.
-    #[arg(long)]
+    /// Show progress on stderr. On a terminal a line redrawn in place (records, records/s,
+    /// bytes/s, the lag left; under an ending such as --until-latest the percentage done and
+    /// an ETA; with --join the partitions owned) is shown by default; elsewhere (a pipe, a
+    /// file, a journal) nothing unless --progress, which prints a plain `key=value` line
+    /// every --progress-interval seconds. A summary line follows at exit.
+    #[arg(long, conflicts_with = "quiet")]
     progress: bool,
+    /// Plain progress lines this many seconds apart, on a terminal too (implies --progress;
+    /// default 10 without a terminal); 0: one line per batch (id, records, offsets, the
+    /// batch's records/s).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_interval, conflicts_with = "quiet")]
+    progress_interval: Option<Duration>,
+    /// No progress line and no summary, not even on a terminal (warnings and log lines still
+    /// go to stderr).
+    #[arg(short = 'q', long)]
+    quiet: bool,
     /// read_uncommitted or read_committed.
     #[arg(long, default_value = "read_uncommitted", value_parser = parse_isolation)]
     isolation: IsolationLevel,
@@ -198,6 +212,35 @@ pub struct Args {
     /// transaction as the offsets — exactly-once. Replaces `--output`.
     #[arg(long, value_name = "NAME", requires = "store", conflicts_with_all = ["output", "output_dir"])]
     sink_table: Option<String>,
+}
+
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0 && *v <= 86_400.0)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| format!("'{s}' is not a number of seconds from 0 to 86400"))
+}
+
+/// How progress is shown: the live line on a terminal unless `-q` (as cargo does), plain
+/// lines with `--progress` or `--progress-interval` elsewhere (kcat and `pv` print nothing
+/// unless asked when not on a terminal).
+fn progress_mode(args: &Args, stderr_is_terminal: bool) -> Mode {
+    const DEFAULT_EVERY: Duration = Duration::from_secs(10);
+    match args.progress_interval {
+        _ if args.quiet => Mode::Off,
+        Some(d) if d.is_zero() => Mode::PerBatch,
+        Some(d) => Mode::Every(d),
+        None if stderr_is_terminal => Mode::Live,
+        None if args.progress => Mode::Every(DEFAULT_EVERY),
+        None => Mode::Off,
+    }
+}
+
+/// Stderr is a terminal that can redraw a line (`TERM=dumb` cannot).
+fn stderr_is_terminal() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("TERM").is_none_or(|t| t != "dumb")
 }
 
 fn parse_trigger_arg(s: &str) -> Result<Trigger, String> {
@@ -476,31 +519,47 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
     let mut raw: Vec<u8> = Vec::with_capacity(512);
     let mut io_err: Option<std::io::Error> = None;
     let mut last_report = Instant::now();
+    let mut reporter = Reporter::new(progress_mode(&args, stderr_is_terminal()));
+    // The offsets the batches of this run covered (the progress line's share done).
+    let mut offsets_read = 0u64;
+    // Redraws the progress line while a batch is awaited (a quiet topic, a rate limit).
+    let mut ticker = tokio::time::interval(progress::REDRAW_EVERY);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     // SIGINT/SIGTERM: the batch in progress is finished (output and commit), then exit 0; a
     // second signal exits at once without committing.
     let shutdown = Shutdown::install()?;
     loop {
-        let next = tokio::select! {
-            biased;
-            // Waiting for a batch, nothing in flight: stop now.
-            () = shutdown.requested() => break,
-            next = stream.next_batch() => next?,
+        let next = {
+            let next = stream.next_batch();
+            tokio::pin!(next);
+            loop {
+                tokio::select! {
+                    biased;
+                    // Waiting for a batch, nothing in flight: stop now.
+                    () = shutdown.requested() => break None,
+                    next = &mut next => break Some(next),
+                    _ = ticker.tick(), if reporter.ticks() => reporter.tick(),
+                }
+            }
         };
-        let Some(batch) = next else { break };
+        let Some(next) = next else { break };
+        let Some(batch) = next? else { break };
         let (id, offsets, before) = (batch.id(), batch.offset_count(), stats.records);
-        let mut progress = |stats: &Stats| {
-            if args.progress {
+        offsets_read = offsets_read.saturating_add(offsets);
+        let mut progress = |stats: &Stats, stream: &DirectStream| {
+            if reporter.mode() == Mode::PerBatch {
                 let secs = last_report.elapsed().as_secs_f64().max(1e-9);
                 let n = stats.records - before;
-                eprintln!(
+                note!(
                     "kdirect: batch {id}: {n} records, {offsets} offsets, {:.0} records/s",
                     n as f64 / secs
                 );
                 last_report = Instant::now();
             }
+            reporter.update(progress_status(stats, stream, offsets_read), offsets_read);
         };
         for lost in batch.lost() {
-            eprintln!(
+            note!(
                 "kdirect: data loss: {}-{} offsets [{}, {}) are gone ({:?}); continuing from the log start",
                 lost.topic, lost.partition, lost.from, lost.until, lost.reason
             );
@@ -510,7 +569,7 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
             // Exactly-once: records and offsets in one transaction.
             let mut tx = match stream.begin(&batch).await {
                 Err(e) if args.join && is_fenced(&e) => {
-                    eprintln!("kdirect: {e}");
+                    note!("kdirect: {e}");
                     continue;
                 }
                 r => r?,
@@ -523,12 +582,12 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
             tx.insert_batch(sink, &batch).await?;
             stats.batches += 1;
             match stream.commit_transaction(batch, tx).await {
-                Err(e) if args.join && is_fenced(&e) => eprintln!("kdirect: {e}"),
+                Err(e) if args.join && is_fenced(&e) => note!("kdirect: {e}"),
                 r => {
                     r?;
                 }
             }
-            progress(&stats);
+            progress(&stats, &stream);
             if shutdown.is_requested() {
                 break;
             }
@@ -634,14 +693,14 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
         match stream.commit(batch).await {
             // A member that lost its partitions: the batch is abandoned (its records go to
             // the partitions' new owner again), the next batch rejoins.
-            Err(e) if args.join && is_fenced(&e) => eprintln!("kdirect: {e}"),
+            Err(e) if args.join && is_fenced(&e) => note!("kdirect: {e}"),
             r => {
                 r?;
             }
         }
         metrics::counter!("kdirect_records_total").absolute(stats.records);
         metrics::counter!("kdirect_record_bytes_total").absolute(stats.bytes);
-        progress(&stats);
+        progress(&stats, &stream);
         if shutdown.is_requested() || args.count.is_some_and(|c| stats.records >= c) {
             break;
         }
@@ -652,10 +711,35 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
     }
     // A group member leaves its group, so the others take its partitions at once.
     stream.close().await?;
+    reporter.finish();
     if args.stats {
-        eprintln!("{}", stats.line(started.elapsed().as_secs_f64()));
+        note!("{}", stats.line(started.elapsed().as_secs_f64()));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the progress line shows after a batch: the run's counts, the lag the stream's last
+/// plan saw, the offsets left to the ending (under available-now and the other endings) and
+/// a member's partition count.
+fn progress_status(stats: &Stats, stream: &DirectStream, offsets_read: u64) -> progress::Status {
+    let until = stream.until_offsets().map(|until| {
+        let positions = stream.positions();
+        let left = until
+            .iter()
+            .map(|(tp, end)| {
+                let at = positions.get(tp).copied().unwrap_or(*end);
+                end.saturating_sub(at).max(0) as u64
+            })
+            .fold(0u64, u64::saturating_add);
+        (offsets_read, left)
+    });
+    progress::Status {
+        records: stats.records,
+        bytes: stats.bytes,
+        lag: stream.lag(),
+        until,
+        owned: stream.assignment().map(|a| a.len()),
+    }
 }
 
 /// Group mode: a commit refused because the partitions moved to another member.
@@ -679,14 +763,14 @@ fn report_rebalance(group: &str, r: &kdirect::Rebalance) {
     };
     match r {
         kdirect::Rebalance::Revoked { partitions } => {
-            eprintln!("kdirect: group {group}: revoked {}", list(partitions));
+            note!("kdirect: group {group}: revoked {}", list(partitions));
         }
         kdirect::Rebalance::Assigned {
             generation,
             member_id,
             leader,
             partitions,
-        } => eprintln!(
+        } => note!(
             "kdirect: group {group}: generation {generation}, member {member_id}{}: assigned {}",
             if *leader { " (leader)" } else { "" },
             list(partitions)
@@ -733,20 +817,20 @@ impl OutputCover {
                         file.set_len(covered)
                             .and_then(|()| file.sync_data())
                             .map_err(|e| CliError(format!("{shown}: cutting back: {e}")))?;
-                        eprintln!(
+                        note!(
                             "kdirect: {shown}: cut back {} bytes written after the store's last \
                              commit (they are read again)",
                             len - covered
                         );
                         len = covered;
                     }
-                    Some(&(covered, _)) if covered > len => eprintln!(
+                    Some(&(covered, _)) if covered > len => note!(
                         "kdirect: warning: {shown} is shorter ({len} bytes) than what the store \
                          covers ({covered} bytes): records the store counts as written are \
                          missing from it"
                     ),
                     Some(_) => {}
-                    None => eprintln!(
+                    None => note!(
                         "kdirect: warning: {} does not match the store's positions (another \
                          store, or offsets changed by hand): appending to {shown} without \
                          cutting it back",
@@ -857,13 +941,13 @@ impl Shutdown {
                 for sig in signals.forever() {
                     let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
                     if r.swap(true, Ordering::SeqCst) {
-                        eprintln!(
+                        note!(
                             "kdirect: {name} again: exiting now, without committing the batch \
                              in progress (it is read again on the next run)"
                         );
                         std::process::exit(128 + sig);
                     }
-                    eprintln!(
+                    note!(
                         "kdirect: {name}: finishing the batch in progress (output and commit), \
                          then exiting; send it again to exit at once"
                     );

@@ -12,6 +12,7 @@ mod fake_broker;
 mod lag;
 mod metadata;
 mod offsets;
+mod progress;
 mod store;
 
 /// kdirect: read Kafka fast, never lose or double-count a record.
@@ -116,7 +117,8 @@ fn init_logging(verbose: u8, format: LogFormat) {
     let filter = EnvFilter::try_from_env("KDIRECT_LOG").unwrap_or_else(|_| EnvFilter::new(level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        // Through the progress line's lock: a log line erases `consume`'s live line first.
+        .with_writer(|| progress::StderrWriter)
         .with_target(false);
     let _ = match format {
         LogFormat::Text => builder
