@@ -17,6 +17,6 @@ mod secure;
 mod spark;
 mod stream;
 mod stream_store;
-mod truncation;
 mod support;
+mod truncation;
 mod wire;

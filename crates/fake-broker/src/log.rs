@@ -328,7 +328,11 @@ mod tests {
         for _ in 0..4 {
             log.append(&one).unwrap();
         }
-        assert_eq!(log.end_offset_for(0), (0, 4), "the current epoch ends at the log end");
+        assert_eq!(
+            log.end_offset_for(0),
+            (0, 4),
+            "the current epoch ends at the log end"
+        );
         log.assign_epoch(1);
         log.append(&one).unwrap();
         log.append(&one).unwrap();
@@ -342,7 +346,11 @@ mod tests {
         assert_eq!(log.truncate_to(5), 5);
         log.assign_epoch(2);
         log.append(&one).unwrap();
-        assert_eq!(log.end_offset_for(1), (1, 5), "epoch 1 now ends at the truncation");
+        assert_eq!(
+            log.end_offset_for(1),
+            (1, 5),
+            "epoch 1 now ends at the truncation"
+        );
         assert_eq!(log.end_offset_for(2), (2, 6));
         // An epoch between known ones answers the largest below it.
         log.assign_epoch(5);

@@ -40,9 +40,9 @@ use kdirect_engine::fetch::{
 };
 use kdirect_engine::group::{Assignor, GroupConfig, GroupMember};
 use kdirect_engine::plan::{
-    BatchCompletion, DataLossPolicy, DataLossReason, LostRange, OffsetRange, PartitionSnapshot, PidConfig,
-    PlanError, PlanOutcome, Planner, PlannerConfig, RatePolicy, StartOffset, StartPolicy,
-    TimestampLookup, TimestampStrategy, TopicPartition, Trigger, WaitReason,
+    BatchCompletion, DataLossPolicy, DataLossReason, LostRange, OffsetRange, PartitionSnapshot,
+    PidConfig, PlanError, PlanOutcome, Planner, PlannerConfig, RatePolicy, StartOffset,
+    StartPolicy, TimestampLookup, TimestampStrategy, TopicPartition, Trigger, WaitReason,
 };
 use kdirect_engine::record::{OwnedRecord, Record};
 use kdirect_engine::security::{
@@ -1706,22 +1706,19 @@ impl Driver {
                 })
                 .collect()
         };
-        let found = match kdirect_engine::fetch::check_truncation(
-            &self.cluster,
-            &self.budget,
-            &positions,
-        )
-        .await
-        {
-            Ok(found) => found,
-            // Unchecked this time; asked again before the next plan (and the fetch sends the
-            // last fetched epoch meanwhile).
-            Err(e) if e.is_retriable() => {
-                tracing::debug!("truncation check postponed: {e}");
-                return Ok(());
-            }
-            Err(e) => return Err(e),
-        };
+        let found =
+            match kdirect_engine::fetch::check_truncation(&self.cluster, &self.budget, &positions)
+                .await
+            {
+                Ok(found) => found,
+                // Unchecked this time; asked again before the next plan (and the fetch sends the
+                // last fetched epoch meanwhile).
+                Err(e) if e.is_retriable() => {
+                    tracing::debug!("truncation check postponed: {e}");
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            };
         for t in found {
             if self.config.data_loss == DataLossPolicy::Fail {
                 return Err(t.to_error());
@@ -1931,96 +1928,95 @@ impl Driver {
                     let fetch_started = Instant::now();
                     // The plan is made (the planner's positions moved): a fetch that ran out of
                     // retries while the brokers are away is tried again, the same ranges.
-                    let data = loop {
-                        match fetch_ranges_within(
-                            &self.cluster,
-                            &want,
-                            &self.config.fetch,
-                            &self.budget,
-                        )
-                        .await
-                        {
-                            Ok(d) => break d,
-                            Err(e) if e.is_retriable() => {
-                                self.forget();
-                                reconnect.wait(e, &self.config).await?
-                            }
-                            Err(e) => match (self.config.data_loss, e.root().kind()) {
-                                // KIP-320: records an earlier batch handed out are no longer
-                                // in the log (the fetch's diverging epoch). Read on from
-                                // where the new leader's log stops agreeing: the range
-                                // widens back to it, and the batch reports what was lost.
-                                (
-                                    DataLossPolicy::Earliest,
-                                    ErrorKind::Plan(PlanError::DataLoss {
-                                        topic,
-                                        partition,
-                                        lost_from,
-                                        lost_until,
-                                        reason: reason @ DataLossReason::Truncated { .. },
-                                    }),
-                                ) => {
-                                    let Some(r) = want
-                                        .iter_mut()
-                                        .find(|r| r.topic == *topic && r.partition == *partition)
-                                    else {
-                                        return Err(e);
-                                    };
-                                    // Each step moves the range's start back: finite.
-                                    if *lost_from >= r.from || *lost_from < 0 {
-                                        return Err(e);
-                                    }
-                                    tracing::warn!(
-                                        "{e} (failOnDataLoss=false: {topic}-{partition} goes \
+                    let data =
+                        loop {
+                            match fetch_ranges_within(
+                                &self.cluster,
+                                &want,
+                                &self.config.fetch,
+                                &self.budget,
+                            )
+                            .await
+                            {
+                                Ok(d) => break d,
+                                Err(e) if e.is_retriable() => {
+                                    self.forget();
+                                    reconnect.wait(e, &self.config).await?
+                                }
+                                Err(e) => match (self.config.data_loss, e.root().kind()) {
+                                    // KIP-320: records an earlier batch handed out are no longer
+                                    // in the log (the fetch's diverging epoch). Read on from
+                                    // where the new leader's log stops agreeing: the range
+                                    // widens back to it, and the batch reports what was lost.
+                                    (
+                                        DataLossPolicy::Earliest,
+                                        ErrorKind::Plan(PlanError::DataLoss {
+                                            topic,
+                                            partition,
+                                            lost_from,
+                                            lost_until,
+                                            reason: reason @ DataLossReason::Truncated { .. },
+                                        }),
+                                    ) => {
+                                        let Some(r) = want.iter_mut().find(|r| {
+                                            r.topic == *topic && r.partition == *partition
+                                        }) else {
+                                            return Err(e);
+                                        };
+                                        // Each step moves the range's start back: finite.
+                                        if *lost_from >= r.from || *lost_from < 0 {
+                                            return Err(e);
+                                        }
+                                        tracing::warn!(
+                                            "{e} (failOnDataLoss=false: {topic}-{partition} goes \
                                          on at {lost_from})"
-                                    );
-                                    fetch_lost.push(LostRange {
-                                        topic: topic.clone(),
-                                        partition: *partition,
-                                        from: *lost_from,
-                                        until: *lost_until,
-                                        reason: *reason,
-                                    });
-                                    r.from = *lost_from;
-                                    self.forget();
-                                }
-                                (
-                                    DataLossPolicy::Earliest,
-                                    ErrorKind::Plan(PlanError::DataLoss {
-                                        topic,
-                                        partition,
-                                        lost_from,
-                                        lost_until,
-                                        reason,
-                                    }),
-                                ) => {
-                                    let Some(r) = want
-                                        .iter_mut()
-                                        .find(|r| r.topic == *topic && r.partition == *partition)
-                                    else {
-                                        return Err(e);
-                                    };
-                                    let until = (*lost_until).min(r.until);
-                                    if until <= r.from {
-                                        return Err(e);
+                                        );
+                                        fetch_lost.push(LostRange {
+                                            topic: topic.clone(),
+                                            partition: *partition,
+                                            from: *lost_from,
+                                            until: *lost_until,
+                                            reason: *reason,
+                                        });
+                                        r.from = *lost_from;
+                                        self.forget();
                                     }
-                                    // The whole range up to the log start: a failed
-                                    // fetch keeps none of what it read.
-                                    fetch_lost.push(LostRange {
-                                        topic: topic.clone(),
-                                        partition: *partition,
-                                        from: r.from.min(*lost_from),
-                                        until,
-                                        reason: *reason,
-                                    });
-                                    r.from = until;
-                                    want.retain(|r| !r.is_empty());
-                                    self.forget();
-                                }
-                                _ => return Err(e),
-                            },
-                        }
-                    };
+                                    (
+                                        DataLossPolicy::Earliest,
+                                        ErrorKind::Plan(PlanError::DataLoss {
+                                            topic,
+                                            partition,
+                                            lost_from,
+                                            lost_until,
+                                            reason,
+                                        }),
+                                    ) => {
+                                        let Some(r) = want.iter_mut().find(|r| {
+                                            r.topic == *topic && r.partition == *partition
+                                        }) else {
+                                            return Err(e);
+                                        };
+                                        let until = (*lost_until).min(r.until);
+                                        if until <= r.from {
+                                            return Err(e);
+                                        }
+                                        // The whole range up to the log start: a failed
+                                        // fetch keeps none of what it read.
+                                        fetch_lost.push(LostRange {
+                                            topic: topic.clone(),
+                                            partition: *partition,
+                                            from: r.from.min(*lost_from),
+                                            until,
+                                            reason: *reason,
+                                        });
+                                        r.from = until;
+                                        want.retain(|r| !r.is_empty());
+                                        self.forget();
+                                    }
+                                    _ => return Err(e),
+                                },
+                            }
+                        };
                     self.observe(&data);
                     let offsets: u64 = want.iter().map(OffsetRange::len).sum();
                     let bytes: usize = data.iter().map(RangeData::bytes).sum();

@@ -184,11 +184,14 @@ pub async fn check_truncation(
         };
         let mut topics: BTreeMap<&str, Vec<EpochQuery>> = BTreeMap::new();
         for (tp, _, f, epoch) in &asks {
-            topics.entry(tp.topic.as_str()).or_default().push(EpochQuery {
-                partition: tp.partition,
-                current_leader_epoch: *epoch,
-                leader_epoch: f.epoch,
-            });
+            topics
+                .entry(tp.topic.as_str())
+                .or_default()
+                .push(EpochQuery {
+                    partition: tp.partition,
+                    current_leader_epoch: *epoch,
+                    leader_epoch: f.epoch,
+                });
         }
         let topics: Vec<(&str, Vec<EpochQuery>)> = topics.into_iter().collect();
         let req = ofle::request(&topics, version);
@@ -244,7 +247,9 @@ pub async fn check_truncation(
                     }),
                 ),
                 EpochVerdict::Truncated { lost_from } => {
-                    budget.sizing.set_last_fetched(&tp.topic, tp.partition, None);
+                    budget
+                        .sizing
+                        .set_last_fetched(&tp.topic, tp.partition, None);
                     found.push(Truncation {
                         partition: tp,
                         lost_from,
@@ -265,7 +270,9 @@ pub async fn check_truncation(
                         conn.broker(),
                         f.epoch
                     );
-                    budget.sizing.set_last_fetched(&tp.topic, tp.partition, None);
+                    budget
+                        .sizing
+                        .set_last_fetched(&tp.topic, tp.partition, None);
                 }
             }
         }

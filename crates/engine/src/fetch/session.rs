@@ -648,8 +648,7 @@ impl FetchSession {
                 if let Some(p) = self.pos.get_mut(i) {
                     *p = r.from;
                 }
-                if let (Some(e), Some(&s)) = (self.last_epoch.get_mut(i), self.start_epoch.get(i))
-                {
+                if let (Some(e), Some(&s)) = (self.last_epoch.get_mut(i), self.start_epoch.get(i)) {
                     *e = s;
                 }
                 Ok(())

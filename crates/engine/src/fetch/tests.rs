@@ -562,7 +562,11 @@ fn diverging(p: i32, hw: i64, epoch: i32, end_offset: i64) -> FetchedPartition {
 
 /// Reads `[from, until)` of t-0 whole in one answer holding one batch at `epoch`.
 fn read_whole(budget: &MemoryBudget, from: i64, until: i64, epoch: i32) {
-    let mut s = FetchSession::new(&ranges(&[(0, from, until)]), &FetchConfig::default(), budget);
+    let mut s = FetchSession::new(
+        &ranges(&[(0, from, until)]),
+        &FetchConfig::default(),
+        budget,
+    );
     let reqs = s.next_requests(&view(&[1])).unwrap();
     let n = i32::try_from(until - from).unwrap();
     s.on_response(
@@ -710,8 +714,14 @@ fn a_diverging_epoch_inside_the_session_rereads_the_range() {
     assert_eq!(reqs[0].topics[0].partitions[0].last_fetched_epoch, -1);
     let mut log = batch_at_epoch(0, 6, 4);
     log.extend(batch_at_epoch(6, 14, 6));
-    s.on_response(&reqs[0], &broker(1), answer(vec![part(0, 20, log)]), 500, None)
-        .unwrap();
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![part(0, 20, log)]),
+        500,
+        None,
+    )
+    .unwrap();
     assert!(matches!(s.end_round(), RoundEnd::Done));
     let data = s.finish();
     let offsets: Vec<i64> = data[0].records().map(|r| r.unwrap().offset()).collect();

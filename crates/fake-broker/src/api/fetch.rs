@@ -186,10 +186,9 @@ fn plan(st: &mut State, ctx: &Ctx<'_>, req: &FetchRequest) -> Plan {
                 }
             }
             let err = err.or_else(|| {
-                    (p.fetch_offset < part.log.log_start
-                        || p.fetch_offset > part.log.high_watermark())
+                (p.fetch_offset < part.log.log_start || p.fetch_offset > part.log.high_watermark())
                     .then_some(codes::OFFSET_OUT_OF_RANGE)
-                });
+            });
             if let Some(code) = err {
                 pp.error = code;
                 out.any_error = true;
