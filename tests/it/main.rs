@@ -20,4 +20,5 @@ mod spark;
 mod stream;
 mod stream_store;
 mod support;
+mod truncation;
 mod wire;

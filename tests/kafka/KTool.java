@@ -20,6 +20,9 @@
 //   end-offsets    --topic T [--isolation read_committed]   "p offset" per partition
 //   topic-id       --topic T
 //   wait-isr       --topic T --replicas R  (until every partition has R in-sync replicas)
+//   elect-unclean  --topic T [--partition P]   an unclean leader election (retried until the
+//               partition has a leader, up to 60 s); prints the leader's node id
+//   describe       --topic T   "p leader replicas isr" per partition (comma-separated ids)
 //   perf           --topic T --records N [--check-crcs true|false]   the Java consumer in
 //               benches/e2e.rs: reads N records from the start of every partition, tuned for
 //               throughput, and prints "RESULT records= bytes= secs= cpu= rss_kib= checksum="
@@ -70,6 +73,8 @@ public class KTool {
       case "delete-records": deleteRecords(); break;
       case "end-offsets": endOffsets(); break;
       case "topic-id": topicId(); break;
+      case "elect-unclean": electUnclean(); break;
+      case "describe": describe(); break;
       case "wait-isr": waitIsr(); break;
       case "perf": perf(); break;
       case "group-consume": groupConsume(); break;
@@ -156,6 +161,48 @@ public class KTool {
     try (Admin a = admin()) {
       System.out.println(a.describeTopics(List.of(opt("topic"))).allTopicNames().get()
           .get(opt("topic")).topicId());
+    }
+  }
+
+  // An unclean leader election for one partition (Admin.electLeaders, ElectionType.UNCLEAN),
+  // retried until the partition has a leader (up to 60 s): a replica out of the ISR becomes the
+  // leader with whatever its log holds. Prints the leader's node id.
+  static void electUnclean() throws Exception {
+    TopicPartition tp = new TopicPartition(opt("topic"), Integer.parseInt(opt("partition", "0")));
+    try (Admin a = admin()) {
+      Exception last = null;
+      for (int i = 0; i < 600; i++) {
+        try {
+          a.electLeaders(ElectionType.UNCLEAN, Set.of(tp)).partitions().get(10, TimeUnit.SECONDS);
+        } catch (ExecutionException e) {
+          last = e; // ELECTION_NOT_NEEDED once a leader is there; not available before
+        }
+        TopicDescription d = a.describeTopics(List.of(tp.topic())).allTopicNames().get()
+            .get(tp.topic());
+        Node leader = d.partitions().get(tp.partition()).leader();
+        if (leader != null && !leader.isEmpty()) {
+          System.out.println(leader.id());
+          return;
+        }
+        Thread.sleep(100);
+      }
+      throw new IllegalStateException("no leader for " + tp + " after 60 s", last);
+    }
+  }
+
+  // One line per partition: "P LEADER REPLICAS ISR" (replicas and ISR comma-separated; leader
+  // -1 when none).
+  static void describe() throws Exception {
+    try (Admin a = admin()) {
+      TopicDescription d = a.describeTopics(List.of(opt("topic"))).allTopicNames().get()
+          .get(opt("topic"));
+      for (TopicPartitionInfo p : d.partitions()) {
+        StringJoiner r = new StringJoiner(","), isr = new StringJoiner(",");
+        for (Node n : p.replicas()) r.add(Integer.toString(n.id()));
+        for (Node n : p.isr()) isr.add(Integer.toString(n.id()));
+        int leader = p.leader() == null || p.leader().isEmpty() ? -1 : p.leader().id();
+        System.out.println(p.partition() + " " + leader + " " + r + " " + isr);
+      }
     }
   }
 

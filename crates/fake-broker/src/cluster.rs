@@ -320,6 +320,8 @@ impl FakeCluster {
         }
         let body = bytes.slice(8..);
         self.with_log(topic, partition, |p| {
+            // Stamped once, so that every copy shares the same bytes.
+            let body = p.log.stamp(body);
             for _ in 0..times {
                 p.log.push(header, body.clone(), None);
             }
@@ -544,9 +546,36 @@ impl FakeCluster {
         p.leader = broker;
         p.leader_epoch += 1;
         let epoch = p.leader_epoch;
+        p.log.assign_epoch(epoch);
         drop(st);
         self.shared.data_changed.notify_waiters();
         Ok(epoch)
+    }
+
+    /// An unclean leader election (KIP-320's case): `broker` becomes the leader with a
+    /// bumped epoch, and its log had only the offsets below `offset` (rounded down to a batch
+    /// boundary): the rest is gone, and what is appended next is new records at those
+    /// offsets, under the new epoch. Fetches that send a last fetched epoch the log no longer
+    /// agrees with are answered with a diverging epoch, and OffsetForLeaderEpoch answers from
+    /// the leader-epoch cache, as Kafka does. Returns the new epoch and the new log end.
+    pub fn truncate_on_leader_change(
+        &self,
+        topic: &str,
+        partition: i32,
+        broker: i32,
+        offset: i64,
+    ) -> Result<(i32, i64), FakeError> {
+        let mut st = self.shared.lock();
+        st.broker(broker)?;
+        let p = st.partition_mut(topic, partition)?;
+        let end = p.log.truncate_to(offset);
+        p.leader = broker;
+        p.leader_epoch += 1;
+        let epoch = p.leader_epoch;
+        p.log.assign_epoch(epoch);
+        drop(st);
+        self.shared.data_changed.notify_waiters();
+        Ok((epoch, end))
     }
 
     /// Delays every response of `broker` by `delay` (zero to stop).

@@ -17,7 +17,8 @@ pub(crate) struct StoredBatch {
     pub last_offset: i64,
     pub max_timestamp: i64,
     pub control: bool,
-    /// The batch from `batchLength` on.
+    /// The batch from `batchLength` on (its `partitionLeaderEpoch`, bytes 4–8, stamped with
+    /// the leader epoch it was appended under).
     pub body: Bytes,
 }
 
@@ -47,6 +48,12 @@ pub(crate) struct PartitionLog {
     /// producer id → first offset of its open transaction.
     pub open_txns: Vec<(i64, i64)>,
     pub aborted: Vec<AbortedTransaction>,
+    /// The leader epoch batches are appended under (stamped in their header, as a Kafka
+    /// leader does).
+    pub epoch: i32,
+    /// The leader-epoch cache (Kafka's `LeaderEpochFileCache`): each epoch and the offset it
+    /// started at, ascending. Empty: every batch is epoch 0 from offset 0.
+    pub epochs: Vec<(i32, i64)>,
 }
 
 impl PartitionLog {
@@ -79,8 +86,80 @@ impl PartitionLog {
         Ok((first, self.end))
     }
 
+    /// `body` (from `batchLength` on) with `partitionLeaderEpoch` set to the log's epoch: a
+    /// copy only when the header holds another (the field is outside the CRC).
+    pub fn stamp(&self, body: Bytes) -> Bytes {
+        let epoch = self.epoch.to_be_bytes();
+        match body.get(4..8) {
+            Some(e) if e != epoch => {
+                let mut v = body.to_vec();
+                if let Some(e) = v.get_mut(4..8) {
+                    e.copy_from_slice(&epoch);
+                }
+                Bytes::from(v)
+            }
+            _ => body,
+        }
+    }
+
+    /// A new leader epoch from the log end on (a leader elected: Kafka's
+    /// `maybeAssignEpochStartOffset`). Cache entries starting at or past the end go.
+    pub fn assign_epoch(&mut self, epoch: i32) {
+        if self.epochs.is_empty() && epoch != 0 {
+            self.epochs.push((self.epoch, 0));
+        }
+        let end = self.end;
+        self.epochs.retain(|&(_, start)| start < end);
+        self.epochs.push((epoch, end));
+        self.epoch = epoch;
+    }
+
+    /// Kafka's `LeaderEpochFileCache.endOffsetFor`: the largest epoch at or below `requested`
+    /// and its end offset (the next epoch's start; the log end for the current epoch);
+    /// (-1, -1) when `requested` is -1 or above every epoch known.
+    pub fn end_offset_for(&self, requested: i32) -> (i32, i64) {
+        let epochs: &[(i32, i64)] = if self.epochs.is_empty() {
+            &[(0, 0)]
+        } else {
+            &self.epochs
+        };
+        let latest = epochs.last().map_or(0, |e| e.0);
+        if requested < 0 {
+            return (-1, -1);
+        }
+        if requested == latest {
+            return (latest, self.end);
+        }
+        let Some(&(_, higher_start)) = epochs.iter().find(|e| e.0 > requested) else {
+            return (-1, -1);
+        };
+        match epochs.iter().rev().find(|e| e.0 <= requested) {
+            Some(&(floor, _)) => (floor, higher_start),
+            None => (requested, higher_start),
+        }
+    }
+
+    /// An unclean election's effect on the new leader's log: everything from the first batch
+    /// holding an offset at or past `offset` is gone (whole batches, as a follower's log ends).
+    /// Returns the new end.
+    pub fn truncate_to(&mut self, offset: i64) -> i64 {
+        let keep = self.batches.partition_point(|b| b.last_offset < offset);
+        self.batches.truncate(keep);
+        self.end = self
+            .batches
+            .last()
+            .map_or(self.log_start, |b| b.last_offset + 1)
+            .max(self.log_start);
+        let end = self.end;
+        self.epochs.retain(|&(_, start)| start < end || start == 0);
+        self.open_txns.retain(|&(_, first)| first < end);
+        self.aborted.retain(|a| a.last_offset < end);
+        end
+    }
+
     /// Appends a batch body (from `batchLength` on) at the log end.
     pub fn push(&mut self, h: BatchHeader, body: Bytes, marker: Option<ControlType>) {
+        let body = self.stamp(body);
         let base = self.end;
         let last = base + i64::from(h.last_offset_delta);
         if h.is_transactional() && h.producer_id >= 0 {
@@ -238,5 +317,43 @@ mod tests {
         log.advance_start(4);
         assert_eq!(log.batches[0].base_offset, 3);
         assert_eq!(log.first_batch_at(4), 0);
+    }
+
+    /// Kafka's `LeaderEpochFileCache.endOffsetFor` on a log led at epochs 0 [0, 4), 1 [4, 6),
+    /// then truncated to 5 by an unclean election at epoch 2.
+    #[test]
+    fn epoch_ends_follow_the_leader_epoch_cache() {
+        let mut log = PartitionLog::default();
+        let one = encode_batch(&recs(1, 0), &BatchOptions::default()).unwrap();
+        for _ in 0..4 {
+            log.append(&one).unwrap();
+        }
+        assert_eq!(
+            log.end_offset_for(0),
+            (0, 4),
+            "the current epoch ends at the log end"
+        );
+        log.assign_epoch(1);
+        log.append(&one).unwrap();
+        log.append(&one).unwrap();
+        // Appends are stamped with the epoch they were written under.
+        assert_eq!(&log.batches[4].body[4..8], &1i32.to_be_bytes());
+        assert_eq!(&log.batches[0].body[4..8], &0i32.to_be_bytes());
+        assert_eq!(log.end_offset_for(0), (0, 4));
+        assert_eq!(log.end_offset_for(1), (1, 6));
+        assert_eq!(log.end_offset_for(7), (-1, -1), "above every epoch known");
+        assert_eq!(log.end_offset_for(-1), (-1, -1));
+        assert_eq!(log.truncate_to(5), 5);
+        log.assign_epoch(2);
+        log.append(&one).unwrap();
+        assert_eq!(
+            log.end_offset_for(1),
+            (1, 5),
+            "epoch 1 now ends at the truncation"
+        );
+        assert_eq!(log.end_offset_for(2), (2, 6));
+        // An epoch between known ones answers the largest below it.
+        log.assign_epoch(5);
+        assert_eq!(log.end_offset_for(3), (2, 6));
     }
 }

@@ -40,9 +40,9 @@ use kdirect_engine::fetch::{
 };
 use kdirect_engine::group::{Assignor, GroupConfig, GroupMember};
 use kdirect_engine::plan::{
-    BatchCompletion, DataLossPolicy, LostRange, OffsetRange, PartitionSnapshot, PidConfig,
-    PlanError, PlanOutcome, Planner, PlannerConfig, RatePolicy, StartOffset, StartPolicy,
-    TimestampLookup, TimestampStrategy, TopicPartition, Trigger, WaitReason,
+    BatchCompletion, DataLossPolicy, DataLossReason, LostRange, OffsetRange, PartitionSnapshot,
+    PidConfig, PlanError, PlanOutcome, Planner, PlannerConfig, RatePolicy, StartOffset,
+    StartPolicy, TimestampLookup, TimestampStrategy, TopicPartition, Trigger, WaitReason,
 };
 use kdirect_engine::record::{OwnedRecord, Record};
 use kdirect_engine::security::{
@@ -834,8 +834,11 @@ impl DirectStreamBuilder {
         self
     }
 
-    /// `failOnDataLoss`: `true` (the default) fails on records gone before they were read;
-    /// `false` reports the lost range with the batch and goes on from the log start.
+    /// `failOnDataLoss`: `true` (the default) fails on records gone before they were read, and
+    /// on records already read that a leader change truncated away (KIP-320: an unclean
+    /// election, or `acks=1` records the new leader never had); `false` reports the lost
+    /// range with the batch and goes on from the log start (for a truncation: from where the
+    /// new leader's log diverges, reading its records there).
     pub fn fail_on_data_loss(self, fail: bool) -> Self {
         self.data_loss(if fail {
             DataLossPolicy::Fail
@@ -1140,6 +1143,7 @@ impl DirectStreamBuilder {
             replay: Mutex::new(replay),
             topic_ids: Mutex::new(topic_ids),
             recreated: Mutex::new(Vec::new()),
+            rewinds: Mutex::new(BTreeMap::new()),
             cluster,
             budget,
             planner: Mutex::new(planner),
@@ -1237,8 +1241,14 @@ struct Driver {
     replay: Mutex<Option<(u64, Vec<OffsetRange>)>>,
     /// Each topic's id (KIP-516) as first seen; all zeros when the broker sends none.
     topic_ids: Mutex<BTreeMap<String, [u8; 16]>>,
-    /// Partitions of re-created topics, reported with the next batch.
+    /// Partitions of re-created topics, and truncations found before a plan (KIP-320),
+    /// reported with the next batch.
     recreated: Mutex<Vec<LostRange>>,
+    /// KIP-320 under `failOnDataLoss=false`: partitions whose log was truncated under the
+    /// position while the new leader's log reaches past it. The next batch's fetch of each
+    /// starts at the truncation point (the planned range, which the store commits, is left
+    /// as planned: the stored position is still the old one).
+    rewinds: Mutex<BTreeMap<TopicPartition, i64>>,
     cluster: Arc<Cluster>,
     config: StreamConfig,
     budget: MemoryBudget,
@@ -1683,6 +1693,72 @@ impl Driver {
         Ok(())
     }
 
+    /// KIP-320: before planning, asks the leaders of partitions whose leader epoch moved since
+    /// the stream read up to its position whether the log still holds what was read
+    /// ([`kdirect_engine::fetch::check_truncation`]). A truncation fails the stream under
+    /// `failOnDataLoss=true` (the default), naming the partition, the exact lost range and
+    /// the leader; otherwise it is logged, reported with the next batch, and the partition
+    /// goes on at the truncation point — by widening the next fetch back to it when the new
+    /// log reaches the position (the plan and the store keep the old position), or by moving
+    /// the planner's position back when the new log ends below it (the planner would
+    /// otherwise see a position past the end and restart from the log start).
+    async fn check_truncation(&self, snap: &[PartitionSnapshot]) -> Result<(), EngineError> {
+        let positions: Vec<(TopicPartition, i64)> = {
+            let planner = self.planner();
+            let pos = planner.positions();
+            snap.iter()
+                .filter_map(|s| {
+                    let tp = TopicPartition::new(s.topic.clone(), s.partition);
+                    let p = *pos.get(&tp)?;
+                    Some((tp, p))
+                })
+                .collect()
+        };
+        let found =
+            match kdirect_engine::fetch::check_truncation(&self.cluster, &self.budget, &positions)
+                .await
+            {
+                Ok(found) => found,
+                // Unchecked this time; asked again before the next plan (and the fetch sends the
+                // last fetched epoch meanwhile).
+                Err(e) if e.is_retriable() => {
+                    tracing::debug!("truncation check postponed: {e}");
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            };
+        for t in found {
+            if self.config.data_loss == DataLossPolicy::Fail {
+                return Err(t.to_error());
+            }
+            tracing::warn!(
+                "{} (failOnDataLoss=false: {}-{} goes on at {})",
+                t.to_error(),
+                t.partition.topic,
+                t.partition.partition,
+                t.lost_from
+            );
+            let end = snap
+                .iter()
+                .find(|s| s.topic == t.partition.topic && s.partition == t.partition.partition)
+                .map(|s| s.end);
+            if end.is_some_and(|end| end < t.lost_until) {
+                self.planner()
+                    .set_position(t.partition.clone(), t.lost_from);
+            } else {
+                self.rewinds
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(t.partition.clone(), t.lost_from);
+            }
+            self.recreated
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(t.lost());
+        }
+        Ok(())
+    }
+
     /// `e` is "unknown topic" for a topic this stream has read before.
     fn was_known(&self, e: &EngineError) -> bool {
         let ErrorKind::UnknownTopic { topic } = e.root().kind() else {
@@ -1822,6 +1898,7 @@ impl Driver {
             };
             missing_since = None;
             reconnect = Reconnect::default();
+            self.check_truncation(&snap).await?;
             let now = self.now();
             let outcome = self.planner().plan(now, &snap)?;
             match outcome {
@@ -1832,6 +1909,26 @@ impl Driver {
                         .filter(|r| !r.is_empty())
                         .cloned()
                         .collect();
+                    // Truncations found before the plan (KIP-320): read again from where the
+                    // new leader's log stops agreeing with what was read.
+                    let rewinds = std::mem::take(
+                        &mut *self.rewinds.lock().unwrap_or_else(PoisonError::into_inner),
+                    );
+                    for (tp, from) in rewinds {
+                        let same = |r: &&mut OffsetRange| {
+                            r.topic == tp.topic && r.partition == tp.partition
+                        };
+                        if let Some(w) = want.iter_mut().find(same) {
+                            w.from = w.from.min(from);
+                        } else if let Some(p) = plan
+                            .ranges
+                            .iter()
+                            .find(|r| r.topic == tp.topic && r.partition == tp.partition)
+                            .filter(|r| from < r.until)
+                        {
+                            want.push(OffsetRange::new(tp.topic, tp.partition, from, p.until));
+                        }
+                    }
                     // Records retention removed between the plan and the fetch: under
                     // failOnDataLoss=false the range goes on from the log start, and the batch
                     // reports what was lost.
@@ -1839,58 +1936,95 @@ impl Driver {
                     let fetch_started = Instant::now();
                     // The plan is made (the planner's positions moved): a fetch that ran out of
                     // retries while the brokers are away is tried again, the same ranges.
-                    let data = loop {
-                        match fetch_ranges_within(
-                            &self.cluster,
-                            &want,
-                            &self.config.fetch,
-                            &self.budget,
-                        )
-                        .await
-                        {
-                            Ok(d) => break d,
-                            Err(e) if e.is_retriable() => {
-                                self.forget();
-                                reconnect.wait(e, &self.config).await?
-                            }
-                            Err(e) => match (self.config.data_loss, e.root().kind()) {
-                                (
-                                    DataLossPolicy::Earliest,
-                                    ErrorKind::Plan(PlanError::DataLoss {
-                                        topic,
-                                        partition,
-                                        lost_from,
-                                        lost_until,
-                                        reason,
-                                    }),
-                                ) => {
-                                    let Some(r) = want
-                                        .iter_mut()
-                                        .find(|r| r.topic == *topic && r.partition == *partition)
-                                    else {
-                                        return Err(e);
-                                    };
-                                    let until = (*lost_until).min(r.until);
-                                    if until <= r.from {
-                                        return Err(e);
-                                    }
-                                    // The whole range up to the log start: a failed
-                                    // fetch keeps none of what it read.
-                                    fetch_lost.push(LostRange {
-                                        topic: topic.clone(),
-                                        partition: *partition,
-                                        from: r.from.min(*lost_from),
-                                        until,
-                                        reason: *reason,
-                                    });
-                                    r.from = until;
-                                    want.retain(|r| !r.is_empty());
+                    let data =
+                        loop {
+                            match fetch_ranges_within(
+                                &self.cluster,
+                                &want,
+                                &self.config.fetch,
+                                &self.budget,
+                            )
+                            .await
+                            {
+                                Ok(d) => break d,
+                                Err(e) if e.is_retriable() => {
                                     self.forget();
+                                    reconnect.wait(e, &self.config).await?
                                 }
-                                _ => return Err(e),
-                            },
-                        }
-                    };
+                                Err(e) => match (self.config.data_loss, e.root().kind()) {
+                                    // KIP-320: records an earlier batch handed out are no longer
+                                    // in the log (the fetch's diverging epoch). Read on from
+                                    // where the new leader's log stops agreeing: the range
+                                    // widens back to it, and the batch reports what was lost.
+                                    (
+                                        DataLossPolicy::Earliest,
+                                        ErrorKind::Plan(PlanError::DataLoss {
+                                            topic,
+                                            partition,
+                                            lost_from,
+                                            lost_until,
+                                            reason: reason @ DataLossReason::Truncated { .. },
+                                        }),
+                                    ) => {
+                                        let Some(r) = want.iter_mut().find(|r| {
+                                            r.topic == *topic && r.partition == *partition
+                                        }) else {
+                                            return Err(e);
+                                        };
+                                        // Each step moves the range's start back: finite.
+                                        if *lost_from >= r.from || *lost_from < 0 {
+                                            return Err(e);
+                                        }
+                                        tracing::warn!(
+                                            "{e} (failOnDataLoss=false: {topic}-{partition} goes \
+                                         on at {lost_from})"
+                                        );
+                                        fetch_lost.push(LostRange {
+                                            topic: topic.clone(),
+                                            partition: *partition,
+                                            from: *lost_from,
+                                            until: *lost_until,
+                                            reason: *reason,
+                                        });
+                                        r.from = *lost_from;
+                                        self.forget();
+                                    }
+                                    (
+                                        DataLossPolicy::Earliest,
+                                        ErrorKind::Plan(PlanError::DataLoss {
+                                            topic,
+                                            partition,
+                                            lost_from,
+                                            lost_until,
+                                            reason,
+                                        }),
+                                    ) => {
+                                        let Some(r) = want.iter_mut().find(|r| {
+                                            r.topic == *topic && r.partition == *partition
+                                        }) else {
+                                            return Err(e);
+                                        };
+                                        let until = (*lost_until).min(r.until);
+                                        if until <= r.from {
+                                            return Err(e);
+                                        }
+                                        // The whole range up to the log start: a failed
+                                        // fetch keeps none of what it read.
+                                        fetch_lost.push(LostRange {
+                                            topic: topic.clone(),
+                                            partition: *partition,
+                                            from: r.from.min(*lost_from),
+                                            until,
+                                            reason: *reason,
+                                        });
+                                        r.from = until;
+                                        want.retain(|r| !r.is_empty());
+                                        self.forget();
+                                    }
+                                    _ => return Err(e),
+                                },
+                            }
+                        };
                     self.observe(&data);
                     let offsets: u64 = want.iter().map(OffsetRange::len).sum();
                     let bytes: usize = data.iter().map(RangeData::bytes).sum();
@@ -2733,7 +2867,7 @@ pub const SETTINGS_REFERENCE: &[(&str, &str, &str)] = &[
     ("maxRatePerPartition", "", "Most records per partition per second, held in wall-clock time."),
     ("minOffsetsPerTrigger", "", "A batch waits for this many offsets, up to maxTriggerDelay."),
     ("maxTriggerDelay", "900000", "The longest a batch waits for minOffsetsPerTrigger (ms)."),
-    ("failOnDataLoss", "true", "Data lost to retention or a re-created topic fails the stream; false reports it and goes on."),
+    ("failOnDataLoss", "true", "Data lost to retention, a re-created topic or a log truncated by a leader change (KIP-320) fails the stream; false reports the exact range and goes on."),
     ("backpressure.enabled", "false", "Spark's PID rate estimator, from each batch's processing time."),
     ("batch.interval.ms", "1000", "The interval rates and backpressure are computed over."),
     ("minRatePerPartition", "", "Backpressure never lowers a partition's rate below this."),

@@ -154,10 +154,16 @@ proptest! {
             id: [7; 16],
             partitions: parts.iter().map(|(p, o, m, e)| PartitionFetch {
                 partition: *p, fetch_offset: *o, partition_max_bytes: *m, current_leader_epoch: *e,
+                last_fetched_epoch: e - 1,
             }).collect(),
         }];
         let back = roundtrip::<Fetch>(&fetch::request(&params, &topics, version).unwrap(), version);
         prop_assert_eq!(back.isolation_level, iso.as_i8());
+        // The last fetched epoch (KIP-320) is carried from v12 on, and -1 below it.
+        for (sent, (_, _, _, e)) in back.topics[0].partitions.iter().zip(&parts) {
+            let want = if version >= fetch::FIRST_FLEXIBLE_VERSION { e - 1 } else { -1 };
+            prop_assert_eq!(sent.last_fetched_epoch, want);
+        }
     }
 }
 

@@ -68,7 +68,7 @@ proptest! {
         let topics = vec![TopicFetch {
             name: "events".into(),
             id: [7; 16],
-            partitions: parts.iter().map(|(p, o, m)| PartitionFetch { partition: *p, fetch_offset: *o, partition_max_bytes: *m, current_leader_epoch: 3 }).collect(),
+            partitions: parts.iter().map(|(p, o, m)| PartitionFetch { partition: *p, fetch_offset: *o, partition_max_bytes: *m, current_leader_epoch: 3, last_fetched_epoch: 2 }).collect(),
         }];
         let req = fetch::request(&params, &topics, version).unwrap();
         let frame = encode_request::<Fetch>(&req, version, 42, Some("kdirect-test")).unwrap();

@@ -29,10 +29,12 @@ use crate::error::{BrokerName, Error, ErrorKind};
 use crate::plan::TopicPartition;
 use crate::record::{DecodeError, DecodeOptions, OwnedRecord, Record, RecordBatch, Scratch};
 
+mod epoch;
 mod session;
 #[cfg(test)]
 mod tests;
 
+pub use epoch::{check_truncation, judge_epoch_end, EpochVerdict, Truncation};
 pub use session::{FetchSession, LeaderRequest, RoundEnd};
 
 pub use crate::plan::OffsetRange;
@@ -99,6 +101,24 @@ struct Sizing {
     /// KIP-392: the replica each partition's leader pointed this client at (`client.rack`),
     /// by topic and partition. Dropped on any error from that replica (back to the leader).
     read_replicas: Mutex<std::collections::HashMap<(String, i32), i32>>,
+    /// KIP-320: where the last completed fetch of each partition ended, with the epoch of the
+    /// last batch it read (sent as `last_fetched_epoch` by the next fetch from there).
+    fetched: Mutex<std::collections::HashMap<(String, i32), LastFetched>>,
+}
+
+/// KIP-320: where the last completed fetch of a partition left it, and the epoch of the last
+/// record batch read before there. A fetch that starts at `position` sends `epoch` as its
+/// `last_fetched_epoch`, and the broker answers a log that no longer has those records with
+/// a diverging epoch; after a leader change, [`check_truncation`] asks the new leader
+/// (OffsetForLeaderEpoch) before anything more is planned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastFetched {
+    /// The next offset to read.
+    pub position: i64,
+    /// The `partition_leader_epoch` of the last batch read before `position`.
+    pub epoch: i32,
+    /// The partition's leader epoch in the metadata when it was read (or last validated).
+    pub leader_epoch: i32,
 }
 
 impl Sizing {
@@ -119,6 +139,24 @@ impl Sizing {
             .unwrap_or_else(PoisonError::into_inner);
         match replica {
             Some(r) => m.insert((topic.to_owned(), partition), r),
+            None => m.remove(&(topic.to_owned(), partition)),
+        };
+    }
+
+    /// Where the last completed fetch left `topic`-`partition`.
+    pub(crate) fn last_fetched(&self, topic: &str, partition: i32) -> Option<LastFetched> {
+        self.fetched
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&(topic.to_owned(), partition))
+            .copied()
+    }
+
+    /// Remembers (or, with `None`, forgets) where a fetch left `topic`-`partition`.
+    pub(crate) fn set_last_fetched(&self, topic: &str, partition: i32, at: Option<LastFetched>) {
+        let mut m = self.fetched.lock().unwrap_or_else(PoisonError::into_inner);
+        match at {
+            Some(at) => m.insert((topic.to_owned(), partition), at),
             None => m.remove(&(topic.to_owned(), partition)),
         };
     }
@@ -192,6 +230,13 @@ impl MemoryBudget {
             .max_batch
             .load(std::sync::atomic::Ordering::Relaxed);
         (max > 0).then(|| usize::try_from(max).unwrap_or(usize::MAX))
+    }
+
+    /// KIP-320: where the last completed fetch on this budget left `topic`-`partition`, and the
+    /// epoch of the last batch it read; `None` if no fetch read it (or a truncation check
+    /// dropped it).
+    pub fn last_fetched(&self, topic: &str, partition: i32) -> Option<LastFetched> {
+        self.sizing.last_fetched(topic, partition)
     }
 
     /// How many reservations found the budget full and waited for room (the prefetch waiting
@@ -672,6 +717,8 @@ pub async fn wait_for_data(
                         fetch_offset: *pos,
                         partition_max_bytes: 1,
                         current_leader_epoch: *epoch,
+                        // The long-poll reads nothing: the batch's fetch validates.
+                        last_fetched_epoch: -1,
                     });
             }
             let topics: Vec<fetch::TopicFetch> = topics.into_values().collect();

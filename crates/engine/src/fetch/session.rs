@@ -15,11 +15,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use kdirect_proto::api::fetch::{FetchParams, FetchView, PartitionFetch, TopicFetch};
+use kdirect_proto::api::fetch::{EpochEnd, FetchParams, FetchView, PartitionFetch, TopicFetch};
 use kdirect_proto::message::Api;
 use kdirect_proto::{ErrorCode, IsolationLevel};
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::epoch::{judge_epoch_end, EpochVerdict};
 use super::{Chunk, FetchConfig, MemoryBudget, ObservedEnds, RangeData, ScratchPool, Sizing};
 use crate::cluster::ClusterView;
 use crate::error::{BrokerName, Error, ErrorKind};
@@ -76,7 +77,20 @@ pub struct FetchSession {
     changed: bool,
     /// The broker each range was last asked of.
     asked_of: Vec<Option<BrokerName>>,
+    /// KIP-320: per range, the `partition_leader_epoch` of the last batch read before its
+    /// position (-1: unknown), sent as the next fetch's `last_fetched_epoch`; what it was at
+    /// the range's `from`; the leader epoch the range was last asked under; and how many
+    /// diverging-epoch answers it had (a bound against a broker that keeps sending them).
+    last_epoch: Vec<i32>,
+    start_epoch: Vec<i32>,
+    asked_epoch: Vec<i32>,
+    divergences: Vec<u8>,
 }
+
+/// Diverging-epoch answers one range may have in a session before the session stops moving
+/// its position and retries with backoff (a consistent leader sends at most one per range
+/// and leader change).
+const MAX_DIVERGENCES: u8 = 4;
 
 /// What the driver does after a round.
 #[derive(Debug)]
@@ -95,6 +109,18 @@ impl FetchSession {
     /// chunks), sharing what `budget` learned about the data.
     pub fn new(ranges: &[OffsetRange], cfg: &FetchConfig, budget: &MemoryBudget) -> Self {
         let isolation = cfg.params.isolation;
+        // A range that starts where the last fetch of its partition ended knows the epoch of
+        // the batch before it.
+        let start_epoch: Vec<i32> = ranges
+            .iter()
+            .map(|r| {
+                budget
+                    .sizing
+                    .last_fetched(&r.topic, r.partition)
+                    .filter(|f| f.position == r.from)
+                    .map_or(-1, |f| f.epoch)
+            })
+            .collect();
         FetchSession {
             ranges: ranges.to_vec(),
             pos: ranges.iter().map(|r| r.from).collect(),
@@ -118,6 +144,10 @@ impl FetchSession {
             retry: None,
             changed: false,
             asked_of: vec![None; ranges.len()],
+            last_epoch: start_epoch.clone(),
+            start_epoch,
+            asked_epoch: vec![-1; ranges.len()],
+            divergences: vec![0; ranges.len()],
         }
     }
 
@@ -257,6 +287,9 @@ impl FetchSession {
                 names.insert(id, r.topic.clone());
                 let bytes = self.part_bytes(i);
                 asked_items.push((i, usize::try_from(bytes).unwrap_or(0)));
+                if let Some(a) = self.asked_epoch.get_mut(i) {
+                    *a = epoch;
+                }
                 topics
                     .entry(r.topic.as_str())
                     .or_insert_with(|| TopicFetch {
@@ -270,6 +303,7 @@ impl FetchSession {
                         fetch_offset: p,
                         partition_max_bytes: bytes,
                         current_leader_epoch: epoch,
+                        last_fetched_epoch: self.last_epoch.get(i).copied().unwrap_or(-1),
                     });
             }
             // fetch.max.bytes limits the records; the response also carries per-partition
@@ -363,6 +397,10 @@ impl FetchSession {
                 self.changed = true;
                 continue;
             }
+            if let Some(d) = p.diverging_epoch {
+                self.diverged(i, &r, at, d, p.log_start_offset, broker, req.leader)?;
+                continue;
+            }
             if let Some(code) = p.error.err() {
                 // Retention (or DeleteRecords) removed records of the range after it was
                 // planned: data loss, named with the exact offsets lost.
@@ -428,6 +466,7 @@ impl FetchSession {
                 }
             };
             let next = reader.next_offset();
+            let next_epoch = reader.last_epoch();
             self.scratch.give(reader.into_scratch());
             walked?;
             if next > at {
@@ -444,6 +483,9 @@ impl FetchSession {
                 }
                 if let Some(pos) = self.pos.get_mut(i) {
                     *pos = next;
+                }
+                if let Some(e) = self.last_epoch.get_mut(i) {
+                    *e = next_epoch;
                 }
                 self.changed = true;
                 kept = true;
@@ -539,8 +581,121 @@ impl FetchSession {
         )
     }
 
-    /// The ranges' data, once [`is_done`](Self::is_done).
+    /// A diverging epoch (KIP-320) in the answer for range `i` fetched at `at`: the leader's
+    /// log does not hold what was read before `at` at the epoch sent. Records the range read
+    /// in this session (not delivered yet) are dropped and read again; records below the
+    /// range's `from` (delivered by an earlier batch) that are gone are data loss,
+    /// [`DataLossReason::Truncated`](crate::plan::DataLossReason::Truncated), from the
+    /// leader's end of that epoch to `from`.
+    #[allow(clippy::too_many_arguments)]
+    fn diverged(
+        &mut self,
+        i: usize,
+        r: &OffsetRange,
+        at: i64,
+        d: EpochEnd,
+        log_start: i64,
+        broker: &BrokerName,
+        node: i32,
+    ) -> Result<(), Error> {
+        let sent = self.last_epoch.get(i).copied().unwrap_or(-1);
+        let tries = self.divergences.get(i).copied().unwrap_or(u8::MAX);
+        let no_progress = |reason: String| -> Error {
+            ErrorKind::NoProgress {
+                broker: broker.clone(),
+                topic: r.topic.clone(),
+                partition: r.partition,
+                offset: at,
+                reason,
+            }
+            .into()
+        };
+        if tries >= MAX_DIVERGENCES {
+            self.retry = Some(no_progress(format!(
+                "the broker keeps answering a diverging epoch {} (end offset {}) to last \
+                 fetched epoch {sent}",
+                d.epoch, d.end_offset
+            )));
+            return Ok(());
+        }
+        if let Some(t) = self.divergences.get_mut(i) {
+            *t += 1;
+        }
+        self.changed = true;
+        match judge_epoch_end(at, d, log_start) {
+            EpochVerdict::Valid => {
+                // The leader's log holds everything below `at`; only the epoch number
+                // differs. Fetch on with the leader's.
+                if let Some(e) = self.last_epoch.get_mut(i) {
+                    *e = d.epoch;
+                }
+                Ok(())
+            }
+            EpochVerdict::Truncated { lost_from } if lost_from >= r.from => {
+                // Only records this session read are gone (never handed out): read the range
+                // again from its start.
+                tracing::info!(
+                    "{}-{}: the log was truncated at {lost_from} under records read for \
+                     [{}, {at}) (leader {node}, epoch {}); reading the range again",
+                    r.topic,
+                    r.partition,
+                    r.from,
+                    d.epoch
+                );
+                if let Some(out) = self.out.get_mut(i) {
+                    out.chunks.clear();
+                }
+                if let Some(p) = self.pos.get_mut(i) {
+                    *p = r.from;
+                }
+                if let (Some(e), Some(&s)) = (self.last_epoch.get_mut(i), self.start_epoch.get(i)) {
+                    *e = s;
+                }
+                Ok(())
+            }
+            EpochVerdict::Truncated { lost_from } => Err(crate::plan::PlanError::DataLoss {
+                topic: r.topic.clone(),
+                partition: r.partition,
+                lost_from,
+                lost_until: r.from,
+                reason: crate::plan::DataLossReason::Truncated {
+                    last_fetched_epoch: sent,
+                    leader_epoch: d.epoch,
+                    broker: broker.node_id.unwrap_or(node),
+                },
+            }
+            .into()),
+            EpochVerdict::Unknown => {
+                self.retry = Some(no_progress(format!(
+                    "the leader has no epoch at or below last fetched epoch {sent} and no log \
+                     start to resume from"
+                )));
+                Ok(())
+            }
+        }
+    }
+
+    /// The ranges' data, once [`is_done`](Self::is_done). Remembers where each range ended
+    /// and the epoch of its last batch, for the next fetch from there (KIP-320).
     pub fn finish(self) -> Vec<RangeData> {
+        for (i, r) in self.ranges.iter().enumerate() {
+            let (Some(&position), Some(&epoch), Some(&leader_epoch)) = (
+                self.pos.get(i),
+                self.last_epoch.get(i),
+                self.asked_epoch.get(i),
+            ) else {
+                continue;
+            };
+            if r.is_empty() {
+                continue;
+            }
+            let at = (epoch >= 0).then_some(super::LastFetched {
+                position,
+                epoch,
+                leader_epoch,
+            });
+            self.sizing.set_last_fetched(&r.topic, r.partition, at);
+        }
         self.out
     }
 }

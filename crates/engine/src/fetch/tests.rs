@@ -109,6 +109,7 @@ fn part(p: i32, hw: i64, records: Vec<u8>) -> FetchedPartition {
         aborted_transactions: Vec::new(),
         preferred_read_replica: -1,
         current_leader: (-1, -1),
+        diverging_epoch: None,
         records: Bytes::from(records),
     }
 }
@@ -543,4 +544,219 @@ fn a_preferred_read_replica_is_followed_and_left_on_error() {
     );
     let mut s2 = FetchSession::new(&ranges(&[(0, 10, 20)]), &cfg, &budget);
     assert_eq!(s2.next_requests(&v).unwrap()[0].leader, 1);
+}
+
+/// [`batch`] written by a leader at `epoch` (the header's partition_leader_epoch sits before
+/// the CRC'd bytes).
+fn batch_at_epoch(base: i64, n: i32, epoch: i32) -> Vec<u8> {
+    let mut b = batch(base, n);
+    b[12..16].copy_from_slice(&epoch.to_be_bytes());
+    b
+}
+
+fn diverging(p: i32, hw: i64, epoch: i32, end_offset: i64) -> FetchedPartition {
+    let mut d = part(p, hw, Vec::new());
+    d.diverging_epoch = Some(kdirect_proto::api::fetch::EpochEnd { epoch, end_offset });
+    d
+}
+
+/// Reads `[from, until)` of t-0 whole in one answer holding one batch at `epoch`.
+fn read_whole(budget: &MemoryBudget, from: i64, until: i64, epoch: i32) {
+    let mut s = FetchSession::new(
+        &ranges(&[(0, from, until)]),
+        &FetchConfig::default(),
+        budget,
+    );
+    let reqs = s.next_requests(&view(&[1])).unwrap();
+    let n = i32::try_from(until - from).unwrap();
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![part(0, until, batch_at_epoch(from, n, epoch))]),
+        500,
+        None,
+    )
+    .unwrap();
+    assert!(matches!(s.end_round(), RoundEnd::Done));
+    s.finish();
+}
+
+/// KIP-320: the epoch of the last batch read is sent with the next fetch from where it ended,
+/// within a session and across sessions sharing a budget (the stream's batches); a range that
+/// does not start there sends -1 (nothing to validate against).
+#[test]
+fn the_last_fetched_epoch_follows_the_position() {
+    let budget = MemoryBudget::new(64 << 20);
+    let mut s = FetchSession::new(&ranges(&[(0, 0, 20)]), &FetchConfig::default(), &budget);
+    let v = view(&[1]);
+    let reqs = s.next_requests(&v).unwrap();
+    assert_eq!(reqs[0].topics[0].partitions[0].last_fetched_epoch, -1);
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![part(0, 20, batch_at_epoch(0, 10, 3))]),
+        500,
+        None,
+    )
+    .unwrap();
+    assert!(matches!(s.end_round(), RoundEnd::Continue));
+    let reqs = s.next_requests(&v).unwrap();
+    assert_eq!(reqs[0].topics[0].partitions[0].fetch_offset, 10);
+    assert_eq!(reqs[0].topics[0].partitions[0].last_fetched_epoch, 3);
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![part(0, 20, batch_at_epoch(10, 10, 4))]),
+        500,
+        None,
+    )
+    .unwrap();
+    assert!(matches!(s.end_round(), RoundEnd::Done));
+    s.finish();
+    let f = budget.last_fetched("t", 0).unwrap();
+    assert_eq!((f.position, f.epoch, f.leader_epoch), (20, 4, 5));
+    // The next batch from 20 sends epoch 4; one from elsewhere (a seek) sends -1.
+    let mut next = FetchSession::new(&ranges(&[(0, 20, 30)]), &FetchConfig::default(), &budget);
+    let reqs = next.next_requests(&v).unwrap();
+    assert_eq!(reqs[0].topics[0].partitions[0].last_fetched_epoch, 4);
+    let mut elsewhere =
+        FetchSession::new(&ranges(&[(0, 25, 30)]), &FetchConfig::default(), &budget);
+    let reqs = elsewhere.next_requests(&v).unwrap();
+    assert_eq!(reqs[0].topics[0].partitions[0].last_fetched_epoch, -1);
+}
+
+/// A diverging epoch whose end is below the range's start: records an earlier batch read
+/// (and handed out) are gone. Data loss with the exact range, the epochs and the leader.
+#[test]
+fn a_diverging_epoch_below_the_range_is_truncation_data_loss() {
+    let budget = MemoryBudget::new(64 << 20);
+    read_whole(&budget, 0, 10, 5);
+    let mut s = FetchSession::new(&ranges(&[(0, 10, 15)]), &FetchConfig::default(), &budget);
+    let reqs = s.next_requests(&view(&[1])).unwrap();
+    assert_eq!(reqs[0].topics[0].partitions[0].last_fetched_epoch, 5);
+    let e = s
+        .on_response(
+            &reqs[0],
+            &broker(1),
+            answer(vec![diverging(0, 15, 5, 7)]),
+            100,
+            None,
+        )
+        .unwrap_err();
+    let ErrorKind::Plan(crate::plan::PlanError::DataLoss {
+        lost_from,
+        lost_until,
+        reason,
+        ..
+    }) = e.kind()
+    else {
+        panic!("{e}")
+    };
+    assert_eq!((*lost_from, *lost_until), (7, 10));
+    assert_eq!(
+        *reason,
+        crate::plan::DataLossReason::Truncated {
+            last_fetched_epoch: 5,
+            leader_epoch: 5,
+            broker: 1
+        }
+    );
+    let msg = e.to_string();
+    assert!(msg.contains("data loss in t-0: offsets [7, 10)"), "{msg}");
+    assert!(msg.contains("leader 1"), "{msg}");
+}
+
+/// A diverging epoch whose end lies inside what this session read (not handed out yet): the
+/// range is read again from its start, no data loss; an end at or past the position only
+/// updates the epoch sent.
+#[test]
+fn a_diverging_epoch_inside_the_session_rereads_the_range() {
+    let budget = MemoryBudget::new(64 << 20);
+    let v = view(&[1]);
+    let mut s = FetchSession::new(&ranges(&[(0, 0, 20)]), &FetchConfig::default(), &budget);
+    let reqs = s.next_requests(&v).unwrap();
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![part(0, 20, batch_at_epoch(0, 10, 5))]),
+        500,
+        None,
+    )
+    .unwrap();
+    assert!(matches!(s.end_round(), RoundEnd::Continue));
+    // Epoch 5 now ends at 12 in the leader's log: at or past 10, nothing lost.
+    let reqs = s.next_requests(&v).unwrap();
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![diverging(0, 20, 4, 12)]),
+        100,
+        None,
+    )
+    .unwrap();
+    assert!(matches!(s.end_round(), RoundEnd::Continue));
+    assert_eq!(s.positions(), &[10]);
+    let reqs = s.next_requests(&v).unwrap();
+    assert_eq!(reqs[0].topics[0].partitions[0].last_fetched_epoch, 4);
+    // Then: epoch 4 ends at 6, below 10 but inside the range: read [0, 20) again.
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![diverging(0, 20, 4, 6)]),
+        100,
+        None,
+    )
+    .unwrap();
+    assert!(matches!(s.end_round(), RoundEnd::Continue));
+    assert_eq!(s.positions(), &[0]);
+    let reqs = s.next_requests(&v).unwrap();
+    assert_eq!(reqs[0].topics[0].partitions[0].fetch_offset, 0);
+    assert_eq!(reqs[0].topics[0].partitions[0].last_fetched_epoch, -1);
+    let mut log = batch_at_epoch(0, 6, 4);
+    log.extend(batch_at_epoch(6, 14, 6));
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![part(0, 20, log)]),
+        500,
+        None,
+    )
+    .unwrap();
+    assert!(matches!(s.end_round(), RoundEnd::Done));
+    let data = s.finish();
+    let offsets: Vec<i64> = data[0].records().map(|r| r.unwrap().offset()).collect();
+    assert_eq!(offsets, (0..20).collect::<Vec<_>>(), "no record twice");
+    assert_eq!(budget.last_fetched("t", 0).unwrap().epoch, 6);
+}
+
+/// A broker that answers every fetch with a diverging epoch that moves nothing does not
+/// spin the session: after a few, the round is a retry (with backoff, bounded by
+/// default.api.timeout.ms in the driver) naming the partition and the epochs.
+#[test]
+fn endless_diverging_answers_become_a_retry() {
+    let budget = MemoryBudget::new(64 << 20);
+    read_whole(&budget, 0, 10, 5);
+    let v = view(&[1]);
+    let mut s = FetchSession::new(&ranges(&[(0, 10, 20)]), &FetchConfig::default(), &budget);
+    let mut rounds = 0;
+    let e = loop {
+        rounds += 1;
+        assert!(rounds < 20, "never gave up");
+        let reqs = s.next_requests(&v).unwrap();
+        s.on_response(
+            &reqs[0],
+            &broker(1),
+            answer(vec![diverging(0, 20, 5, 30)]),
+            100,
+            None,
+        )
+        .unwrap();
+        match s.end_round() {
+            RoundEnd::Continue => {}
+            RoundEnd::Retry(e) => break e,
+            RoundEnd::Done => panic!("done without data"),
+        }
+    };
+    assert!(matches!(e.kind(), ErrorKind::NoProgress { .. }), "{e}");
+    assert!(e.to_string().contains("diverging epoch 5"), "{e}");
 }

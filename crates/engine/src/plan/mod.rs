@@ -172,6 +172,23 @@ pub enum DataLossReason {
     /// records were unread is unknown: the range is empty, at the old position; the
     /// partition goes on from the new log's start.
     TopicRecreated,
+    /// KIP-320: the log was truncated under the position after a leader change (an unclean
+    /// election, or records acknowledged with `acks=1` that the new leader never had). The
+    /// new leader's log ends the epoch of the last batch read (or the largest epoch it has
+    /// below that one) at an offset below the position: the records read at
+    /// `[end_offset, position)` are no longer in the log, and the offsets from `end_offset` on
+    /// hold the new leader's records. Lost: `[end_offset, position)`, records that were read
+    /// (and delivered, when the truncation is found before a later fetch) but are gone; the
+    /// partition goes on at `end_offset`, as the Java consumer resets to "the first offset
+    /// known to diverge" (`SubscriptionState.maybeCompleteValidation`).
+    Truncated {
+        /// The `partition_leader_epoch` of the last batch read before the position.
+        last_fetched_epoch: i32,
+        /// The largest epoch at or below it in the leader's log (`end_offset` is its end).
+        leader_epoch: i32,
+        /// The broker (node id) that answered.
+        broker: i32,
+    },
 }
 
 impl fmt::Display for DataLossReason {
@@ -191,6 +208,16 @@ impl fmt::Display for DataLossReason {
             Self::TopicRecreated => {
                 f.write_str("topic was deleted and re-created (its topic id changed)")
             }
+            Self::Truncated {
+                last_fetched_epoch,
+                leader_epoch,
+                broker,
+            } => write!(
+                f,
+                "the log was truncated after a leader change: the records were read at leader \
+                 epoch {last_fetched_epoch}, and leader {broker}'s log ends epoch {leader_epoch} \
+                 below them (unclean leader election, or acks=1 records the new leader never had)"
+            ),
         }
     }
 }

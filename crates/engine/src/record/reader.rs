@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use kdirect_proto::IsolationLevel;
 
-use super::batch::{Batches, RecordBatch, Tail};
+use super::batch::{BatchHeader, Batches, RecordBatch, Tail};
 use super::compression::Scratch;
 use super::error::DecodeError;
 use super::records::Records;
@@ -95,6 +95,8 @@ pub struct RecordBatchReader {
     txn: TxnFilter,
     scratch: Scratch,
     next_offset: i64,
+    /// The `partition_leader_epoch` of the batch that last moved `next_offset` (-1: none).
+    last_epoch: i32,
     reached_until: bool,
     failed: bool,
 }
@@ -105,6 +107,7 @@ impl RecordBatchReader {
         RecordBatchReader {
             batches: Batches::new(records, opts.check_crc),
             next_offset: opts.fetch_offset,
+            last_epoch: -1,
             opts,
             txn: TxnFilter::default(),
             scratch: Scratch::new(),
@@ -142,6 +145,13 @@ impl RecordBatchReader {
         self.next_offset
     }
 
+    /// The `partition_leader_epoch` of the last whole batch read (data, control or aborted)
+    /// that moved [`next_offset`](Self::next_offset), -1 if none did: the "last fetched epoch"
+    /// a consumer sends with its next fetch at `next_offset` (KIP-320).
+    pub fn last_epoch(&self) -> i32 {
+        self.last_epoch
+    }
+
     /// How the buffer ended, once [`next_batch`](Self::next_batch) returned `None` (and not
     /// because of `until`).
     pub fn tail(&self) -> Option<Tail> {
@@ -158,10 +168,11 @@ impl RecordBatchReader {
         self.batches.position()
     }
 
-    fn advance(&mut self, next: i64) {
-        let next = next.min(self.opts.until);
+    fn advance(&mut self, h: &BatchHeader) {
+        let next = h.next_offset().min(self.opts.until);
         if next > self.next_offset {
             self.next_offset = next;
+            self.last_epoch = h.partition_leader_epoch;
         }
     }
 
@@ -196,17 +207,17 @@ impl RecordBatchReader {
                         self.txn.abort_marker(h.producer_id);
                     }
                 } else if self.txn.is_aborted(&h) {
-                    self.advance(h.next_offset());
+                    self.advance(&h);
                     continue;
                 }
             }
             if h.is_control() || h.next_offset() <= self.opts.fetch_offset {
-                self.advance(h.next_offset());
+                self.advance(&h);
                 continue;
             }
             batch.skip_below = self.opts.fetch_offset;
             batch.until = self.opts.until;
-            self.advance(h.next_offset());
+            self.advance(&h);
             return Ok(Some(batch));
         }
     }

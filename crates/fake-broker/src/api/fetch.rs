@@ -41,6 +41,9 @@ struct PartPlan {
     batches: Vec<(i64, Bytes)>,
     /// Fault: cut the records field to this many bytes (inside the last batch).
     truncate_to: Option<usize>,
+    /// KIP-320 (v12+): the log does not hold the fetch offset at the request's last fetched
+    /// epoch: the largest epoch at or below it and its end offset.
+    diverging: Option<(i32, i64)>,
 }
 
 impl PartPlan {
@@ -140,6 +143,7 @@ fn plan(st: &mut State, ctx: &Ctx<'_>, req: &FetchRequest) -> Plan {
                 aborted: None,
                 batches: Vec::new(),
                 truncate_to: None,
+                diverging: None,
             };
             let part = if unknown_code != codes::NONE {
                 Err(unknown_code)
@@ -161,12 +165,30 @@ fn plan(st: &mut State, ctx: &Ctx<'_>, req: &FetchRequest) -> Plan {
             pp.last_stable_offset = log.last_stable_offset();
             pp.log_start = log.log_start;
             let err = check_leader(part, ctx.broker, p.current_leader_epoch, v >= 9)
-                .or_else(|| part.take_error(ApiKey::Fetch))
-                .or_else(|| {
-                    (p.fetch_offset < part.log.log_start
-                        || p.fetch_offset > part.log.high_watermark())
+                .or_else(|| part.take_error(ApiKey::Fetch));
+            // KIP-320, as Kafka's Partition.fetchRecords validates before reading: the end of
+            // the last fetched epoch in this log below the fetch offset (or an older epoch)
+            // is a diverging epoch, answered with no records; an epoch the log cannot place
+            // is OFFSET_OUT_OF_RANGE.
+            if err.is_none() && v >= 12 && p.last_fetched_epoch >= 0 {
+                let (epoch, end) = part.log.end_offset_for(p.last_fetched_epoch);
+                if epoch < 0 || end < 0 {
+                    pp.error = codes::OFFSET_OUT_OF_RANGE;
+                    out.any_error = true;
+                    tp.parts.push(pp);
+                    continue;
+                }
+                if epoch < p.last_fetched_epoch || end < p.fetch_offset {
+                    pp.diverging = Some((epoch, end));
+                    out.any_error = true;
+                    tp.parts.push(pp);
+                    continue;
+                }
+            }
+            let err = err.or_else(|| {
+                (p.fetch_offset < part.log.log_start || p.fetch_offset > part.log.high_watermark())
                     .then_some(codes::OFFSET_OUT_OF_RANGE)
-                });
+            });
             if let Some(code) = err {
                 pp.error = code;
                 out.any_error = true;
@@ -290,8 +312,18 @@ fn encode(v: i16, correlation_id: i32, plan: Plan) -> Result<Chunks, WireError> 
                     left -= n;
                 }
             }
-            if flexible {
-                buf.put_no_tags();
+            match (flexible, p.diverging) {
+                (true, Some((epoch, end_offset))) => {
+                    // One tagged field: tag 0, diverging_epoch {epoch, end_offset, no tags}.
+                    buf.put_u8(1);
+                    buf.put_u8(0);
+                    buf.put_u8(4 + 8 + 1);
+                    buf.put_i32(epoch);
+                    buf.put_i64(end_offset);
+                    buf.put_no_tags();
+                }
+                (true, None) => buf.put_no_tags(),
+                (false, _) => {}
             }
         }
         if flexible {

@@ -113,10 +113,9 @@ pub(crate) fn offset_for_leader_epoch(
                     {
                         return r.with_error_code(code);
                     }
-                    // The log is never truncated, so every epoch's end is at or past any
-                    // position a client can hold: answer the high watermark.
-                    r.with_leader_epoch(p.leader_epoch.min(part.leader_epoch))
-                        .with_end_offset(part.log.high_watermark())
+                    // From the leader-epoch cache, as Kafka's LeaderEpochFileCache answers.
+                    let (epoch, end) = part.log.end_offset_for(p.leader_epoch);
+                    r.with_leader_epoch(epoch).with_end_offset(end)
                 })
                 .collect();
             OffsetForLeaderTopicResult::default()

@@ -97,7 +97,9 @@ pub struct Args {
     #[arg(long, value_name = "MS", requires = "min_offsets_per_batch")]
     max_trigger_delay_ms: Option<u64>,
     /// `false`: when records are gone before they were read (retention, a re-created topic),
-    /// report the lost range and go on from the log start (failOnDataLoss).
+    /// report the lost range and go on from the log start; when records already read were
+    /// truncated by a leader change (KIP-320), report them and go on where the new leader's
+    /// log diverges (failOnDataLoss).
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     fail_on_data_loss: bool,
     /// Show progress on stderr. On a terminal a line redrawn in place (records, records/s,

@@ -3,7 +3,11 @@
 //! v4 brought the isolation level, the last stable offset and aborted transactions (KIP-98);
 //! v5 the log start offset; v7 fetch sessions (KIP-227 — kdirect sends session id 0 and epoch
 //! -1: every request is a full, sessionless fetch); v9 the current leader epoch (KIP-320);
-//! v11 the preferred read replica (KIP-392); v12 is the first flexible version (KIP-482);
+//! v11 the preferred read replica (KIP-392); v12 is the first flexible version (KIP-482) and
+//! carries the last fetched epoch in the request and the diverging epoch in the answer
+//! (KIP-320's truncation detection: the broker compares the epoch of the last batch the
+//! client read with its own log and, when they diverge, answers with no records and the
+//! largest epoch at or below it that it has, with that epoch's end offset);
 //! v13 replaces topic names by topic ids (KIP-516); v15 moves the replica id into
 //! `replica_state` (KIP-903). The `records` of each partition are a slice of the response
 //! frame, never a copy: decode the frame as [`bytes::Bytes`].
@@ -75,6 +79,10 @@ pub struct PartitionFetch {
     pub partition_max_bytes: i32,
     /// The leader epoch the client knows, -1 if none.
     pub current_leader_epoch: i32,
+    /// The `partition_leader_epoch` of the last record batch read before `fetch_offset`, -1
+    /// if unknown (sent from v12 on; KIP-320). The broker answers a position its log does not
+    /// have at that epoch with [`FetchedPartition::diverging_epoch`].
+    pub last_fetched_epoch: i32,
 }
 
 /// One topic to fetch. `id` is needed from v13 on; `name` below it.
@@ -139,6 +147,11 @@ pub fn request_from_rack(
                             } else {
                                 -1
                             })
+                            .with_last_fetched_epoch(if version >= FIRST_FLEXIBLE_VERSION {
+                                p.last_fetched_epoch
+                            } else {
+                                -1
+                            })
                             .with_log_start_offset(-1)
                     })
                     .collect(),
@@ -193,8 +206,23 @@ pub struct FetchedPartition {
     /// The new leader id and epoch when the broker says it is not the leader (v12+), -1 if
     /// not sent.
     pub current_leader: (i32, i32),
+    /// KIP-320 (v12+): the log diverges from the client's at its `last_fetched_epoch` — the
+    /// largest epoch the leader has at or below it, and where that epoch ends in the leader's
+    /// log. `None` when not sent (the broker sends it only when asked with a last fetched
+    /// epoch and the logs diverge; the answer then carries no records).
+    pub diverging_epoch: Option<EpochEnd>,
     /// The record batches as sent: a slice of the response frame (may end in a partial batch).
     pub records: Bytes,
+}
+
+/// A leader epoch and where it ends in a log (the next offset after its last record): Fetch's
+/// diverging epoch, OffsetForLeaderEpoch's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpochEnd {
+    /// The leader epoch (-1: the log has no epoch at or below the one asked).
+    pub epoch: i32,
+    /// The end offset of that epoch (-1: unknown).
+    pub end_offset: i64,
 }
 
 /// A Fetch response in kdirect's terms.
@@ -254,6 +282,14 @@ pub fn view(
                     .collect(),
                 preferred_read_replica: p.preferred_read_replica.0,
                 current_leader: (p.current_leader.leader_id.0, p.current_leader.leader_epoch),
+                // kafka-protocol writes the field only when it differs from its default
+                // (epoch -1, end offset -1): that default is "not sent".
+                diverging_epoch: (version >= FIRST_FLEXIBLE_VERSION
+                    && (p.diverging_epoch.epoch != -1 || p.diverging_epoch.end_offset != -1))
+                    .then_some(EpochEnd {
+                        epoch: p.diverging_epoch.epoch,
+                        end_offset: p.diverging_epoch.end_offset,
+                    }),
                 records: p.records.unwrap_or_default(),
             });
         }
@@ -388,11 +424,16 @@ pub(crate) fn walk(
             };
             let records = r.nullable_bytes("records")?;
             let mut current_leader = (-1, -1);
+            let mut diverging_epoch = None;
             r.tags("partition tagged fields", |tag, t| match tag {
                 // diverging_epoch: epoch, end_offset (KIP-320).
                 0 => {
-                    t.i32("diverging_epoch.epoch")?;
-                    t.i64("diverging_epoch.end_offset")?;
+                    let d = EpochEnd {
+                        epoch: t.i32("diverging_epoch.epoch")?,
+                        end_offset: t.i64("diverging_epoch.end_offset")?,
+                    };
+                    // The field's default (-1, -1) is "no divergence", sent or not.
+                    diverging_epoch = (d.epoch != -1 || d.end_offset != -1).then_some(d);
                     t.skip_tags("diverging_epoch tagged fields")?;
                     Ok(true)
                 }
@@ -425,6 +466,7 @@ pub(crate) fn walk(
                     aborted_transactions,
                     preferred_read_replica,
                     current_leader,
+                    diverging_epoch,
                     records: records.map_or_else(Bytes::new, |range| frame.slice(range)),
                 });
             }

@@ -15,6 +15,7 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod offset_commit;
 pub mod offset_fetch;
+pub mod offset_for_leader_epoch;
 pub mod sasl_authenticate;
 pub mod sasl_handshake;
 pub mod sync_group;
@@ -55,6 +56,7 @@ pub(crate) fn first_flexible_version(key: ApiKey) -> Option<i16> {
         ApiKey::FindCoordinator => find_coordinator::FIRST_FLEXIBLE_VERSION,
         ApiKey::OffsetCommit => offset_commit::FIRST_FLEXIBLE_VERSION,
         ApiKey::OffsetFetch => offset_fetch::FIRST_FLEXIBLE_VERSION,
+        ApiKey::OffsetForLeaderEpoch => offset_for_leader_epoch::FIRST_FLEXIBLE_VERSION,
         ApiKey::SaslHandshake => sasl_handshake::FIRST_FLEXIBLE_VERSION,
         ApiKey::SaslAuthenticate => sasl_authenticate::FIRST_FLEXIBLE_VERSION,
         ApiKey::JoinGroup => join_group::FIRST_FLEXIBLE_VERSION,
@@ -90,6 +92,7 @@ pub(crate) fn check_body(key: ApiKey, version: i16, r: &mut Reader<'_>) -> Res<(
         ApiKey::SaslHandshake => sasl_handshake::check(r, version),
         ApiKey::SaslAuthenticate => sasl_authenticate::check(r, version),
         ApiKey::OffsetFetch => offset_fetch::check(r, version),
+        ApiKey::OffsetForLeaderEpoch => offset_for_leader_epoch::walk(r, false).map(drop),
         ApiKey::JoinGroup => join_group::check(r, version),
         ApiKey::SyncGroup => sync_group::check(r, version),
         ApiKey::Heartbeat => heartbeat::check(r, version),
