@@ -22,7 +22,10 @@
 //! leader can hand them on. KIP-848 (`group.protocol=consumer`) is not here yet.
 
 pub mod assignor;
+pub mod consumer;
+pub mod consumer_member;
 pub mod describe;
+mod dispatch;
 pub mod member;
 pub mod membership;
 
@@ -30,7 +33,8 @@ use std::time::Duration;
 
 pub use assignor::Assignor;
 pub use describe::describe_group;
-pub use member::{GroupMember, Joined};
+pub use dispatch::GroupMember;
+pub use member::Joined;
 pub use membership::Generation;
 
 /// A member's settings, by the Java client's names.
@@ -56,6 +60,41 @@ pub struct GroupConfig {
     pub assignors: Vec<Assignor>,
     /// `client.rack`, sent in the subscription.
     pub rack: Option<String>,
+    /// `group.protocol`: classic (the default) or KIP-848's consumer protocol.
+    pub protocol: GroupProtocol,
+    /// `group.remote.assignor`: the coordinator's assignor for the consumer protocol
+    /// (`uniform`, `range`; `None`: the broker's default, the first of its
+    /// `group.consumer.assignors`).
+    pub remote_assignor: Option<String>,
+}
+
+/// `group.protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GroupProtocol {
+    /// JoinGroup/SyncGroup/Heartbeat with a client-side assignor: every broker.
+    #[default]
+    Classic,
+    /// KIP-848 (ConsumerGroupHeartbeat, broker-side assignment, member epochs): Kafka 4.0+.
+    Consumer,
+}
+
+impl GroupProtocol {
+    /// The setting's value.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupProtocol::Classic => "classic",
+            GroupProtocol::Consumer => "consumer",
+        }
+    }
+
+    /// The protocol named `name` (case-insensitive).
+    pub fn from_name(name: &str) -> Option<GroupProtocol> {
+        match name.to_ascii_lowercase().as_str() {
+            "classic" => Some(GroupProtocol::Classic),
+            "consumer" => Some(GroupProtocol::Consumer),
+            _ => None,
+        }
+    }
 }
 
 impl GroupConfig {
@@ -69,6 +108,8 @@ impl GroupConfig {
             max_poll_interval: Duration::from_secs(300),
             assignors: vec![Assignor::Range, Assignor::RoundRobin],
             rack: None,
+            protocol: GroupProtocol::Classic,
+            remote_assignor: None,
         }
     }
 
@@ -89,6 +130,16 @@ impl GroupConfig {
         }
         if self.instance_id.as_deref() == Some("") {
             return Err("group.instance.id is empty".to_owned());
+        }
+        if self.remote_assignor.as_deref() == Some("") {
+            return Err("group.remote.assignor is empty".to_owned());
+        }
+        if self.remote_assignor.is_some() && self.protocol == GroupProtocol::Classic {
+            return Err(
+                "group.remote.assignor is a setting of group.protocol=consumer (the classic \
+                 protocol's members assign: partition.assignment.strategy)"
+                    .to_owned(),
+            );
         }
         Ok(())
     }
