@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::consumer::{Beat, ConsumerMembership, NextHeartbeat, TopicId};
-use super::member::{fault_error, lock, Joined};
+use super::member::{code_error, fault_error, lock, Joined};
 use super::membership::{Fault, Generation, State};
 use super::GroupConfig;
 use crate::cluster::Cluster;
@@ -190,8 +190,13 @@ impl ConsumerMember {
         while !lock(&inner.state).in_group() {
             let e = match beat(inner).await {
                 Ok(_) if lock(&inner.state).in_group() => break,
-                Ok(Beat::Lost) => continue,
-                Ok(_) => code_retry_error(inner),
+                // Lost at epoch 0 (the coordinator forgot the member as it joined): again,
+                // with backoff.
+                Ok(b) => Error::from(ErrorKind::Task {
+                    what: "joining the group",
+                    reason: format!("group '{group}': the join heartbeat's answer meant {b:?}"),
+                }),
+                // Coordinator errors (retriable codes) and lost connections.
                 Err(e) if e.is_retriable() => e,
                 Err(e) => return Err(e),
             };
@@ -208,6 +213,12 @@ impl ConsumerMember {
                 wait.as_millis()
             );
             tokio::time::sleep(wait).await;
+        }
+        if lock(&inner.state).next_heartbeat().topics.is_some() {
+            // A changed subscription: tell the coordinator now, not at the next interval.
+            if let Err(e) = beat(inner).await {
+                tracing::debug!(group = group.as_str(), "subscription heartbeat: {e}");
+            }
         }
         // Name the target's topic ids (the subscribed topics' metadata).
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
@@ -268,18 +279,6 @@ impl Drop for ConsumerMember {
     }
 }
 
-/// The error for an answer that asks to retry (a coordinator error, a transient code).
-fn code_retry_error(inner: &Inner) -> Error {
-    ErrorKind::Task {
-        what: "joining the group",
-        reason: format!(
-            "group '{}': the coordinator asked to retry the heartbeat",
-            inner.group()
-        ),
-    }
-    .into()
-}
-
 /// The coordinator's connection (the member's own).
 async fn coordinator(inner: &Inner) -> Result<BrokerConnection, Error> {
     let mut cached = inner.coordinator.lock().await;
@@ -338,7 +337,8 @@ fn params<'a>(
 }
 
 /// Sends the next heartbeat and reads its answer into the state. A fatal answer is kept for
-/// [`ConsumerMember::fatal`] and returned as an error.
+/// [`ConsumerMember::fatal`] and returned as an error; a coordinator error or a transient
+/// code is returned as a retriable [`ErrorKind::Broker`] error.
 async fn beat(inner: &Inner) -> Result<Beat, Error> {
     let _one = inner.beating.lock().await;
     let group = inner.group();
@@ -385,8 +385,18 @@ async fn beat(inner: &Inner) -> Result<Beat, Error> {
                     );
                     inner.wake();
                 }
-                Beat::FindCoordinator => *inner.coordinator.lock().await = None,
-                Beat::Alive | Beat::Retry => {}
+                Beat::FindCoordinator | Beat::Retry => {
+                    if b == Beat::FindCoordinator {
+                        *inner.coordinator.lock().await = None;
+                    }
+                    // A coordinator error or a transient code: retriable.
+                    return Err(code_error(
+                        conn.broker(),
+                        ConsumerGroupHeartbeat::KEY,
+                        view.error,
+                    ));
+                }
+                Beat::Alive => {}
             }
             Ok(b)
         }
@@ -469,11 +479,15 @@ async fn heartbeats(inner: Weak<Inner>) {
             }
             continue;
         }
+        // The coordinator's session timeout decides (group.consumer.session.timeout.ms); the
+        // member gives its partitions up by itself once no heartbeat was answered for
+        // session.timeout.ms, and never within three of the coordinator's intervals.
         let silent = lock(&inner.last_answer).elapsed();
-        if silent > config.session_timeout {
+        let deadline = config.session_timeout.max(interval * 3);
+        if silent > deadline {
             lock(&inner.state).lose(format!(
-                "no heartbeat was answered for session.timeout.ms ({} ms)",
-                config.session_timeout.as_millis()
+                "no heartbeat was answered for {} ms",
+                deadline.as_millis()
             ));
             inner.wake();
             continue;
