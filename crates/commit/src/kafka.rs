@@ -284,14 +284,16 @@ impl KafkaGroupStore {
             let (group_code, parts) = offset_fetch::view(&resp, version);
             if let Some(code) = group_code.err() {
                 let e = self.code_err("OffsetFetch", None, code);
-                return Err(if is_coordinator_error(code)
-                    || code.is_retriable()
-                    || code == STALE_MEMBER_EPOCH
-                {
-                    Attempt::Retry(e)
-                } else {
-                    Attempt::Fatal(e)
-                });
+                return Err(
+                    if is_coordinator_error(code)
+                        || code.is_retriable()
+                        || code == STALE_MEMBER_EPOCH
+                    {
+                        Attempt::Retry(e)
+                    } else {
+                        Attempt::Fatal(e)
+                    },
+                );
             }
             let mut positions = Positions::new();
             let mut batch: Option<u64> = None;
@@ -300,11 +302,13 @@ impl KafkaGroupStore {
                     let e = self.code_err("OffsetFetch", Some((&p.topic, p.partition)), code);
                     // UNSTABLE_OFFSET_COMMIT (88) is retriable too: a transaction is pending;
                     // and STALE_MEMBER_EPOCH (KIP-848) is never "no offset".
-                    return Err(if code.is_retriable() || code.0 == 88 || code == STALE_MEMBER_EPOCH {
-                        Attempt::Retry(e)
-                    } else {
-                        Attempt::Fatal(e)
-                    });
+                    return Err(
+                        if code.is_retriable() || code.0 == 88 || code == STALE_MEMBER_EPOCH {
+                            Attempt::Retry(e)
+                        } else {
+                            Attempt::Fatal(e)
+                        },
+                    );
                 }
                 if p.offset < 0 {
                     continue;

@@ -319,7 +319,11 @@ impl ConsumerMembership {
                     State::Stable
                 };
             }
-            return Ok(if pending { Beat::Reconcile } else { Beat::Alive });
+            return Ok(if pending {
+                Beat::Reconcile
+            } else {
+                Beat::Alive
+            });
         }
         self.heartbeat_failed();
         if code == ErrorCode::UNKNOWN_MEMBER_ID || code.0 == 110 {
@@ -527,7 +531,10 @@ mod tests {
         let hb = m.next_heartbeat();
         assert!(!hb.full);
         assert_eq!((hb.member_epoch, hb.rebalance_timeout_ms), (1, -1));
-        assert_eq!((hb.topics, hb.owned, hb.server_assignor), (None, None, None));
+        assert_eq!(
+            (hb.topics, hb.owned, hb.server_assignor),
+            (None, None, None)
+        );
         // A changed subscription goes out alone.
         m.subscribe(&["a".to_owned(), "b".to_owned()]);
         let hb = m.next_heartbeat();
@@ -638,7 +645,10 @@ mod tests {
             let f = m.on_heartbeat(&hb, &err(code)).unwrap_err();
             assert_eq!(f.code, ErrorCode(code));
             let d = f.detail.unwrap();
-            assert!(d.contains(words) && d.contains("from the coordinator"), "{d}");
+            assert!(
+                d.contains(words) && d.contains("from the coordinator"),
+                "{d}"
+            );
             assert!(m.generation().is_none());
         }
         // Codes the engine's error hints at already (group.consumer.max.size, authorization).

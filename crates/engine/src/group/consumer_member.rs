@@ -10,9 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use kdirect_proto::api::consumer_group_heartbeat::{
-    self, ConsumerGroupHeartbeat, HeartbeatParams,
-};
+use kdirect_proto::api::consumer_group_heartbeat::{self, ConsumerGroupHeartbeat, HeartbeatParams};
 use kdirect_proto::message::Api;
 use kdirect_proto::{ErrorCode, ProtoError};
 use tokio::sync::watch;
@@ -170,7 +168,12 @@ impl ConsumerMember {
     pub fn fatal(&self) -> Option<Error> {
         let group = self.inner.group();
         lock(&self.inner.fatal).as_ref().map(|(broker, f)| {
-            fault_error(&group, broker.clone(), ConsumerGroupHeartbeat::KEY, f.clone())
+            fault_error(
+                &group,
+                broker.clone(),
+                ConsumerGroupHeartbeat::KEY,
+                f.clone(),
+            )
         })
     }
 
@@ -297,32 +300,30 @@ async fn coordinator(inner: &Inner) -> Result<BrokerConnection, Error> {
 /// The negotiated version, or one clear line for a broker without the consumer protocol.
 fn version(inner: &Inner, conn: &BrokerConnection) -> Result<i16, Error> {
     let ours = ConsumerGroupHeartbeat::VERSIONS;
-    conn.versions().negotiate::<ConsumerGroupHeartbeat>().map_err(|e| {
-        let offered = match e {
-            ProtoError::NoCommonVersion {
-                theirs: Some(t), ..
-            } => format!("offers ConsumerGroupHeartbeat {t}, kdirect speaks {ours}"),
-            _ => "does not offer ConsumerGroupHeartbeat (KIP-848)".to_owned(),
-        };
-        ErrorKind::Group {
-            group: inner.group(),
-            broker: conn.broker().clone(),
-            api: ConsumerGroupHeartbeat::KEY,
-            code: ErrorCode::UNSUPPORTED_VERSION,
-            message: Some(format!(
-                "the broker {offered}: group.protocol=consumer needs Kafka 4.0 or later; use \
+    conn.versions()
+        .negotiate::<ConsumerGroupHeartbeat>()
+        .map_err(|e| {
+            let offered = match e {
+                ProtoError::NoCommonVersion {
+                    theirs: Some(t), ..
+                } => format!("offers ConsumerGroupHeartbeat {t}, kdirect speaks {ours}"),
+                _ => "does not offer ConsumerGroupHeartbeat (KIP-848)".to_owned(),
+            };
+            ErrorKind::Group {
+                group: inner.group(),
+                broker: conn.broker().clone(),
+                api: ConsumerGroupHeartbeat::KEY,
+                code: ErrorCode::UNSUPPORTED_VERSION,
+                message: Some(format!(
+                    "the broker {offered}: group.protocol=consumer needs Kafka 4.0 or later; use \
                  group.protocol=classic"
-            )),
-        }
-        .into()
-    })
+                )),
+            }
+            .into()
+        })
 }
 
-fn params<'a>(
-    group: &'a str,
-    hb: &'a NextHeartbeat,
-    member_id: &'a str,
-) -> HeartbeatParams<'a> {
+fn params<'a>(group: &'a str, hb: &'a NextHeartbeat, member_id: &'a str) -> HeartbeatParams<'a> {
     HeartbeatParams {
         group,
         member_id,
@@ -401,7 +402,12 @@ async fn beat(inner: &Inner) -> Result<Beat, Error> {
             Ok(b)
         }
         Err(f) => {
-            let e = fault_error(&group, conn.broker().clone(), ConsumerGroupHeartbeat::KEY, f.clone());
+            let e = fault_error(
+                &group,
+                conn.broker().clone(),
+                ConsumerGroupHeartbeat::KEY,
+                f.clone(),
+            );
             *lock(&inner.fatal) = Some((conn.broker().clone(), f));
             inner.wake();
             Err(e)
@@ -445,14 +451,23 @@ async fn send_leave(inner: &Inner, hb: &NextHeartbeat) -> Result<(), Error> {
 /// The heartbeat task: every heartbeat interval (the coordinator's) while the member is in the
 /// group; applies `max.poll.interval.ms`. Ends when the member is dropped.
 async fn heartbeats(inner: Weak<Inner>) {
+    let mut last_beat = Instant::now();
     loop {
-        let interval = match inner.upgrade() {
-            Some(i) => lock(&i.state)
-                .interval_ms()
-                .map_or(DEFAULT_INTERVAL, Duration::from_millis),
+        let (interval, max_poll) = match inner.upgrade() {
+            Some(i) => {
+                let s = lock(&i.state);
+                (
+                    s.interval_ms()
+                        .map_or(DEFAULT_INTERVAL, Duration::from_millis),
+                    s.config().max_poll_interval,
+                )
+            }
             None => return,
         };
-        tokio::time::sleep(interval).await;
+        // The coordinator's interval can be far longer than max.poll.interval.ms allows a
+        // batch to be held past its end: look at the batch more often than heartbeats go.
+        let tick = interval.min((max_poll / 4).max(Duration::from_millis(100)));
+        tokio::time::sleep(tick).await;
         let Some(inner) = inner.upgrade() else { return };
         let (in_group, config) = {
             let s = lock(&inner.state);
@@ -492,6 +507,10 @@ async fn heartbeats(inner: Weak<Inner>) {
             inner.wake();
             continue;
         }
+        if last_beat.elapsed() < interval {
+            continue;
+        }
+        last_beat = Instant::now();
         if let Err(e) = beat(&inner).await {
             tracing::debug!(group = config.group.as_str(), "heartbeat: {e}");
         }

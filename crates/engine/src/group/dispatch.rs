@@ -38,9 +38,7 @@ impl GroupMember {
     pub fn new(cluster: Arc<Cluster>, config: GroupConfig) -> Result<GroupMember, Error> {
         Ok(match config.protocol {
             GroupProtocol::Classic => GroupMember::Classic(ClassicMember::new(cluster, config)?),
-            GroupProtocol::Consumer => {
-                GroupMember::Consumer(ConsumerMember::new(cluster, config)?)
-            }
+            GroupProtocol::Consumer => GroupMember::Consumer(ConsumerMember::new(cluster, config)?),
         })
     }
 

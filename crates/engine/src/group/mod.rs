@@ -1,6 +1,8 @@
-//! Consumer groups, classic protocol: several processes share a topic's partitions through
-//! Kafka's group coordinator (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup),
-//! with protocol type `consumer` and the Java client's subscription and assignment encoding, so
+//! Consumer groups: several processes share a topic's partitions through Kafka's group
+//! coordinator, with the classic protocol (FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+//! LeaveGroup) or, opted into with `group.protocol=consumer`, KIP-848's (ConsumerGroupHeartbeat
+//! alone; the coordinator assigns). The classic protocol uses
+//! protocol type `consumer` and the Java client's subscription and assignment encoding, so
 //! that Kafka's tools list kdirect's members and a kdirect member and a Java `KafkaConsumer` can
 //! share one group.
 //!
@@ -19,7 +21,16 @@
 //! rejoins, which the stream does only between batches. A member whose only assignor is
 //! `cooperative-sticky` is cooperative (KIP-429): it keeps its partitions through the join,
 //! gives up only those the new assignment leaves out, and then joins again at once so the
-//! leader can hand them on. KIP-848 (`group.protocol=consumer`) is not here yet.
+//! leader can hand them on.
+//!
+//! - [`consumer`]: KIP-848's member as a pure state machine (epochs, incremental heartbeats,
+//!   reconciliation of the target assignment by topic id, fencing, leave epochs).
+//! - [`consumer_member`]: its driver (the coordinator connection, the heartbeat task on the
+//!   coordinator's interval, `max.poll.interval.ms`).
+//! - [`GroupMember`]: either driver behind one API, picked by [`GroupConfig::protocol`]; the
+//!   stream and the `kafka` store use only it. Under KIP-848 a member is always incremental
+//!   (like cooperative-sticky): the stream's join reconciles, keeping what the new target
+//!   keeps, and the commit identity is the member epoch (OffsetCommit v9).
 
 pub mod assignor;
 pub mod consumer;

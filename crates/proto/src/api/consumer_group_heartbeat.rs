@@ -69,7 +69,10 @@ pub fn request(p: &HeartbeatParams<'_>, _version: i16) -> ConsumerGroupHeartbeat
         .with_instance_id(p.instance_id.map(s))
         .with_rack_id(p.rack_id.map(s))
         .with_rebalance_timeout_ms(p.rebalance_timeout_ms)
-        .with_subscribed_topic_names(p.topics.map(|ts| ts.iter().map(|t| topic_name(t)).collect()))
+        .with_subscribed_topic_names(
+            p.topics
+                .map(|ts| ts.iter().map(|t| topic_name(t)).collect()),
+        )
         .with_server_assignor(p.server_assignor.map(s))
         .with_topic_partitions(p.owned.map(|o| {
             o.iter()
@@ -170,8 +173,8 @@ mod tests {
         Assignment, TopicPartitions as RespTopic,
     };
     use kafka_protocol::messages::RequestHeader;
-    use uuid::Uuid;
     use kafka_protocol::protocol::{decode_request_header_from_buffer, Decodable, Encodable};
+    use uuid::Uuid;
 
     const ID: [u8; 16] = [7; 16];
 
@@ -237,7 +240,7 @@ mod tests {
                 0, 4, 0x93, 0xe0, // rebalance_timeout_ms 300000
                 2, 2, b't', // subscribed_topic_names ["t"]
                 8, b'u', b'n', b'i', b'f', b'o', b'r', b'm', // server_assignor
-                2, // topic_partitions: one topic
+                2,    // topic_partitions: one topic
                 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, // topic id
                 3, 0, 0, 0, 0, 0, 0, 0, 2, // partitions [0, 2]
                 0, // topic tagged fields
@@ -292,7 +295,11 @@ mod tests {
     #[test]
     fn the_view_reads_every_field_and_every_truncation_is_an_error() {
         for v in 0..=1 {
-            for a in [None, Some(vec![]), Some(vec![(ID, vec![1, 3]), ([9; 16], vec![])])] {
+            for a in [
+                None,
+                Some(vec![]),
+                Some(vec![(ID, vec![1, 3]), ([9; 16], vec![])]),
+            ] {
                 let frame = encode_response::<ConsumerGroupHeartbeat>(&response(a.clone()), v, 2)
                     .unwrap()
                     .slice(4..);
@@ -300,7 +307,11 @@ mod tests {
                 let view = view(&got);
                 assert_eq!(view.assignment, a);
                 assert_eq!(
-                    (view.member_id.as_deref(), view.member_epoch, view.heartbeat_interval_ms),
+                    (
+                        view.member_id.as_deref(),
+                        view.member_epoch,
+                        view.heartbeat_interval_ms
+                    ),
                     (Some("m-1"), 4, 5000)
                 );
                 for cut in 0..frame.len() {
@@ -313,10 +324,53 @@ mod tests {
     }
 
     #[test]
+    fn the_fuzz_seeds_are_the_answers_they_are_named_after() {
+        let seed = |b: &'static [u8]| {
+            let (v, frame) = b.split_first().unwrap();
+            let (_, r) =
+                decode_response::<ConsumerGroupHeartbeat>(Bytes::from_static(frame), i16::from(*v))
+                    .unwrap();
+            view(&r)
+        };
+        let a = seed(include_bytes!(
+            "../../../../fuzz/corpus/consumer_group_heartbeat_response/ok-v1-assignment"
+        ));
+        assert_eq!(
+            (a.error, a.member_epoch, a.heartbeat_interval_ms),
+            (ErrorCode::NONE, 3, 5000)
+        );
+        assert_eq!(
+            a.assignment,
+            Some(vec![([1; 16], vec![0, 1, 2]), ([2; 16], vec![5])])
+        );
+        let n = seed(include_bytes!(
+            "../../../../fuzz/corpus/consumer_group_heartbeat_response/ok-v0-no-change"
+        ));
+        assert_eq!(
+            (n.member_id.as_deref(), n.assignment),
+            (Some("member-1"), None)
+        );
+        let f = seed(include_bytes!(
+            "../../../../fuzz/corpus/consumer_group_heartbeat_response/fenced-v1"
+        ));
+        assert_eq!(f.error, ErrorCode(110));
+        let u = seed(include_bytes!(
+            "../../../../fuzz/corpus/consumer_group_heartbeat_response/unsupported-v0"
+        ));
+        assert_eq!(u.error, ErrorCode::UNSUPPORTED_VERSION);
+        let e = seed(include_bytes!(
+            "../../../../fuzz/corpus/consumer_group_heartbeat_response/ok-v1-empty-assignment"
+        ));
+        assert_eq!(e.assignment, Some(vec![]));
+    }
+
+    #[test]
     fn hostile_counts_and_presence_bytes_are_errors() {
         // Header (correlation id, no tags), throttle, error, null message, null member id,
         // epoch, interval, then the assignment.
-        let head: &[u8] = &[0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        let head: &[u8] = &[
+            0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        ];
         let mut huge = head.to_vec();
         huge.extend_from_slice(&[1, 0xff, 0xff, 0xff, 0x0f]);
         let e = decode_response::<ConsumerGroupHeartbeat>(Bytes::from(huge), 1).unwrap_err();
