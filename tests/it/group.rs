@@ -122,7 +122,24 @@ fn described_members(kafka: &Kafka, group: &str) -> Vec<(String, usize)> {
 /// (both commit after each batch, and the handovers are clean).
 #[test]
 fn a_kdirect_member_and_a_java_consumer_share_a_group() {
-    let test = "a_kdirect_member_and_a_java_consumer_share_a_group";
+    mixed_group(
+        "a_kdirect_member_and_a_java_consumer_share_a_group",
+        "classic",
+    );
+}
+
+/// The same with KIP-848's consumer protocol on both sides (the coordinator's uniform
+/// assignor): a kdirect member and a Java `KafkaConsumer` with `group.protocol=consumer` share
+/// one group, each holding 3 of 6 partitions, and together read every record exactly once.
+#[test]
+fn a_kdirect_and_a_java_consumer_protocol_member_share_a_group() {
+    mixed_group(
+        "a_kdirect_and_a_java_consumer_protocol_member_share_a_group",
+        "consumer",
+    );
+}
+
+fn mixed_group(test: &str, protocol: &str) {
     let Some(kafka) = Kafka::single(test) else {
         return;
     };
@@ -135,7 +152,14 @@ fn a_kdirect_member_and_a_java_consumer_share_a_group() {
     let (k_out, k_log) = (dir.join("kdirect.out"), dir.join("kdirect.log"));
     let mut java = kafka
         .tool_command("group-consume")
-        .args(["--topic", &t, "--group", &group])
+        .args([
+            "--topic",
+            &t,
+            "--group",
+            &group,
+            "--group-protocol",
+            protocol,
+        ])
         .args([
             "--out",
             j_out.to_str().unwrap(),
@@ -146,7 +170,14 @@ fn a_kdirect_member_and_a_java_consumer_share_a_group() {
         .stderr(std::fs::File::create(&j_log).unwrap())
         .spawn()
         .unwrap();
-    let mut kd = member(&kafka, &t, &group, &k_out, &k_log, &[]);
+    let mut kd = member(
+        &kafka,
+        &t,
+        &group,
+        &k_out,
+        &k_log,
+        &["--group-protocol", protocol],
+    );
     wait_until(
         Duration::from_secs(90),
         "both members hold 3 partitions",
@@ -279,17 +310,23 @@ enum Sink {
 /// members are SIGKILLed, stopped with SIGTERM and added at random moments; then every member
 /// slot is filled again until everything written was read. Returns what was read, counted,
 /// and each partition's end.
-fn chaos(test: &str, kafka: &Kafka, sink: &Sink) -> (BTreeMap<(i32, i64), u32>, Vec<i64>) {
+fn chaos(
+    test: &str,
+    kafka: &Kafka,
+    sink: &Sink,
+    protocol: &str,
+) -> (BTreeMap<(i32, i64), u32>, Vec<i64>) {
     const PARTITIONS: i32 = 12;
     let t = topic("grpkill");
     let table = t.replace('-', "_");
     kafka.create(&t, PARTITIONS, &[]);
     kafka.produce(&t, PARTITIONS, 12_000, &["--value-size", "80"]);
     let dir = tempdir("grpkill");
-    let extra: Vec<&str> = match sink {
+    let mut extra: Vec<&str> = match sink {
         Sink::Postgres(url) => vec!["--store", url.as_str(), "--sink-table", table.as_str()],
         Sink::KafkaFiles => Vec::new(),
     };
+    extra.extend(["--group-protocol", protocol]);
     let outs: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("m{i}.out"))).collect();
     let spawn = |i: usize| {
         member(
@@ -424,7 +461,7 @@ fn members_killed_stopped_and_added_exactly_once_in_postgres() {
     let Some(kafka) = Kafka::single(test) else {
         return;
     };
-    let (seen, ends) = chaos(test, &kafka, &Sink::Postgres(url));
+    let (seen, ends) = chaos(test, &kafka, &Sink::Postgres(url), "classic");
     for (p, end) in ends.iter().enumerate() {
         for o in 0..*end {
             assert_eq!(
@@ -449,7 +486,7 @@ fn members_killed_stopped_and_added_lose_nothing_with_kafka_offsets() {
     let Some(kafka) = Kafka::single(test) else {
         return;
     };
-    let (seen, ends) = chaos(test, &kafka, &Sink::KafkaFiles);
+    let (seen, ends) = chaos(test, &kafka, &Sink::KafkaFiles, "classic");
     for (p, end) in ends.iter().enumerate() {
         for o in 0..*end {
             assert!(
@@ -463,6 +500,174 @@ fn members_killed_stopped_and_added_lose_nothing_with_kafka_offsets() {
         "{test}: {} offsets, {again} read more than once",
         seen.len()
     );
+}
+
+/// The chaos run with KIP-848's consumer protocol and a PostgreSQL sink table: every offset
+/// exactly once. A SIGKILLed member's partitions wait for the coordinator's session timeout
+/// (group.consumer.session.timeout.ms, 45 s by default), then move; a stopped member leaves
+/// with epoch -1 and its partitions move at once.
+#[test]
+fn consumer_protocol_members_killed_stopped_and_added_exactly_once_in_postgres() {
+    let test = "consumer_protocol_members_killed_stopped_and_added_exactly_once_in_postgres";
+    let Some(url) = service("KDIRECT_TEST_POSTGRES", test) else {
+        return;
+    };
+    let Some(kafka) = Kafka::single(test) else {
+        return;
+    };
+    let (seen, ends) = chaos(test, &kafka, &Sink::Postgres(url), "consumer");
+    for (p, end) in ends.iter().enumerate() {
+        for o in 0..*end {
+            assert_eq!(
+                seen.get(&(p as i32, o)),
+                Some(&1),
+                "partition {p} offset {o}"
+            );
+        }
+    }
+    assert_eq!(
+        seen.len() as i64,
+        ends.iter().sum::<i64>(),
+        "offsets past the ends"
+    );
+}
+
+/// Two kdirect members with `group.protocol=consumer` on a 6-partition topic: the coordinator
+/// splits it 3 and 3 (Kafka's own tool says so), they read every record exactly once into a
+/// PostgreSQL sink table; when one stops (a leave heartbeat, epoch -1) the other reconciles to
+/// all 6 and reads what is written next, still once each.
+#[test]
+fn consumer_protocol_members_split_a_topic_exactly_once_in_postgres() {
+    let test = "consumer_protocol_members_split_a_topic_exactly_once_in_postgres";
+    let Some(url) = service("KDIRECT_TEST_POSTGRES", test) else {
+        return;
+    };
+    let Some(kafka) = Kafka::single(test) else {
+        return;
+    };
+    let t = topic("kip848");
+    let table = t.replace('-', "_");
+    let group = format!("{t}-g");
+    kafka.create(&t, 6, &[]);
+    kafka.produce(&t, 6, 600, &[]);
+    let dir = tempdir("kip848");
+    let extra = [
+        "--group-protocol",
+        "consumer",
+        "--store",
+        url.as_str(),
+        "--sink-table",
+        table.as_str(),
+    ];
+    let spawn = |n: &str| {
+        member(
+            &kafka,
+            &t,
+            &group,
+            &dir.join(format!("{n}.out")),
+            &dir.join(format!("{n}.log")),
+            &extra,
+        )
+    };
+    let mut a = spawn("a");
+    let mut b = spawn("b");
+    wait_until(
+        Duration::from_secs(90),
+        "both members hold 3 partitions",
+        || {
+            let m = described_members(&kafka, &group);
+            m.len() == 2 && m.iter().all(|(c, n)| c == "kdirect" && *n == 3)
+        },
+    );
+    kafka.produce(&t, 6, 3000, &["--from", "600"]);
+    let rt = rt();
+    sqlx::any::install_default_drivers();
+    let pool = rt.block_on(sqlx::AnyPool::connect(&url)).unwrap();
+    let read = || {
+        let q = format!("SELECT partition_id, record_offset FROM {table}");
+        let rows = rt.block_on(async {
+            sqlx::query_as::<_, (i32, i64)>(&q)
+                .fetch_all(&pool)
+                .await
+                .unwrap_or_default()
+        });
+        let mut seen: BTreeMap<(i32, i64), u32> = BTreeMap::new();
+        for r in rows {
+            *seen.entry(r).or_default() += 1;
+        }
+        seen
+    };
+    wait_until(Duration::from_secs(120), "every record was read", || {
+        read().len() == 3600
+    });
+    signal(&b, "-TERM");
+    assert!(b.wait().unwrap().success());
+    wait_until(Duration::from_secs(60), "a holds all 6 partitions", || {
+        described_members(&kafka, &group) == [("kdirect".to_owned(), 6)]
+    });
+    kafka.produce(&t, 6, 1200, &["--from", "3600"]);
+    wait_until(Duration::from_secs(120), "every record was read", || {
+        read().len() == 4800
+    });
+    signal(&a, "-TERM");
+    assert!(a.wait().unwrap().success());
+    let seen = read();
+    let ends = kafka.end_offsets(&t);
+    for (p, end) in ends.iter().enumerate() {
+        for o in 0..*end {
+            assert_eq!(
+                seen.get(&(p as i32, o)),
+                Some(&1),
+                "partition {p} offset {o}"
+            );
+        }
+    }
+    assert_eq!(seen.len() as i64, ends.iter().sum::<i64>());
+    let a_log = std::fs::read_to_string(dir.join("a.log")).unwrap();
+    assert!(
+        a_log.lines().any(|l| l.contains(": assigned ")),
+        "a logged no assignment: {a_log}"
+    );
+    rt.block_on(async {
+        sqlx::query(&format!("DROP TABLE {table}"))
+            .execute(&pool)
+            .await
+            .unwrap();
+    });
+}
+
+/// A broker that does not speak the consumer protocol (Kafka 3.9.1 with its default
+/// group.coordinator.rebalance.protocols: it lists ConsumerGroupHeartbeat v0 and answers it
+/// UNSUPPORTED_VERSION) fails the stream with one line that names the API, the code and the
+/// way out (group.protocol=classic).
+#[test]
+fn the_consumer_protocol_on_a_broker_without_it_fails_in_one_clear_line() {
+    let test = "the_consumer_protocol_on_a_broker_without_it_fails_in_one_clear_line";
+    let Some(kafka) = Kafka::old(test) else {
+        return;
+    };
+    let t = topic("kip848old");
+    kafka.create(&t, 2, &[]);
+    rt().block_on(async {
+        let mut s = DirectStream::builder()
+            .bootstrap(&kafka.bootstrap)
+            .group(&format!("{t}-g"))
+            .subscribe(&[&t])
+            .set("group.protocol", "consumer")
+            .unwrap()
+            .build()
+            .await
+            .unwrap();
+        let e = s.next_batch().await.unwrap_err().to_string();
+        assert!(!e.contains('\n'), "{e}");
+        for words in [
+            "ConsumerGroupHeartbeat",
+            "UNSUPPORTED_VERSION",
+            "group.protocol=classic",
+        ] {
+            assert!(e.contains(words), "{words}: {e}");
+        }
+    });
 }
 
 /// The generation in a member's last "assigned" line, and what it was assigned.
@@ -565,7 +770,24 @@ fn a_static_member_restarted_within_the_session_moves_nothing() {
 /// offsets from the store.
 #[test]
 fn a_batch_held_past_max_poll_interval_is_not_committed() {
-    let test = "a_batch_held_past_max_poll_interval_is_not_committed";
+    held_past_max_poll(
+        "a_batch_held_past_max_poll_interval_is_not_committed",
+        "classic",
+    );
+}
+
+/// The same with KIP-848's consumer protocol: the member leaves with epoch -1 (its partitions
+/// are lost), the commit that comes after is refused, and the next batch rejoins with epoch 0
+/// and re-reads the same offsets.
+#[test]
+fn a_consumer_protocol_batch_held_past_max_poll_interval_is_not_committed() {
+    held_past_max_poll(
+        "a_consumer_protocol_batch_held_past_max_poll_interval_is_not_committed",
+        "consumer",
+    );
+}
+
+fn held_past_max_poll(test: &str, protocol: &str) {
     let Some(kafka) = Kafka::single(test) else {
         return;
     };
@@ -584,6 +806,8 @@ fn a_batch_held_past_max_poll_interval_is_not_committed() {
             .set("heartbeat.interval.ms", "200")
             .unwrap()
             .set("session.timeout.ms", "6000")
+            .unwrap()
+            .set("group.protocol", protocol)
             .unwrap()
             .build()
             .await

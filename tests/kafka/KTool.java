@@ -30,6 +30,8 @@
 //   group-consume --topic T --group G --out FILE --stop STOPFILE [--assignor range|roundrobin]
 //               [--session-timeout-ms MS] [--heartbeat-interval-ms MS] [--max-poll-records N]
 //               [--instance-id ID] [--isolation read_committed]   a group member (see below)
+//               [--group-protocol consumer]   KIP-848 (--assignor then names the coordinator's:
+//               uniform, range; the session and heartbeat options are the broker's)
 //   tick        --topic T --partitions P --every-ms MS   benches/group.rs: one record per
 //               partition every MS ms until killed (key "p", value the send time in ms)
 //   produce-gated --topic T --partitions P --count N --value-size S --transactional-id X
@@ -373,15 +375,22 @@ public class KTool {
     p.put(ConsumerConfig.GROUP_ID_CONFIG, opt("group"));
     p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
     p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
-    p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, opt("session-timeout-ms", "10000"));
-    p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, opt("heartbeat-interval-ms", "1000"));
     p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, opt("max-poll-records", "200"));
-    String assignor = opt("assignor", "range");
-    p.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG,
-        assignor.equals("roundrobin") ? RoundRobinAssignor.class.getName()
-            : assignor.equals("cooperative-sticky") ? CooperativeStickyAssignor.class.getName()
-            : assignor.equals("default") ? RangeAssignor.class.getName() + "," + CooperativeStickyAssignor.class.getName()
-            : RangeAssignor.class.getName());
+    if (opt("group-protocol", "classic").equals("consumer")) {
+      // KIP-848: the coordinator assigns and sets the session and heartbeat timings; the
+      // client refuses the classic settings.
+      p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer");
+      if (opts.containsKey("assignor")) p.put(ConsumerConfig.GROUP_REMOTE_ASSIGNOR_CONFIG, opt("assignor"));
+    } else {
+      p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, opt("session-timeout-ms", "10000"));
+      p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, opt("heartbeat-interval-ms", "1000"));
+      String assignor = opt("assignor", "range");
+      p.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG,
+          assignor.equals("roundrobin") ? RoundRobinAssignor.class.getName()
+              : assignor.equals("cooperative-sticky") ? CooperativeStickyAssignor.class.getName()
+              : assignor.equals("default") ? RangeAssignor.class.getName() + "," + CooperativeStickyAssignor.class.getName()
+              : RangeAssignor.class.getName());
+    }
     if (opts.containsKey("instance-id")) p.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, opt("instance-id"));
     if (opts.containsKey("isolation")) p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, opt("isolation"));
     java.nio.file.Path stop = java.nio.file.Path.of(opt("stop"));

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use kdirect_engine::cluster::Cluster;
 use kdirect_engine::conn::BrokerConnection;
-use kdirect_engine::group::GroupMember;
+use kdirect_engine::group::{Generation, GroupMember};
 use kdirect_proto::api::find_coordinator::{self, FindCoordinator};
 use kdirect_proto::api::offset_commit::{self, CommitEntry, Committer, OffsetCommit};
 use kdirect_proto::api::offset_fetch::{self, OffsetFetch};
@@ -62,12 +62,17 @@ enum Attempt {
     Fatal(StoreError),
 }
 
-/// The coordinator's answers to a commit from a member that lost its partitions.
+/// STALE_MEMBER_EPOCH (KIP-848): the commit's member epoch is older than the member's.
+const STALE_MEMBER_EPOCH: ErrorCode = ErrorCode(113);
+
+/// The coordinator's answers to a commit from a member that lost its partitions (classic:
+/// the generation; KIP-848: FENCED_MEMBER_EPOCH, an epoch the coordinator never gave).
 fn is_fenced(code: ErrorCode) -> bool {
     code == ErrorCode::ILLEGAL_GENERATION
         || code == ErrorCode::UNKNOWN_MEMBER_ID
         || code == ErrorCode::REBALANCE_IN_PROGRESS
         || code == ErrorCode::FENCED_INSTANCE_ID
+        || code.0 == 110
 }
 
 fn is_coordinator_error(code: ErrorCode) -> bool {
@@ -279,23 +284,31 @@ impl KafkaGroupStore {
             let (group_code, parts) = offset_fetch::view(&resp, version);
             if let Some(code) = group_code.err() {
                 let e = self.code_err("OffsetFetch", None, code);
-                return Err(if is_coordinator_error(code) || code.is_retriable() {
-                    Attempt::Retry(e)
-                } else {
-                    Attempt::Fatal(e)
-                });
+                return Err(
+                    if is_coordinator_error(code)
+                        || code.is_retriable()
+                        || code == STALE_MEMBER_EPOCH
+                    {
+                        Attempt::Retry(e)
+                    } else {
+                        Attempt::Fatal(e)
+                    },
+                );
             }
             let mut positions = Positions::new();
             let mut batch: Option<u64> = None;
             for p in parts {
                 if let Some(code) = p.error.err() {
                     let e = self.code_err("OffsetFetch", Some((&p.topic, p.partition)), code);
-                    // UNSTABLE_OFFSET_COMMIT (88) is retriable too: a transaction is pending.
-                    return Err(if code.is_retriable() || code.0 == 88 {
-                        Attempt::Retry(e)
-                    } else {
-                        Attempt::Fatal(e)
-                    });
+                    // UNSTABLE_OFFSET_COMMIT (88) is retriable too: a transaction is pending;
+                    // and STALE_MEMBER_EPOCH (KIP-848) is never "no offset".
+                    return Err(
+                        if code.is_retriable() || code.0 == 88 || code == STALE_MEMBER_EPOCH {
+                            Attempt::Retry(e)
+                        } else {
+                            Attempt::Fatal(e)
+                        },
+                    );
                 }
                 if p.offset < 0 {
                     continue;
@@ -315,35 +328,33 @@ impl KafkaGroupStore {
         .await
     }
 
+    /// The attached member's identity to commit under (`None`: a standalone commit), or
+    /// [`StoreErrorKind::Fenced`] once the member lost its partitions.
+    fn generation(&self, as_member: bool) -> Result<Option<Generation>, StoreError> {
+        match self.member.get().filter(|_| as_member) {
+            Some(m) => match m.generation() {
+                Some(g) => Ok(Some(g)),
+                None => Err(StoreErrorKind::Fenced {
+                    store: self.describe(),
+                    reason: m
+                        .lost()
+                        .unwrap_or_else(|| "the member is not in a generation".to_owned()),
+                }
+                .into()),
+            },
+            None => Ok(None),
+        }
+    }
+
     async fn commit_positions(
         &self,
         batch_id: u64,
         positions: &Positions,
         as_member: bool,
     ) -> Result<(), StoreError> {
-        let generation = match self.member.get().filter(|_| as_member) {
-            Some(m) => match m.generation() {
-                Some(g) => Some(g),
-                None => {
-                    return Err(StoreErrorKind::Fenced {
-                        store: self.describe(),
-                        reason: m
-                            .lost()
-                            .unwrap_or_else(|| "the member is not in a generation".to_owned()),
-                    }
-                    .into())
-                }
-            },
-            None => None,
-        };
-        let in_group = generation.is_some();
-        let committer = generation
-            .as_ref()
-            .map_or(Committer::STANDALONE, |g| Committer {
-                generation_id: g.generation_id,
-                member_id: &g.member_id,
-                instance_id: g.instance_id.as_deref(),
-            });
+        // Checked before the first attempt, and again before each retry (the consumer
+        // protocol's member epoch moves on while a batch is held).
+        self.generation(as_member)?;
         let metadata = format!("{METADATA_PREFIX}{batch_id}");
         let mut by_topic: BTreeMap<&str, Vec<CommitEntry>> = BTreeMap::new();
         for (tp, &offset) in positions {
@@ -361,6 +372,15 @@ impl KafkaGroupStore {
         self.with_retry(|conn| {
             let topics = &topics;
             async move {
+                let generation = self.generation(as_member).map_err(Attempt::Fatal)?;
+                let in_group = generation.is_some();
+                let committer = generation
+                    .as_ref()
+                    .map_or(Committer::STANDALONE, |g| Committer {
+                        generation_id: g.generation_id,
+                        member_id: &g.member_id,
+                        instance_id: g.instance_id.as_deref(),
+                    });
                 let version = conn
                     .version::<OffsetCommit>()
                     .map_err(|e| self.engine_attempt(e))?;
@@ -370,6 +390,16 @@ impl KafkaGroupStore {
                     .await
                     .map_err(|e| self.engine_attempt(e))?;
                 for (topic, partition, code) in offset_commit::view(&resp) {
+                    if code == STALE_MEMBER_EPOCH && in_group {
+                        // KIP-848: the member epoch moved on (a heartbeat answered meanwhile);
+                        // retried under the member's current one, if it still owns its
+                        // partitions.
+                        return Err(Attempt::Retry(self.code_err(
+                            "OffsetCommit",
+                            Some((&topic, partition)),
+                            code,
+                        )));
+                    }
                     if is_fenced(code) && in_group {
                         return Err(Attempt::Fatal(
                             StoreErrorKind::Fenced {

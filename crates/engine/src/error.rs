@@ -141,7 +141,10 @@ fn group_error_hint(code: ErrorCode) -> &'static str {
                and group.max.session.timeout.ms (6000 and 1800000 by default)"
         }
         30 => ": this principal may not use the group (grant it READ on the group)",
-        81 => ": the group has group.max.size members already",
+        81 => {
+            ": the group has group.max.size members already (group.consumer.max.size for the \
+               consumer protocol)"
+        }
         82 => ": another member runs with the same group.instance.id (give each process its own)",
         _ => "",
     }

@@ -38,7 +38,7 @@ use kdirect_engine::conn::ConnConfig;
 use kdirect_engine::fetch::{
     fetch_ranges_within, FetchConfig, MemoryBudget, ObservedEnds, RangeData, RangeRecords,
 };
-use kdirect_engine::group::{Assignor, GroupConfig, GroupMember};
+use kdirect_engine::group::{Assignor, GroupConfig, GroupMember, GroupProtocol};
 use kdirect_engine::plan::{
     BatchCompletion, DataLossPolicy, DataLossReason, LostRange, OffsetRange, PartitionSnapshot,
     PidConfig, PlanError, PlanOutcome, Planner, PlannerConfig, RatePolicy, StartOffset,
@@ -493,16 +493,30 @@ impl DirectStreamBuilder {
                 self.with_membership(|g| g.assignors = assignors)
             }
             "client.rack" => self.client_rack(value),
-            "group.protocol" => match value.to_ascii_lowercase().as_str() {
-                "classic" => self,
-                _ => {
+            "group.protocol" => match GroupProtocol::from_name(value) {
+                // The default: changes nothing, and does not turn membership on.
+                Some(GroupProtocol::Classic) => {
+                    let mut me = self;
+                    if let Some(g) = me.config.membership.as_mut() {
+                        g.protocol = GroupProtocol::Classic;
+                    }
+                    me
+                }
+                Some(GroupProtocol::Consumer) => {
+                    self.with_membership(|g| g.protocol = GroupProtocol::Consumer)
+                }
+                None => {
                     return Err(ErrorKind::Config(format!(
-                        "{key}: '{value}': kdirect speaks the classic group protocol only \
-                         (KIP-848's 'consumer' protocol is not supported yet)"
+                        "{key}: '{value}' is not a group protocol (classic, or consumer: \
+                         KIP-848, Kafka 4.0+)"
                     ))
                     .into())
                 }
             },
+            "group.remote.assignor" => {
+                let name = value.trim().to_ascii_lowercase();
+                self.with_membership(|g| g.remote_assignor = Some(name))
+            }
             "group.membership" => {
                 let on: bool = parse(key, value)?;
                 self.join_group(on)
@@ -755,7 +769,9 @@ impl DirectStreamBuilder {
     /// group's offsets in Kafka; a SQL store gives exactly-once, its compare-and-set refusing
     /// the commit of a member that lost the partition. Group settings: `group.instance.id`,
     /// `session.timeout.ms`, `heartbeat.interval.ms`, `max.poll.interval.ms`,
-    /// `partition.assignment.strategy`, `client.rack`.
+    /// `partition.assignment.strategy`, `client.rack`. `group.protocol=consumer` speaks
+    /// KIP-848 instead (Kafka 4.0+: the coordinator assigns, with `group.remote.assignor`),
+    /// behind the same API: partitions still change hands only between batches.
     pub fn subscribe<S: AsRef<str>>(self, topics: &[S]) -> Self {
         self.topics(topics).join_group(true)
     }
@@ -2833,6 +2849,7 @@ pub const SETTINGS: &[&str] = &[
     "partition.assignment.strategy",
     "client.rack",
     "group.protocol",
+    "group.remote.assignor",
     "group.membership",
 ];
 
@@ -2874,12 +2891,13 @@ pub const SETTINGS_REFERENCE: &[(&str, &str, &str)] = &[
     ("trigger", "as-fast-as-possible", "When batches start: as-fast-as-possible, available-now, processing-time=<ms>."),
     ("memory.budget.bytes", "67108864", "Most fetched bytes held at once (the batch being read and the prefetched one)."),
     ("group.instance.id", "", "Static membership (KIP-345): a restart within session.timeout.ms moves nothing."),
-    ("session.timeout.ms", "45000", "How long the coordinator waits for a member's heartbeat."),
-    ("heartbeat.interval.ms", "3000", "How often a member heartbeats (also while a batch is processed)."),
+    ("session.timeout.ms", "45000", "How long the coordinator waits for a member's heartbeat (consumer protocol: the broker's group.consumer.session.timeout.ms decides)."),
+    ("heartbeat.interval.ms", "3000", "How often a member heartbeats, also while a batch is processed (consumer protocol: the interval the coordinator answers with)."),
     ("max.poll.interval.ms", "300000", "A batch held longer leaves the group and its commit is refused; also the rebalance timeout."),
-    ("partition.assignment.strategy", "range,roundrobin", "Assignors in order of preference: range, roundrobin, cooperative-sticky."),
+    ("partition.assignment.strategy", "range,roundrobin", "Assignors in order of preference: range, roundrobin, cooperative-sticky (classic protocol only)."),
     ("client.rack", "", "Fetch from a replica in this rack (KIP-392), and the rack in a member's subscription."),
-    ("group.protocol", "classic", "The group protocol; only `classic` (KIP-848's `consumer` is not supported yet)."),
+    ("group.protocol", "classic", "`classic` (JoinGroup/SyncGroup, every broker) or `consumer` (KIP-848: the coordinator assigns, Kafka 4.0+)."),
+    ("group.remote.assignor", "the broker's first group.consumer.assignors", "group.protocol=consumer: the coordinator's assignor, `uniform` or `range`."),
     ("group.membership", "false", "Join the group (true) or read every partition (false)."),
     ("security.protocol", "PLAINTEXT", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."),
     ("sasl.mechanism", "", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER."),

@@ -1,7 +1,7 @@
 //! The driver of a [`Membership`]: the coordinator connection, the join/sync loop and the
-//! heartbeat task. The stream calls [`GroupMember::join`] between batches, tells the member
+//! heartbeat task. The stream calls [`ClassicMember::join`] between batches, tells the member
 //! when it hands a batch out and when it is asked for the next one (the `max.poll.interval.ms`
-//! clock), and asks [`GroupMember::generation`] for the identity to commit under.
+//! clock), and asks [`ClassicMember::generation`] for the identity to commit under.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,16 +36,18 @@ pub struct Joined {
     pub member_id: String,
     /// Whether this member led the generation (computed everyone's partitions).
     pub leader: bool,
-    /// The assignor the coordinator chose.
-    pub assignor: Assignor,
+    /// The assignor: the one the coordinator chose (classic), or the coordinator's own
+    /// (consumer protocol; `group.remote.assignor`, empty for the broker's default).
+    pub assignor: String,
     /// This member's partitions.
     pub partitions: BTreeSet<TopicPartition>,
 }
 
-/// A member of a consumer group: see the module docs. Dropping it stops its heartbeats; call
-/// [`leave`](Self::leave) first to hand its partitions over at once.
+/// A member of a consumer group speaking the classic protocol: see the module docs. Dropping
+/// it stops its heartbeats; call [`leave`](Self::leave) first to hand its partitions over at
+/// once. [`super::GroupMember`] is this or a consumer-protocol member.
 #[derive(Debug)]
-pub struct GroupMember {
+pub struct ClassicMember {
     inner: Arc<Inner>,
     heartbeat: JoinHandle<()>,
 }
@@ -68,20 +70,20 @@ struct Inner {
 }
 
 impl Inner {
-    /// Tells whoever waits in [`GroupMember::join_needed`] to look again.
+    /// Tells whoever waits in [`ClassicMember::join_needed`] to look again.
     fn wake(&self) {
         self.changed.send_modify(|n| *n += 1);
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl GroupMember {
+impl ClassicMember {
     /// A member of `config.group` on `cluster`; it joins on the first [`join`](Self::join).
     /// Starts the heartbeat task (on the current tokio runtime).
-    pub fn new(cluster: Arc<Cluster>, config: GroupConfig) -> Result<GroupMember, Error> {
+    pub fn new(cluster: Arc<Cluster>, config: GroupConfig) -> Result<ClassicMember, Error> {
         config.validate().map_err(ErrorKind::Config)?;
         let (changed, _) = watch::channel(0);
         let inner = Arc::new(Inner {
@@ -95,7 +97,7 @@ impl GroupMember {
             fatal: Mutex::new(None),
         });
         let heartbeat = tokio::spawn(heartbeats(Arc::downgrade(&inner)));
-        Ok(GroupMember { inner, heartbeat })
+        Ok(ClassicMember { inner, heartbeat })
     }
 
     /// The group id.
@@ -352,7 +354,7 @@ impl GroupMember {
                         generation_id: s.generation_id(),
                         member_id: s.member_id().to_owned(),
                         leader: s.is_leader(),
-                        assignor: s.protocol().unwrap_or(Assignor::Range),
+                        assignor: s.protocol().unwrap_or(Assignor::Range).name().to_owned(),
                         partitions,
                     };
                     tracing::info!(
@@ -393,7 +395,7 @@ impl GroupMember {
     }
 }
 
-impl Drop for GroupMember {
+impl Drop for ClassicMember {
     fn drop(&mut self) {
         self.heartbeat.abort();
     }
@@ -412,11 +414,11 @@ fn view_generation(state: &Mutex<Membership>) -> i32 {
     lock(state).generation_id()
 }
 
-fn millis(d: Duration) -> i32 {
+pub(super) fn millis(d: Duration) -> i32 {
     i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
 }
 
-fn code_error(broker: &BrokerName, api: ApiKey, code: ErrorCode) -> Error {
+pub(super) fn code_error(broker: &BrokerName, api: ApiKey, code: ErrorCode) -> Error {
     ErrorKind::Broker {
         broker: broker.clone(),
         api,
@@ -425,7 +427,7 @@ fn code_error(broker: &BrokerName, api: ApiKey, code: ErrorCode) -> Error {
     .into()
 }
 
-fn fault_error(group: &str, broker: BrokerName, api: ApiKey, f: Fault) -> Error {
+pub(super) fn fault_error(group: &str, broker: BrokerName, api: ApiKey, f: Fault) -> Error {
     ErrorKind::Group {
         group: group.to_owned(),
         broker,

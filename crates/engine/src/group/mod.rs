@@ -1,6 +1,8 @@
-//! Consumer groups, classic protocol: several processes share a topic's partitions through
-//! Kafka's group coordinator (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup),
-//! with protocol type `consumer` and the Java client's subscription and assignment encoding, so
+//! Consumer groups: several processes share a topic's partitions through Kafka's group
+//! coordinator, with the classic protocol (FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+//! LeaveGroup) or, opted into with `group.protocol=consumer`, KIP-848's (ConsumerGroupHeartbeat
+//! alone; the coordinator assigns). The classic protocol uses
+//! protocol type `consumer` and the Java client's subscription and assignment encoding, so
 //! that Kafka's tools list kdirect's members and a kdirect member and a Java `KafkaConsumer` can
 //! share one group.
 //!
@@ -19,10 +21,22 @@
 //! rejoins, which the stream does only between batches. A member whose only assignor is
 //! `cooperative-sticky` is cooperative (KIP-429): it keeps its partitions through the join,
 //! gives up only those the new assignment leaves out, and then joins again at once so the
-//! leader can hand them on. KIP-848 (`group.protocol=consumer`) is not here yet.
+//! leader can hand them on.
+//!
+//! - [`consumer`]: KIP-848's member as a pure state machine (epochs, incremental heartbeats,
+//!   reconciliation of the target assignment by topic id, fencing, leave epochs).
+//! - [`consumer_member`]: its driver (the coordinator connection, the heartbeat task on the
+//!   coordinator's interval, `max.poll.interval.ms`).
+//! - [`GroupMember`]: either driver behind one API, picked by [`GroupConfig::protocol`]; the
+//!   stream and the `kafka` store use only it. Under KIP-848 a member is always incremental
+//!   (like cooperative-sticky): the stream's join reconciles, keeping what the new target
+//!   keeps, and the commit identity is the member epoch (OffsetCommit v9).
 
 pub mod assignor;
+pub mod consumer;
+pub mod consumer_member;
 pub mod describe;
+mod dispatch;
 pub mod member;
 pub mod membership;
 
@@ -30,7 +44,8 @@ use std::time::Duration;
 
 pub use assignor::Assignor;
 pub use describe::describe_group;
-pub use member::{GroupMember, Joined};
+pub use dispatch::GroupMember;
+pub use member::Joined;
 pub use membership::Generation;
 
 /// A member's settings, by the Java client's names.
@@ -56,6 +71,41 @@ pub struct GroupConfig {
     pub assignors: Vec<Assignor>,
     /// `client.rack`, sent in the subscription.
     pub rack: Option<String>,
+    /// `group.protocol`: classic (the default) or KIP-848's consumer protocol.
+    pub protocol: GroupProtocol,
+    /// `group.remote.assignor`: the coordinator's assignor for the consumer protocol
+    /// (`uniform`, `range`; `None`: the broker's default, the first of its
+    /// `group.consumer.assignors`).
+    pub remote_assignor: Option<String>,
+}
+
+/// `group.protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GroupProtocol {
+    /// JoinGroup/SyncGroup/Heartbeat with a client-side assignor: every broker.
+    #[default]
+    Classic,
+    /// KIP-848 (ConsumerGroupHeartbeat, broker-side assignment, member epochs): Kafka 4.0+.
+    Consumer,
+}
+
+impl GroupProtocol {
+    /// The setting's value.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupProtocol::Classic => "classic",
+            GroupProtocol::Consumer => "consumer",
+        }
+    }
+
+    /// The protocol named `name` (case-insensitive).
+    pub fn from_name(name: &str) -> Option<GroupProtocol> {
+        match name.to_ascii_lowercase().as_str() {
+            "classic" => Some(GroupProtocol::Classic),
+            "consumer" => Some(GroupProtocol::Consumer),
+            _ => None,
+        }
+    }
 }
 
 impl GroupConfig {
@@ -69,6 +119,8 @@ impl GroupConfig {
             max_poll_interval: Duration::from_secs(300),
             assignors: vec![Assignor::Range, Assignor::RoundRobin],
             rack: None,
+            protocol: GroupProtocol::Classic,
+            remote_assignor: None,
         }
     }
 
@@ -89,6 +141,16 @@ impl GroupConfig {
         }
         if self.instance_id.as_deref() == Some("") {
             return Err("group.instance.id is empty".to_owned());
+        }
+        if self.remote_assignor.as_deref() == Some("") {
+            return Err("group.remote.assignor is empty".to_owned());
+        }
+        if self.remote_assignor.is_some() && self.protocol == GroupProtocol::Classic {
+            return Err(
+                "group.remote.assignor is a setting of group.protocol=consumer (the classic \
+                 protocol's members assign: partition.assignment.strategy)"
+                    .to_owned(),
+            );
         }
         Ok(())
     }

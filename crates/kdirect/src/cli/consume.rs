@@ -204,8 +204,14 @@ pub struct Args {
     /// `partition.assignment.strategy` for --join: range, roundrobin, cooperative-sticky
     /// (comma-separated, in order of preference; default range,roundrobin). With
     /// cooperative-sticky alone a member keeps its partitions through a rebalance (KIP-429).
+    /// With --group-protocol consumer: the coordinator's assignor, uniform or range
+    /// (`group.remote.assignor`).
     #[arg(long, value_name = "LIST")]
     assignor: Option<String>,
+    /// `group.protocol` for --join: classic (every broker), or consumer (KIP-848, Kafka 4.0+:
+    /// the coordinator assigns, members keep their partitions through a rebalance).
+    #[arg(long, value_name = "PROTOCOL", value_parser = ["classic", "consumer"])]
+    group_protocol: Option<String>,
     /// The idempotent file sink: one file per batch, `DIR/<batchId>.jsonl`, written atomically
     /// (a re-run batch replaces its file). Replaces `--output`.
     #[arg(long, value_name = "DIR", conflicts_with = "output")]
@@ -446,17 +452,27 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
         if let Some(ms) = args.max_poll_interval_ms {
             builder = builder.set("max.poll.interval.ms", &ms.to_string())?;
         }
+        let consumer_protocol = args.group_protocol.as_deref() == Some("consumer");
+        if let Some(p) = &args.group_protocol {
+            builder = builder.set("group.protocol", p)?;
+        }
         if let Some(list) = &args.assignor {
-            builder = builder.set("partition.assignment.strategy", list)?;
+            let key = if consumer_protocol {
+                "group.remote.assignor"
+            } else {
+                "partition.assignment.strategy"
+            };
+            builder = builder.set(key, list)?;
         }
     } else if args.group_instance_id.is_some()
         || args.session_timeout_ms.is_some()
         || args.max_poll_interval_ms.is_some()
         || args.assignor.is_some()
+        || args.group_protocol.is_some()
     {
         return Err(CliError(
-            "--group-instance-id, --session-timeout-ms, --max-poll-interval-ms and --assignor \
-             are group settings: add --join (or -G GROUP)"
+            "--group-instance-id, --session-timeout-ms, --max-poll-interval-ms, --assignor and \
+             --group-protocol are group settings: add --join (or -G GROUP)"
                 .into(),
         ));
     }

@@ -4,6 +4,7 @@
 //! Versions are always explicit: pick them with [`crate::versions::BrokerVersions::negotiate`].
 
 pub mod api_versions;
+pub mod consumer_group_heartbeat;
 pub mod consumer_protocol;
 pub mod describe_groups;
 pub mod fetch;
@@ -64,6 +65,7 @@ pub(crate) fn first_flexible_version(key: ApiKey) -> Option<i16> {
         ApiKey::Heartbeat => heartbeat::FIRST_FLEXIBLE_VERSION,
         ApiKey::LeaveGroup => leave_group::FIRST_FLEXIBLE_VERSION,
         ApiKey::DescribeGroups => describe_groups::FIRST_FLEXIBLE_VERSION,
+        ApiKey::ConsumerGroupHeartbeat => consumer_group_heartbeat::FIRST_FLEXIBLE_VERSION,
         _ => return None,
     })
 }
@@ -98,6 +100,7 @@ pub(crate) fn check_body(key: ApiKey, version: i16, r: &mut Reader<'_>) -> Res<(
         ApiKey::Heartbeat => heartbeat::check(r, version),
         ApiKey::LeaveGroup => leave_group::check(r, version),
         ApiKey::DescribeGroups => describe_groups::check(r, version),
+        ApiKey::ConsumerGroupHeartbeat => consumer_group_heartbeat::check(r, version),
         // first_flexible_version and this match list the same keys; one added to the first
         // and not here is refused, never read with another API's schema.
         _ => Err(no_reader(r)),
