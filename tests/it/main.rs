@@ -14,6 +14,7 @@ mod migrate;
 mod output;
 mod real_kafka;
 mod secure;
+mod secure_fake;
 mod spark;
 mod stream;
 mod stream_store;

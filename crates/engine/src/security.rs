@@ -222,7 +222,11 @@ pub const KEYS: &[&str] = &[
 ];
 
 /// The keys whose values are secrets.
-pub const SECRET_KEYS: &[&str] = &["sasl.password", "sasl.oauthbearer.token", "ssl.key.password"];
+pub const SECRET_KEYS: &[&str] = &[
+    "sasl.password",
+    "sasl.oauthbearer.token",
+    "ssl.key.password",
+];
 
 impl Security {
     /// Applies one setting by its Kafka name. `Ok(false)`: `key` is not a security setting.

@@ -117,12 +117,17 @@ pub(crate) fn private_key(
 ) -> Result<PrivateKeyDer<'static>, TlsProblem> {
     const WHAT: &str = "ssl.key.location";
     // A key file is a few KiB; a larger one is not a key.
-    let meta = std::fs::metadata(path).map_err(|e| setup("cannot read ssl.key.location", path, e))?;
+    let meta =
+        std::fs::metadata(path).map_err(|e| setup("cannot read ssl.key.location", path, e))?;
     if !meta.is_file() || meta.len() > 1 << 20 {
-        return Err(setup(WHAT, path, "not a PEM key file (a regular file of at most 1 MiB)"));
+        return Err(setup(
+            WHAT,
+            path,
+            "not a PEM key file (a regular file of at most 1 MiB)",
+        ));
     }
-    let text =
-        std::fs::read_to_string(path).map_err(|e| setup("cannot read ssl.key.location", path, e))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| setup("cannot read ssl.key.location", path, e))?;
     let begin = format!("-----BEGIN {ENCRYPTED_LABEL}-----");
     let Some(start) = text.find(&begin) else {
         // OpenSSL's legacy encryption of a PKCS#1/SEC1 key (`Proc-Type: 4,ENCRYPTED`).
@@ -159,7 +164,11 @@ pub(crate) fn private_key(
     let (label, doc) = pkcs8::Document::from_pem(block)
         .map_err(|e| setup(WHAT, path, format!("the encrypted key's PEM: {e}")))?;
     if label != ENCRYPTED_LABEL {
-        return Err(setup(WHAT, path, format!("a PEM '{label}' block, not a key")));
+        return Err(setup(
+            WHAT,
+            path,
+            format!("a PEM '{label}' block, not a key"),
+        ));
     }
     let info = pkcs8::EncryptedPrivateKeyInfo::try_from(doc.as_bytes())
         .map_err(|e| setup(WHAT, path, format!("the encrypted key: {e}")))?;
@@ -503,7 +512,11 @@ mod tests {
             .unwrap();
         let path = dir.join("client.key.p8");
         // Text around the block, as `openssl pkcs12` writes ("Bag Attributes").
-        std::fs::write(&path, format!("Bag Attributes\n    friendlyName: c\n{}", *encrypted)).unwrap();
+        std::fs::write(
+            &path,
+            format!("Bag Attributes\n    friendlyName: c\n{}", *encrypted),
+        )
+        .unwrap();
         let secret = crate::security::Secret::new;
 
         let k = private_key(&path, Some(&secret("key-pass-123"))).unwrap();
@@ -518,7 +531,10 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(expect) && e.contains(&shown), "{e}");
-            assert!(!e.contains("not-the-pass") && !e.contains("key-pass-123"), "{e}");
+            assert!(
+                !e.contains("not-the-pass") && !e.contains("key-pass-123"),
+                "{e}"
+            );
         }
         // Through the client configuration, as a connection builds it.
         let cert = CertificateParams::new(vec!["client".to_owned()])
@@ -545,7 +561,9 @@ mod tests {
         let plain = dir.join("plain.key");
         std::fs::write(&plain, key.serialize_pem()).unwrap();
         assert_eq!(
-            private_key(&plain, Some(&secret("unused"))).unwrap().secret_der(),
+            private_key(&plain, Some(&secret("unused")))
+                .unwrap()
+                .secret_der(),
             der.as_slice()
         );
         let legacy = dir.join("legacy.key");
@@ -554,8 +572,13 @@ mod tests {
             "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-256-CBC,00\n\nAAAA\n-----END RSA PRIVATE KEY-----\n",
         )
         .unwrap();
-        let e = private_key(&legacy, Some(&secret("x"))).unwrap_err().to_string();
-        assert!(e.contains("openssl pkcs8 -topk8") && e.contains("legacy.key"), "{e}");
+        let e = private_key(&legacy, Some(&secret("x")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("openssl pkcs8 -topk8") && e.contains("legacy.key"),
+            "{e}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -12,10 +12,10 @@ use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use tokio::runtime::{Handle, Runtime};
 
+use crate::api::sasl::SaslConfig;
 use crate::batch::{
     encode_batch, encode_control_batch, split_batches, BatchOptions, Codec, ControlType, FakeRecord,
 };
-use crate::api::sasl::SaslConfig;
 use crate::error::FakeError;
 use crate::server::{spawn_broker, BrokerTask};
 use crate::state::{BrokerState, InjectedError, Shared, State};

@@ -48,6 +48,6 @@ pub use batch::{
 };
 pub use cluster::{BrokerStats, FakeCluster, FakeClusterBuilder, FetchFault, Transaction};
 pub use error::FakeError;
-pub use tls::FakeTls;
 /// Re-exported so tests can name the API an injected error applies to.
 pub use kafka_protocol::messages::ApiKey;
+pub use tls::FakeTls;

@@ -133,7 +133,9 @@ async fn accept_conn(
         Err(e) => {
             // rustls has already sent its alert (a plaintext client reads it as bytes that
             // are not a Kafka response).
-            eprintln!("kdirect-fake-broker: broker {id}: closing {peer}: TLS handshake failed: {e}");
+            eprintln!(
+                "kdirect-fake-broker: broker {id}: closing {peer}: TLS handshake failed: {e}"
+            );
             if let Ok(b) = shared.lock().broker_mut(id) {
                 b.tls_handshakes_failed += 1;
             }

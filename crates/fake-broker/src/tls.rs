@@ -15,9 +15,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose, SanType,
-};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose, SanType};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::ServerConfig;
 
@@ -109,14 +107,13 @@ impl FakeTls {
     /// The rustls server configuration (no client certificates asked for).
     pub(crate) fn server_config(&self) -> Result<Arc<ServerConfig>, FakeError> {
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key_der.clone()));
-        let config = ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| tls_error("TLS versions", e))?
-        .with_no_client_auth()
-        .with_single_cert(self.chain.clone(), key)
-        .map_err(|e| tls_error("server certificate and key", e))?;
+        let config =
+            ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .map_err(|e| tls_error("TLS versions", e))?
+                .with_no_client_auth()
+                .with_single_cert(self.chain.clone(), key)
+                .map_err(|e| tls_error("server certificate and key", e))?;
         Ok(Arc::new(config))
     }
 }
