@@ -76,14 +76,14 @@ pub(crate) fn handshake(
     req: &SaslHandshakeRequest,
 ) -> Answer<SaslHandshakeResponse> {
     let enabled = vec![StrBytes::from_static_str(PLAIN)];
-    let Some(_) = config else {
+    if config.is_none() {
         return Answer {
             response: SaslHandshakeResponse::default()
                 .with_error_code(codes::ILLEGAL_SASL_STATE)
                 .with_mechanisms(Vec::new()),
             close: true,
         };
-    };
+    }
     if req.mechanism.as_str() != PLAIN {
         return Answer {
             response: SaslHandshakeResponse::default()
