@@ -6,7 +6,7 @@
 //! ```text
 //! cargo bench --bench e2e -- [--records N] [--partitions P] [--value-size S] [--codec C]
 //!     [--clients kdirect,kdirect-nocrc,librdkafka,librdkafka-nocrc,rskafka]
-//!     [--suite default|scaling|kafka] [--broker fake|kafka] [--memory-mib M]
+//!     [--suite default|scaling|kafka|tls] [--broker fake|kafka|secure] [--memory-mib M]
 //!     [--kdirect-set k=v,..] [--rdkafka-set k=v,..]
 //! ```
 //!
@@ -24,6 +24,13 @@
 //! reused by later runs), and the clients are kdirect, librdkafka and Kafka's Java consumer
 //! (`KTool perf`, `check.crcs` on). Each row also gives the broker's CPU seconds while that
 //! client read. `--suite kafka` runs 10M × 100 B over 8 partitions and 1M × 1 KB.
+//!
+//! `--broker secure` reads from the `secure` cluster of `tests/kafka/kafka.sh` (its variables
+//! from `kafka.sh env` in the environment, else the cluster is started): the topic is written
+//! through its PLAINTEXT listener, and the clients are kdirect on that listener and kdirect,
+//! librdkafka and Kafka's Java consumer on its SASL_SSL listener (SCRAM-SHA-512, user alice,
+//! the cluster's CA), which serves the same log: what TLS and SASL cost each client.
+//! `--suite tls` is `--broker secure` with those four clients.
 //!
 //! The binary runs itself in hidden modes for the children: `--serve` (the fake broker) and
 //! `--client NAME --bootstrap B` (one consumer, printing a `RESULT` line).
@@ -172,12 +179,25 @@ struct Outcome {
 
 fn orchestrate(o: &Opts) -> Result<(), String> {
     let mut o = o.clone();
+    if o.suite.as_deref() == Some("tls") {
+        o.broker = "secure".into();
+    }
     if o.broker == "kafka" && !std::env::args().any(|a| a == "--clients") {
         o.clients = ["kdirect", "librdkafka", "java"].map(String::from).to_vec();
     }
+    if o.broker == "secure" && !std::env::args().any(|a| a == "--clients") {
+        o.clients = [
+            "kdirect",
+            "kdirect-sasl-ssl",
+            "librdkafka-sasl-ssl",
+            "java-sasl-ssl",
+        ]
+        .map(String::from)
+        .to_vec();
+    }
     let o = &o;
     let runs: Vec<Opts> = match o.suite.as_deref() {
-        None => vec![o.clone()],
+        None | Some("tls") => vec![o.clone()],
         Some("kafka") => vec![
             o.clone(),
             Opts {
@@ -224,10 +244,10 @@ fn orchestrate(o: &Opts) -> Result<(), String> {
             }
             v
         }
-        Some(s) => return Err(format!("unknown suite {s} (default, scaling, kafka)")),
+        Some(s) => return Err(format!("unknown suite {s} (default, scaling, kafka, tls)")),
     };
     println!("{}", machine());
-    if o.broker == "kafka" {
+    if o.broker == "kafka" || o.broker == "secure" {
         println!(
             "| data | client | records/s | MB/s | wall s | CPU s | CPU s / M records | peak RSS MiB | broker CPU s | records/s vs Java | CPU vs Java | records/s vs librdkafka |"
         );
@@ -243,7 +263,9 @@ fn orchestrate(o: &Opts) -> Result<(), String> {
     let mut failed = false;
     for run in &runs {
         match one_run(run) {
-            Ok(rows) if run.broker == "kafka" => print_kafka_rows(run, &rows),
+            Ok(rows) if run.broker == "kafka" || run.broker == "secure" => {
+                print_kafka_rows(run, &rows)
+            }
             Ok(rows) => print_rows(run, &rows),
             Err(e) => {
                 failed = true;
@@ -304,13 +326,23 @@ fn print_rows(o: &Opts, rows: &[(String, Outcome)]) {
     let _ = std::io::stdout().flush();
 }
 
+/// Apache Kafka rows: each client against Java and librdkafka over the same protocol (a
+/// `-sasl-ssl` client against `java-sasl-ssl` and `librdkafka-sasl-ssl`).
 fn print_kafka_rows(o: &Opts, rows: &[(String, Outcome)]) {
     let rate = |r: &Outcome| r.records as f64 / r.secs.max(1e-9);
     let find = |name: &str| rows.iter().find(|(c, _)| c == name).map(|(_, r)| r.clone());
-    let (java, rdk) = (find("java"), find("librdkafka"));
     for (c, r) in rows {
+        let suffix = if c.ends_with(SASL_SSL_SUFFIX) {
+            SASL_SSL_SUFFIX
+        } else {
+            ""
+        };
+        let (java_name, rdk_name) = (format!("java{suffix}"), format!("librdkafka{suffix}"));
+        let (java, rdk) = (find(&java_name), find(&rdk_name));
         let vs = |b: &Option<Outcome>, f: &dyn Fn(&Outcome) -> f64| match b {
-            Some(b) if c != "java" && c != "librdkafka" => format!("{:.2}×", f(r) / f(b).max(1e-9)),
+            Some(b) if *c != java_name && *c != rdk_name => {
+                format!("{:.2}×", f(r) / f(b).max(1e-9))
+            }
             _ => String::new(),
         };
         println!(
@@ -328,7 +360,108 @@ fn print_kafka_rows(o: &Opts, rows: &[(String, Outcome)]) {
             vs(&rdk, &rate),
         );
     }
+    if let (Some(plain), Some(tls)) = (find("kdirect"), find("kdirect-sasl-ssl")) {
+        eprintln!(
+            "e2e: {}: kdirect over SASL_SSL reads {:.0}% of its plaintext records/s",
+            data_name(o),
+            100.0 * rate(&tls) / rate(&plain).max(1e-9)
+        );
+    }
     let _ = std::io::stdout().flush();
+}
+
+/// The suffix of a client reading through the secure cluster's SASL_SSL listener.
+const SASL_SSL_SUFFIX: &str = "-sasl-ssl";
+
+/// The `secure` cluster (`tests/kafka/kafka.sh`): its PLAINTEXT and SASL_SSL addresses,
+/// the Java tools' classpath, the broker's pid, and each client's SASL_SSL settings
+/// (SCRAM-SHA-512 as alice, the cluster's CA): kdirect's and librdkafka's (the same keys),
+/// and the Java consumer's.
+struct SecureKafka {
+    plaintext: String,
+    sasl_ssl: String,
+    classpath: String,
+    pid: u32,
+    client_settings: Vec<(String, String)>,
+    java_settings: Vec<(String, String)>,
+}
+
+fn secure_up() -> Result<SecureKafka, String> {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let script = format!("{root}/tests/kafka/kafka.sh");
+    let from_env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let vars = [
+        "KDIRECT_TEST_KAFKA_SECURE",
+        "KDIRECT_TEST_KAFKA_SASL_SSL",
+        "KDIRECT_TEST_KAFKA_CERTS",
+        "KDIRECT_TEST_KAFKA_CP",
+    ];
+    let values: Vec<String> = if vars.iter().all(|v| from_env(v).is_some()) {
+        vars.iter().filter_map(|v| from_env(v)).collect()
+    } else {
+        let st = Command::new("bash")
+            .args([&script, "up"])
+            .env("KDIRECT_KAFKA_CLUSTERS", "secure")
+            .stdout(Stdio::inherit())
+            .status()
+            .map_err(|e| format!("{script}: {e}"))?;
+        if !st.success() {
+            return Err(format!("{script} up failed"));
+        }
+        let env = Command::new("bash")
+            .args([&script, "env"])
+            .output()
+            .map_err(|e| format!("{script}: {e}"))?;
+        let env = String::from_utf8_lossy(&env.stdout).into_owned();
+        vars.iter()
+            .map(|name| {
+                env.lines()
+                    .find_map(|l| l.strip_prefix(&format!("export {name}=")))
+                    .map(|v| v.trim_matches('\'').to_owned())
+                    .ok_or_else(|| format!("kafka.sh env did not set {name}"))
+            })
+            .collect::<Result<_, _>>()?
+    };
+    let [plaintext, sasl_ssl, certs, classpath] =
+        <[String; 4]>::try_from(values).map_err(|_| "four variables expected".to_owned())?;
+    let home =
+        std::env::var("KDIRECT_KAFKA_HOME").unwrap_or_else(|_| format!("{root}/target/kafka"));
+    let pid = std::fs::read_to_string(format!("{home}/secure/node1/pid"))
+        .map_err(|e| format!("{home}/secure/node1/pid: {e} (set KDIRECT_KAFKA_HOME)"))?
+        .trim()
+        .parse()
+        .map_err(|e| format!("the broker's pid: {e}"))?;
+    let ca = format!("{certs}/ca.pem");
+    let kv = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    };
+    Ok(SecureKafka {
+        plaintext,
+        sasl_ssl,
+        classpath,
+        pid,
+        client_settings: kv(&[
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+            ("sasl.username", "alice"),
+            ("sasl.password", "alice-secret"),
+            ("ssl.ca.location", &ca),
+        ]),
+        java_settings: kv(&[
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+            (
+                "sasl.jaas.config",
+                "org.apache.kafka.common.security.scram.ScramLoginModule required \
+                 username=\"alice\" password=\"alice-secret\";",
+            ),
+            ("ssl.truststore.type", "PEM"),
+            ("ssl.truststore.location", &ca),
+        ]),
+    })
 }
 
 /// Apache Kafka for `--broker kafka`: `tests/kafka/kafka.sh` starts the 1-node cluster if it
@@ -469,11 +602,11 @@ fn kafka_topic(o: &Opts, bootstrap: &str, classpath: &str) -> Result<String, Str
 }
 
 fn one_run(o: &Opts) -> Result<Vec<(String, Outcome)>, String> {
-    if o.broker == "kafka" {
+    if o.broker == "kafka" || o.broker == "secure" {
         return one_kafka_run(o);
     }
     if o.broker != "fake" {
-        return Err(format!("unknown broker {} (fake, kafka)", o.broker));
+        return Err(format!("unknown broker {} (fake, kafka, secure)", o.broker));
     }
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     let mut broker = Command::new(&exe)
@@ -535,17 +668,39 @@ fn one_run(o: &Opts) -> Result<Vec<(String, Outcome)>, String> {
 
 fn one_kafka_run(o: &Opts) -> Result<Vec<(String, Outcome)>, String> {
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let (bootstrap, classpath, broker_pid) = kafka_up()?;
+    let secure = if o.broker == "secure" {
+        Some(secure_up()?)
+    } else {
+        None
+    };
+    let (bootstrap, classpath, broker_pid) = match &secure {
+        Some(s) => (s.plaintext.clone(), s.classpath.clone(), s.pid),
+        None => kafka_up()?,
+    };
     let topic = kafka_topic(o, &bootstrap, &classpath)?;
     let run = Opts { topic, ..o.clone() };
     let stat = format!("/proc/{broker_pid}/stat");
     let mut rows: Vec<(String, Outcome)> = Vec::new();
     for c in &o.clients {
+        // A `-sasl-ssl` client reads the same log through the SASL_SSL listener.
+        let (name, bootstrap, run, java_settings) = match (c.strip_suffix(SASL_SSL_SUFFIX), &secure)
+        {
+            (Some(base), Some(s)) => {
+                let mut run = run.clone();
+                run.kdirect_set.extend(s.client_settings.iter().cloned());
+                run.rdkafka_set.extend(s.client_settings.iter().cloned());
+                (base, s.sasl_ssl.as_str(), run, s.java_settings.as_slice())
+            }
+            (Some(_), None) => {
+                return Err(format!("{c}: SASL_SSL clients need --broker secure"));
+            }
+            (None, _) => (c.as_str(), bootstrap.as_str(), run.clone(), &[][..]),
+        };
         let before = proc_cpu(&stat);
-        let mut r = if c == "java" {
-            java_client(&run, &bootstrap, &classpath)?
+        let mut r = if name == "java" {
+            java_client(&run, bootstrap, &classpath, java_settings)?
         } else {
-            run_client(&exe, &run, c, &bootstrap)?
+            run_client(&exe, &run, name, bootstrap)?
         };
         r.broker_cpu = proc_cpu(&stat) - before;
         eprintln!(
@@ -565,20 +720,32 @@ fn one_kafka_run(o: &Opts) -> Result<Vec<(String, Outcome)>, String> {
     Ok(rows)
 }
 
-/// Kafka's Java consumer (`KTool perf`), in its own JVM.
-fn java_client(o: &Opts, bootstrap: &str, classpath: &str) -> Result<Outcome, String> {
-    let out = ktool(
-        classpath,
-        &[
-            "perf",
-            "--bootstrap",
-            bootstrap,
-            "--topic",
-            &o.topic,
-            "--records",
-            &o.records.to_string(),
-        ],
-    )?;
+/// Kafka's Java consumer (`KTool perf`), in its own JVM, with extra consumer `settings`
+/// (`--consumer.KEY VALUE`).
+fn java_client(
+    o: &Opts,
+    bootstrap: &str,
+    classpath: &str,
+    settings: &[(String, String)],
+) -> Result<Outcome, String> {
+    let records = o.records.to_string();
+    let keys: Vec<String> = settings
+        .iter()
+        .map(|(k, _)| format!("--consumer.{k}"))
+        .collect();
+    let mut args = vec![
+        "perf",
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        &o.topic,
+        "--records",
+        &records,
+    ];
+    for (key, (_, value)) in keys.iter().zip(settings) {
+        args.extend([key.as_str(), value.as_str()]);
+    }
+    let out = ktool(classpath, &args)?;
     parse_result(&out)
 }
 

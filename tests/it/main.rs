@@ -16,6 +16,7 @@ mod output;
 mod progress;
 mod real_kafka;
 mod secure;
+mod secure_fake;
 mod spark;
 mod stream;
 mod stream_store;

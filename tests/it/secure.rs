@@ -754,3 +754,72 @@ fn sasl_ssl_oauthbearer_with_a_token_callback_reads_a_topic() {
         "{e}"
     );
 }
+
+/// `ssl.key.password`: the client key of the mutual-TLS listener, re-encrypted by the test as
+/// `openssl pkcs8 -topk8 -v2 aes-256-cbc` writes it (PEM `ENCRYPTED PRIVATE KEY`), reads the
+/// topic with the password; without it, or with a wrong one, one error naming the key file,
+/// never the password.
+#[test]
+fn ssl_mutual_tls_with_an_encrypted_pkcs8_key_and_ssl_key_password() {
+    let Some(s) = Secure::get("ssl_mutual_tls_with_an_encrypted_pkcs8_key_and_ssl_key_password")
+    else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("kdirect-secure-p8-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let encrypted = dir.join("client.key.p8");
+    let key_password = "key-pass-7781";
+    let out = Command::new("openssl")
+        .args(["pkcs8", "-topk8", "-v2", "aes-256-cbc", "-in"])
+        .arg(s.cert("client.key"))
+        .arg("-out")
+        .arg(&encrypted)
+        .args(["-passout", &format!("pass:{key_password}")])
+        .output()
+        .expect("the openssl binary (Debian's openssl package)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pem = std::fs::read_to_string(&encrypted).unwrap();
+    assert!(
+        pem.starts_with("-----BEGIN ENCRYPTED PRIVATE KEY-----"),
+        "{pem}"
+    );
+
+    let (ca, cert) = (s.cert("ca.pem"), s.cert("client.pem"));
+    let key = encrypted.to_str().unwrap();
+    let mut settings = vec![
+        ("security.protocol", "SSL"),
+        ("ssl.ca.location", ca.as_str()),
+        ("ssl.certificate.location", cert.as_str()),
+        ("ssl.key.location", key),
+    ];
+    let (kind, text) = error_of(&s.ssl, &settings);
+    assert!(
+        matches!(
+            kind,
+            ErrorKind::Tls {
+                problem: TlsProblem::Setup(_),
+                ..
+            }
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("set ssl.key.password") && text.contains(key),
+        "{text}"
+    );
+    settings.push(("ssl.key.password", "not-the-key-pass"));
+    let (_, text) = error_of(&s.ssl, &settings);
+    assert!(
+        text.contains("wrong password") && text.contains(key),
+        "{text}"
+    );
+    assert!(!text.contains("not-the-key-pass"), "{text}");
+    settings.pop();
+    settings.push(("ssl.key.password", key_password));
+    reads_whole_topic_and_commits(&s, &s.ssl, &settings);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -23,7 +23,8 @@
 //   elect-unclean  --topic T [--partition P]   an unclean leader election (retried until the
 //               partition has a leader, up to 60 s); prints the leader's node id
 //   describe       --topic T   "p leader replicas isr" per partition (comma-separated ids)
-//   perf           --topic T --records N [--check-crcs true|false]   the Java consumer in
+//   perf           --topic T --records N [--check-crcs true|false] [--consumer.KEY VALUE]...
+//               the Java consumer in
 //               benches/e2e.rs: reads N records from the start of every partition, tuned for
 //               throughput, and prints "RESULT records= bytes= secs= cpu= rss_kib= checksum="
 //               (the checksum: wrapping sum of CRC32C(key ++ value) per record, as the others)
@@ -333,6 +334,10 @@ public class KTool {
     p.put(ConsumerConfig.FETCH_MAX_BYTES_CONFIG, "52428800");
     p.put(ConsumerConfig.MAX_PARTITION_FETCH_BYTES_CONFIG, "4194304");
     p.put(ConsumerConfig.RECEIVE_BUFFER_CONFIG, "1048576");
+    // --consumer.KEY VALUE: any consumer setting (benches/e2e.rs's SASL_SSL row).
+    for (Map.Entry<String, String> e : opts.entrySet()) {
+      if (e.getKey().startsWith("consumer.")) p.put(e.getKey().substring("consumer.".length()), e.getValue());
+    }
     long records = 0, bytes = 0, checksum = 0;
     java.util.zip.CRC32C crc = new java.util.zip.CRC32C();
     try (KafkaConsumer<byte[], byte[]> c =

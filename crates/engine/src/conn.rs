@@ -849,7 +849,13 @@ async fn read_loop<R: AsyncRead + Unpin>(
         if buf.capacity() - buf.len() < 8 * 1024 {
             buf.reserve(64 * 1024);
         }
-        match read.read_buf(&mut buf).await {
+        let got = match read.read_buf(&mut buf).await {
+            // A TLS peer that closes without close_notify (rustls reports an unexpected EOF)
+            // has closed all the same: say why as for a clean close.
+            Err(e) if tls && e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(0),
+            other => other,
+        };
+        match got {
             Ok(0) => {
                 if !tls && looks_like_tls_alert(&buf) {
                     shared.fail_all_tls(TlsProblem::PortSpeaksTls);

@@ -5,7 +5,7 @@
 //! (bootstrap, leaders, the group coordinator) goes through
 //! [`BrokerConnection::connect`](crate::conn::BrokerConnection::connect), which applies it:
 //! TLS first (`SSL`, `SASL_SSL`; see `tls.rs`), then the ApiVersions handshake, then SASL (`SASL_PLAINTEXT`, `SASL_SSL`; see [`crate::sasl`]).
-//! Secrets (`sasl.password`, `sasl.oauthbearer.token`) are held as [`Secret`], whose `Debug`
+//! Secrets (`sasl.password`, `sasl.oauthbearer.token`, `ssl.key.password`) are held as [`Secret`], whose `Debug`
 //! prints `<redacted>`, and never appear in an error.
 
 use std::fmt;
@@ -184,8 +184,12 @@ pub struct Security {
     pub ssl_ca_location: Option<PathBuf>,
     /// `ssl.certificate.location`: the client's certificate chain (PEM), for mutual TLS.
     pub ssl_certificate_location: Option<PathBuf>,
-    /// `ssl.key.location`: the client's private key (PEM: PKCS#8, RSA or EC).
+    /// `ssl.key.location`: the client's private key (PEM: PKCS#8, RSA or EC, or an encrypted
+    /// PKCS#8 key with `ssl.key.password`).
     pub ssl_key_location: Option<PathBuf>,
+    /// `ssl.key.password`: the password of an encrypted `ssl.key.location` (PEM
+    /// `ENCRYPTED PRIVATE KEY`).
+    pub ssl_key_password: Option<Secret>,
     /// `ssl.endpoint.identification.algorithm`: `https` (the default, `true`) checks that the
     /// broker's certificate names the host connected to; `none` (`false`) skips that check
     /// (the chain is still verified) and prints a warning.
@@ -213,11 +217,16 @@ pub const KEYS: &[&str] = &[
     "ssl.ca.location",
     "ssl.certificate.location",
     "ssl.key.location",
+    "ssl.key.password",
     "ssl.endpoint.identification.algorithm",
 ];
 
 /// The keys whose values are secrets.
-pub const SECRET_KEYS: &[&str] = &["sasl.password", "sasl.oauthbearer.token"];
+pub const SECRET_KEYS: &[&str] = &[
+    "sasl.password",
+    "sasl.oauthbearer.token",
+    "ssl.key.password",
+];
 
 impl Security {
     /// Applies one setting by its Kafka name. `Ok(false)`: `key` is not a security setting.
@@ -243,6 +252,9 @@ impl Security {
             "ssl.ca.location" => self.ssl_ca_location = path(value),
             "ssl.certificate.location" => self.ssl_certificate_location = path(value),
             "ssl.key.location" => self.ssl_key_location = path(value),
+            "ssl.key.password" => {
+                self.ssl_key_password = (!value.is_empty()).then(|| Secret::new(value))
+            }
             "ssl.endpoint.identification.algorithm" => {
                 self.ssl_endpoint_identification = match value.to_ascii_lowercase().as_str() {
                     "https" => EndpointIdentification::Https,
@@ -311,6 +323,7 @@ mod tests {
             ("sasl.username", "alice"),
             ("sasl.password", "hunter2-secret"),
             ("sasl.oauthbearer.token", "tok-secret"),
+            ("ssl.key.password", "keypass-secret"),
             ("ssl.ca.location", "/etc/ca.pem"),
             ("ssl.endpoint.identification.algorithm", "none"),
         ] {
@@ -324,7 +337,9 @@ mod tests {
         s.check().unwrap();
         let debug = format!("{s:?}");
         assert!(
-            !debug.contains("hunter2") && !debug.contains("tok-secret"),
+            !debug.contains("hunter2")
+                && !debug.contains("tok-secret")
+                && !debug.contains("keypass-secret"),
             "{debug}"
         );
         assert!(

@@ -94,13 +94,7 @@ pub(crate) fn client_config(security: &Security) -> Result<Arc<ClientConfig>, Tl
                     "no PEM certificate (-----BEGIN CERTIFICATE-----) in it",
                 ));
             }
-            let key = PrivateKeyDer::from_pem_file(key).map_err(|e| {
-                setup(
-                    "cannot read a private key (PKCS#8, RSA or EC PEM) from ssl.key.location",
-                    key,
-                    e,
-                )
-            })?;
+            let key = private_key(key, security.ssl_key_password.as_ref())?;
             builder
                 .with_client_auth_cert(chain, key)
                 .map_err(|e| TlsProblem::Setup(format!("the client certificate and key: {e}")))?
@@ -108,6 +102,97 @@ pub(crate) fn client_config(security: &Security) -> Result<Arc<ClientConfig>, Tl
         _ => builder.with_no_client_auth(),
     };
     Ok(Arc::new(config))
+}
+
+/// The PEM label of an encrypted PKCS#8 key (RFC 5958, RFC 7468).
+const ENCRYPTED_LABEL: &str = "ENCRYPTED PRIVATE KEY";
+
+/// The client's private key from `path`: a PEM PKCS#8, PKCS#1 RSA or SEC1 EC key, or an
+/// encrypted PKCS#8 key (`ENCRYPTED PRIVATE KEY`: PBES2, as `openssl pkcs8 -topk8 -v2
+/// aes-256-cbc` and Java's tools write) decrypted with `ssl.key.password`. Errors name the
+/// file and the setting to change, never the password.
+pub(crate) fn private_key(
+    path: &Path,
+    password: Option<&crate::security::Secret>,
+) -> Result<PrivateKeyDer<'static>, TlsProblem> {
+    const WHAT: &str = "ssl.key.location";
+    // A key file is a few KiB; a larger one is not a key.
+    let meta =
+        std::fs::metadata(path).map_err(|e| setup("cannot read ssl.key.location", path, e))?;
+    if !meta.is_file() || meta.len() > 1 << 20 {
+        return Err(setup(
+            WHAT,
+            path,
+            "not a PEM key file (a regular file of at most 1 MiB)",
+        ));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| setup("cannot read ssl.key.location", path, e))?;
+    let begin = format!("-----BEGIN {ENCRYPTED_LABEL}-----");
+    let Some(start) = text.find(&begin) else {
+        // OpenSSL's legacy encryption of a PKCS#1/SEC1 key (`Proc-Type: 4,ENCRYPTED`).
+        if text.contains("Proc-Type: 4,ENCRYPTED") {
+            return Err(setup(
+                WHAT,
+                path,
+                "the key is encrypted the legacy OpenSSL way (Proc-Type: 4,ENCRYPTED), which \
+                 kdirect does not read: convert it to an encrypted PKCS#8 key with \
+                 `openssl pkcs8 -topk8 -v2 aes-256-cbc -in KEY -out KEY.p8`",
+            ));
+        }
+        return PrivateKeyDer::from_pem_slice(text.as_bytes()).map_err(|e| {
+            setup(
+                "cannot read a private key (PKCS#8, RSA or EC PEM) from ssl.key.location",
+                path,
+                e,
+            )
+        });
+    };
+    let Some(password) = password else {
+        return Err(setup(
+            WHAT,
+            path,
+            "the key is encrypted (ENCRYPTED PRIVATE KEY): set ssl.key.password \
+             (KDIRECT_SSL_KEY_PASSWORD)",
+        ));
+    };
+    let end = format!("-----END {ENCRYPTED_LABEL}-----");
+    let block = text
+        .get(start..)
+        .and_then(|rest| rest.find(&end).and_then(|e| rest.get(..e + end.len())))
+        .ok_or_else(|| setup(WHAT, path, format!("'{begin}' without its '{end}'")))?;
+    let (label, doc) = pkcs8::Document::from_pem(block)
+        .map_err(|e| setup(WHAT, path, format!("the encrypted key's PEM: {e}")))?;
+    if label != ENCRYPTED_LABEL {
+        return Err(setup(
+            WHAT,
+            path,
+            format!("a PEM '{label}' block, not a key"),
+        ));
+    }
+    let info = pkcs8::EncryptedPrivateKeyInfo::try_from(doc.as_bytes())
+        .map_err(|e| setup(WHAT, path, format!("the encrypted key: {e}")))?;
+    let wrong = || {
+        setup(
+            WHAT,
+            path,
+            "cannot decrypt the key with ssl.key.password: wrong password (or a key \
+             encrypted with a cipher kdirect lacks: it reads PBES2 with PBKDF2 or scrypt \
+             and AES-CBC)",
+        )
+    };
+    let plain = info.decrypt(password.expose()).map_err(|e| match e {
+        // A wrong password shows as bad padding after decryption (which pkcs5 0.7 reports
+        // as EncryptFailed).
+        pkcs8::Error::EncryptedPrivateKey(
+            pkcs8::pkcs5::Error::DecryptFailed | pkcs8::pkcs5::Error::EncryptFailed,
+        ) => wrong(),
+        other => setup(WHAT, path, format!("cannot decrypt the key: {other}")),
+    })?;
+    // One wrong password in a few hundred still ends in valid padding: the bytes must then
+    // parse as a PKCS#8 key.
+    pkcs8::PrivateKeyInfo::try_from(plain.as_bytes()).map_err(|_| wrong())?;
+    Ok(PrivateKeyDer::Pkcs8(plain.as_bytes().to_vec().into()))
 }
 
 /// The host part of `host:port` (`[v6]:port` too).
@@ -402,6 +487,98 @@ mod tests {
         s.set("ssl.ca.location", empty.to_str().unwrap()).unwrap();
         let e = client_config(&s).unwrap_err().to_string();
         assert!(e.contains("no PEM certificate"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn encrypted_pkcs8_keys_are_decrypted_with_ssl_key_password() {
+        use pkcs8::der::pem::LineEnding;
+        let dir = std::env::temp_dir().join(format!("kdirect-tls-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let der = key.serialize_der();
+        // OpenSSL's `pkcs8 -topk8 -v2 aes-256-cbc`: PBKDF2-SHA256, 2048 rounds, AES-256-CBC.
+        let params = pkcs8::pkcs5::pbes2::Parameters::pbkdf2_sha256_aes256cbc(
+            2048,
+            b"salt5678",
+            b"iv-of-16-bytes!!",
+        )
+        .unwrap();
+        let encrypted = pkcs8::PrivateKeyInfo::try_from(der.as_slice())
+            .unwrap()
+            .encrypt_with_params(params, b"key-pass-123")
+            .unwrap()
+            .to_pem(ENCRYPTED_LABEL, LineEnding::LF)
+            .unwrap();
+        let path = dir.join("client.key.p8");
+        // Text around the block, as `openssl pkcs12` writes ("Bag Attributes").
+        std::fs::write(
+            &path,
+            format!("Bag Attributes\n    friendlyName: c\n{}", *encrypted),
+        )
+        .unwrap();
+        let secret = crate::security::Secret::new;
+
+        let k = private_key(&path, Some(&secret("key-pass-123"))).unwrap();
+        assert_eq!(k.secret_der(), der.as_slice(), "the same key comes out");
+
+        let shown = path.display().to_string();
+        for (password, expect) in [
+            (Some("not-the-pass-456"), "wrong password"),
+            (None, "set ssl.key.password (KDIRECT_SSL_KEY_PASSWORD)"),
+        ] {
+            let e = private_key(&path, password.map(secret).as_ref())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(expect) && e.contains(&shown), "{e}");
+            assert!(
+                !e.contains("not-the-pass") && !e.contains("key-pass-123"),
+                "{e}"
+            );
+        }
+        // Through the client configuration, as a connection builds it.
+        let cert = CertificateParams::new(vec!["client".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let cert_path = dir.join("client.pem");
+        std::fs::write(&cert_path, cert.pem()).unwrap();
+        let mut s = Security::default();
+        for (k, v) in [
+            ("security.protocol", "SSL"),
+            ("ssl.certificate.location", cert_path.to_str().unwrap()),
+            ("ssl.key.location", path.to_str().unwrap()),
+        ] {
+            s.set(k, v).unwrap();
+        }
+        let e = client_config(&s).unwrap_err().to_string();
+        assert!(e.contains("set ssl.key.password"), "{e}");
+        s.set("ssl.key.password", "key-pass-123").unwrap();
+        client_config(&s).unwrap();
+
+        // A plain key is read as before, the password ignored; OpenSSL's legacy encryption
+        // is named with the command that converts it.
+        let plain = dir.join("plain.key");
+        std::fs::write(&plain, key.serialize_pem()).unwrap();
+        assert_eq!(
+            private_key(&plain, Some(&secret("unused")))
+                .unwrap()
+                .secret_der(),
+            der.as_slice()
+        );
+        let legacy = dir.join("legacy.key");
+        std::fs::write(
+            &legacy,
+            "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-256-CBC,00\n\nAAAA\n-----END RSA PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        let e = private_key(&legacy, Some(&secret("x")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("openssl pkcs8 -topk8") && e.contains("legacy.key"),
+            "{e}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

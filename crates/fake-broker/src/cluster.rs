@@ -12,12 +12,14 @@ use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use tokio::runtime::{Handle, Runtime};
 
+use crate::api::sasl::SaslConfig;
 use crate::batch::{
     encode_batch, encode_control_batch, split_batches, BatchOptions, Codec, ControlType, FakeRecord,
 };
 use crate::error::FakeError;
 use crate::server::{spawn_broker, BrokerTask};
 use crate::state::{BrokerState, InjectedError, Shared, State};
+use crate::tls::FakeTls;
 
 /// Builds a [`FakeCluster`].
 #[derive(Debug, Clone)]
@@ -28,6 +30,8 @@ pub struct FakeClusterBuilder {
     first_port: u16,
     worker_threads: usize,
     cluster_id: String,
+    tls: Option<FakeTls>,
+    sasl: Option<SaslConfig>,
 }
 
 impl Default for FakeClusterBuilder {
@@ -39,6 +43,8 @@ impl Default for FakeClusterBuilder {
             first_port: 0,
             worker_threads: 2,
             cluster_id: "kdirect-fake-cluster".into(),
+            tls: None,
+            sasl: None,
         }
     }
 }
@@ -71,6 +77,34 @@ impl FakeClusterBuilder {
     /// Threads of the cluster's own runtime. Default 2.
     pub fn worker_threads(mut self, n: usize) -> Self {
         self.worker_threads = n.max(1);
+        self
+    }
+
+    /// Every broker's listener speaks TLS with `tls`'s certificate (the client trusts
+    /// [`FakeTls::ca_pem`]); a plaintext client is answered with a TLS alert and closed.
+    pub fn tls(mut self, tls: FakeTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Every listener requires SASL PLAIN (`security.protocol=SASL_PLAINTEXT`, or `SASL_SSL`
+    /// with [`tls`](Self::tls)); `user` may log in with `password`. Call once per user. The
+    /// only mechanism enabled is PLAIN; see `docs/fake-broker.md` for what is refused and how.
+    pub fn sasl_plain_user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.sasl
+            .get_or_insert_with(SaslConfig::default)
+            .users
+            .insert(user.into(), password.into());
+        self
+    }
+
+    /// KIP-368 (`connections.max.reauth.ms`): SaslAuthenticate v1+ announces `lifetime`, and a
+    /// request arriving on a connection whose session is older than that closes it
+    /// ([`BrokerStats::sessions_expired`] counts those). Needs [`sasl_plain_user`](Self::sasl_plain_user).
+    pub fn sasl_session_lifetime(mut self, lifetime: Duration) -> Self {
+        self.sasl
+            .get_or_insert_with(SaslConfig::default)
+            .session_lifetime = Some(lifetime);
         self
     }
 
@@ -118,15 +152,23 @@ impl FakeClusterBuilder {
                 connections_accepted: 0,
                 requests: 0,
                 requests_by_api: Default::default(),
+                tls_handshakes_failed: 0,
+                sasl_authentications: 0,
+                sasl_failures: 0,
+                unauthenticated_requests: 0,
+                sessions_expired: 0,
             });
             listeners.push((id, l));
         }
         for (name, parts) in &self.topics {
             state.create_topic(name, *parts)?;
         }
+        let tls = self.tls.as_ref().map(FakeTls::server_config).transpose()?;
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
             data_changed: tokio::sync::Notify::new(),
+            tls,
+            sasl: self.sasl,
         });
         let handle = runtime.handle().clone();
         let mut tasks = Vec::new();
@@ -158,6 +200,18 @@ pub struct BrokerStats {
     pub requests_by_api: std::collections::BTreeMap<i16, u64>,
     /// Whether the broker is serving.
     pub running: bool,
+    /// Connections closed because their TLS handshake failed (a plaintext client on a TLS
+    /// listener, a client that refused the certificate).
+    pub tls_handshakes_failed: u64,
+    /// Successful SASL authentications.
+    pub sasl_authentications: u64,
+    /// SaslHandshake or SaslAuthenticate refusals (wrong password, unknown user, mechanism not
+    /// enabled, out of order).
+    pub sasl_failures: u64,
+    /// Connections closed for a request sent before authenticating.
+    pub unauthenticated_requests: u64,
+    /// Connections closed for a request that arrived after the SASL session's lifetime.
+    pub sessions_expired: u64,
 }
 
 /// A malformed Fetch answer for one partition ([`FakeCluster::set_fetch_fault`]). Each keeps
@@ -250,6 +304,11 @@ impl FakeCluster {
             requests: b.requests,
             requests_by_api: b.requests_by_api.clone(),
             running: b.running,
+            tls_handshakes_failed: b.tls_handshakes_failed,
+            sasl_authentications: b.sasl_authentications,
+            sasl_failures: b.sasl_failures,
+            unauthenticated_requests: b.unauthenticated_requests,
+            sessions_expired: b.sessions_expired,
         })
     }
 

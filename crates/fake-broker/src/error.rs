@@ -71,6 +71,9 @@ pub enum FakeError {
         /// "running" or "stopped".
         state: &'static str,
     },
+    /// The TLS certificates or configuration could not be made.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The cluster's runtime is gone (the cluster was shut down).
     #[error("the fake cluster has shut down")]
     ShutDown,

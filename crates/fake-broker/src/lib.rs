@@ -12,7 +12,11 @@
 //!
 //! What it is **not**: a Kafka replacement. There is no replication, no persistence, no
 //! consumer-group membership (JoinGroup/SyncGroup), no idempotence or transaction coordinator,
-//! no TLS or SASL, no quotas. It trusts the test that loads it.
+//! no SASL mechanism but PLAIN, no ACLs, no quotas. It trusts the test that loads it.
+//!
+//! Listeners can speak TLS ([`FakeClusterBuilder::tls`], with certificates made in-process by
+//! [`FakeTls`]) and require SASL PLAIN ([`FakeClusterBuilder::sasl_plain_user`]), with an
+//! optional KIP-368 session lifetime ([`FakeClusterBuilder::sasl_session_lifetime`]).
 //!
 //! ```
 //! use kdirect_fake_broker::{Codec, FakeCluster, FakeRecord};
@@ -36,6 +40,7 @@ mod error;
 mod log;
 mod server;
 mod state;
+mod tls;
 mod wire;
 
 pub use batch::{
@@ -45,3 +50,4 @@ pub use cluster::{BrokerStats, FakeCluster, FakeClusterBuilder, FetchFault, Tran
 pub use error::FakeError;
 /// Re-exported so tests can name the API an injected error applies to.
 pub use kafka_protocol::messages::ApiKey;
+pub use tls::FakeTls;

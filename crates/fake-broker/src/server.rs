@@ -3,6 +3,9 @@
 //! A connection handles one request at a time, in order, as a Kafka broker does. A request
 //! that cannot be parsed (bad frame, unknown API, unsupported version, undecodable body) closes
 //! that connection with a log line on stderr; nothing a client sends can stop the process.
+//!
+//! With TLS, the handshake comes first on each connection (a failed one closes it); with SASL,
+//! each connection keeps its [`Session`] and requests are gated by it (`api/sasl.rs`).
 #![deny(
     clippy::indexing_slicing,
     clippy::unwrap_used,
@@ -20,13 +23,14 @@ use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
 use kdirect_proto::frame::FrameDecoder;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::api;
+use crate::api::sasl::{Gate, Session};
 use crate::state::Shared;
 use crate::wire::{encode_response, write_chunks, Chunks, WireError};
 
@@ -82,7 +86,7 @@ async fn accept_loop(
                     if let Ok(b) = shared.lock().broker_mut(id) {
                         b.connections_accepted += 1;
                     }
-                    conns.spawn(serve(shared.clone(), id, stream, peer, shutdown.clone()));
+                    conns.spawn(accept_conn(shared.clone(), id, stream, peer, shutdown.clone()));
                 }
                 Err(e) => {
                     eprintln!("kdirect-fake-broker: broker {id}: accept failed: {e}");
@@ -103,19 +107,52 @@ pub(crate) enum Outcome {
     Reply(Chunks),
     /// Produce with acks=0.
     NoReply,
+    /// Answer, then close (a SASL refusal, as Kafka does).
+    ReplyThenClose(Chunks),
     /// Fault injection: close without answering.
     Close,
 }
 
-async fn serve(
+/// The TLS handshake, if the listener speaks TLS, then the connection's requests.
+async fn accept_conn(
     shared: Arc<Shared>,
     id: i32,
-    mut stream: TcpStream,
+    stream: TcpStream,
+    peer: SocketAddr,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let Some(config) = shared.tls.clone() else {
+        return serve(shared, id, stream, peer, shutdown).await;
+    };
+    let accepted = tokio::select! {
+        r = tokio_rustls::TlsAcceptor::from(config).accept(stream) => r,
+        _ = shutdown.changed() => return,
+    };
+    match accepted {
+        Ok(tls) => serve(shared, id, tls, peer, shutdown).await,
+        Err(e) => {
+            // rustls has already sent its alert (a plaintext client reads it as bytes that
+            // are not a Kafka response).
+            eprintln!(
+                "kdirect-fake-broker: broker {id}: closing {peer}: TLS handshake failed: {e}"
+            );
+            if let Ok(b) = shared.lock().broker_mut(id) {
+                b.tls_handshakes_failed += 1;
+            }
+        }
+    }
+}
+
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+    shared: Arc<Shared>,
+    id: i32,
+    mut stream: S,
     peer: SocketAddr,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let decoder = FrameDecoder::new(MAX_REQUEST_SIZE);
     let mut rbuf = BytesMut::with_capacity(64 * 1024);
+    let mut session = Session::default();
     loop {
         let frame = match decoder.decode(&mut rbuf) {
             Ok(Some(frame)) => frame,
@@ -133,7 +170,7 @@ async fn serve(
                 return;
             }
         };
-        let outcome = match handle_request(&shared, id, frame, &mut shutdown).await {
+        let outcome = match handle_request(&shared, id, frame, &mut session, &mut shutdown).await {
             Ok(o) => o,
             Err(e) => {
                 eprintln!("kdirect-fake-broker: broker {id}: closing {peer}: {e}");
@@ -141,6 +178,10 @@ async fn serve(
             }
         };
         match outcome {
+            Outcome::ReplyThenClose(chunks) => {
+                let _ = write_chunks(&mut stream, &chunks).await;
+                return;
+            }
             Outcome::Reply(chunks) => {
                 let delay = shared
                     .lock()
@@ -181,6 +222,7 @@ async fn handle_request(
     shared: &Arc<Shared>,
     id: i32,
     frame: Bytes,
+    session: &mut Session,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<Outcome, WireError> {
     let (key, version, correlation_id) = peek_header(&frame)?;
@@ -214,6 +256,39 @@ async fn handle_request(
     let mut body = frame;
     RequestHeader::decode(&mut body, api_key.request_header_version(version))
         .map_err(|e| WireError::new(format!("{api_key:?} v{version} header: {e}")))?;
+    match api_key {
+        ApiKey::SaslHandshake => {
+            let req = decode(&mut body, version, api_key)?;
+            let a = api::sasl::handshake(shared.sasl.as_ref(), session, &req);
+            return sasl_reply(shared, id, correlation_id, version, a, false);
+        }
+        ApiKey::SaslAuthenticate => {
+            let req = decode(&mut body, version, api_key)?;
+            let now = tokio::time::Instant::now();
+            let a = api::sasl::authenticate(shared.sasl.as_ref(), session, &req, version, now);
+            return sasl_reply(shared, id, correlation_id, version, a, true);
+        }
+        _ => {}
+    }
+    if let Some(sasl) = &shared.sasl {
+        let gate = session.gate(sasl, tokio::time::Instant::now());
+        let why = match gate {
+            Gate::Serve => None,
+            // Kafka: "Unexpected Kafka request of type X during SASL handshake".
+            Gate::Unauthenticated => Some("before SASL authentication"),
+            Gate::Expired => Some("after its SASL session ended (KIP-368)"),
+        };
+        if let Some(why) = why {
+            eprintln!("kdirect-fake-broker: broker {id}: closing a connection: {api_key:?} {why}");
+            let mut st = shared.lock();
+            let b = st.broker_mut(id).map_err(WireError::new)?;
+            match gate {
+                Gate::Expired => b.sessions_expired += 1,
+                _ => b.unauthenticated_requests += 1,
+            }
+            return Ok(Outcome::Close);
+        }
+    }
     let ctx = api::Ctx {
         shared,
         broker: id,
@@ -269,6 +344,32 @@ async fn handle_request(
         }
         other => Err(WireError::new(format!("{other:?} has no handler"))),
     }
+}
+
+/// A SASL answer: counted, encoded, and the connection closed after it if refused.
+fn sasl_reply<R: Encodable + HeaderVersion>(
+    shared: &Arc<Shared>,
+    id: i32,
+    correlation_id: i32,
+    version: i16,
+    answer: api::sasl::Answer<R>,
+    authenticate: bool,
+) -> Result<Outcome, WireError> {
+    {
+        let mut st = shared.lock();
+        let b = st.broker_mut(id).map_err(WireError::new)?;
+        if answer.close {
+            b.sasl_failures += 1;
+        } else if authenticate {
+            b.sasl_authentications += 1;
+        }
+    }
+    let chunks = encode_response(correlation_id, version, &answer.response)?;
+    Ok(if answer.close {
+        Outcome::ReplyThenClose(chunks)
+    } else {
+        Outcome::Reply(chunks)
+    })
 }
 
 fn decode<T: Decodable>(body: &mut Bytes, version: i16, key: ApiKey) -> Result<T, WireError> {

@@ -20,6 +20,10 @@ pub(crate) struct Shared {
     pub state: Mutex<State>,
     /// Woken whenever a log changes (appends, retention), for Fetch's max-wait.
     pub data_changed: Notify,
+    /// Every listener's TLS (set at start, never changed).
+    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    /// Every listener's SASL PLAIN users (set at start, never changed).
+    pub sasl: Option<crate::api::sasl::SaslConfig>,
 }
 
 impl Shared {
@@ -43,6 +47,11 @@ pub(crate) struct BrokerState {
     pub requests: u64,
     /// Requests by API key.
     pub requests_by_api: std::collections::BTreeMap<i16, u64>,
+    pub tls_handshakes_failed: u64,
+    pub sasl_authentications: u64,
+    pub sasl_failures: u64,
+    pub unauthenticated_requests: u64,
+    pub sessions_expired: u64,
 }
 
 #[derive(Debug)]

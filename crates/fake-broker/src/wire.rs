@@ -16,8 +16,7 @@ use std::io::{self, IoSlice};
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::ResponseHeader;
 use kafka_protocol::protocol::{Encodable, HeaderVersion};
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// A response ready to write: the first chunk starts with the 4-byte size prefix.
 #[derive(Debug, Default)]
@@ -73,15 +72,19 @@ impl std::fmt::Display for WireError {
     }
 }
 
-/// Writes every chunk with vectored writes, without copying any of them.
-pub(crate) async fn write_chunks(stream: &mut TcpStream, chunks: &Chunks) -> io::Result<()> {
+/// Writes every chunk with vectored writes, without copying any of them, then flushes (a TLS
+/// stream holds its records until then).
+pub(crate) async fn write_chunks<W: AsyncWrite + Unpin>(
+    stream: &mut W,
+    chunks: &Chunks,
+) -> io::Result<()> {
     // `first` is what is left of the part being written; `rest` are the parts after it.
     let mut first: &[u8] = &[];
     let mut rest: &[Bytes] = &chunks.parts;
     loop {
         while first.is_empty() {
             let Some((next, later)) = rest.split_first() else {
-                return Ok(());
+                return stream.flush().await;
             };
             first = next;
             rest = later;

@@ -382,7 +382,8 @@ impl DirectStreamBuilder {
     /// `security.protocol` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), `sasl.mechanism` (PLAIN,
     /// SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER), `sasl.username`, `sasl.password`,
     /// `sasl.oauthbearer.token`, `ssl.ca.location`, `ssl.certificate.location`,
-    /// `ssl.key.location`, `ssl.endpoint.identification.algorithm` (https, none).
+    /// `ssl.key.location`, `ssl.key.password`, `ssl.endpoint.identification.algorithm`
+    /// (https, none).
     pub fn set(self, key: &str, value: &str) -> Result<Self, EngineError> {
         let ms = |v: &str| parse::<u64>(key, v).map(Duration::from_millis);
         Ok(match key {
@@ -598,6 +599,13 @@ impl DirectStreamBuilder {
         let s = &mut self.config.conn.security;
         s.ssl_certificate_location = Some(certificate.into());
         s.ssl_key_location = Some(key.into());
+        self
+    }
+
+    /// `ssl.key.password`: the password of an encrypted PKCS#8 client key (PEM
+    /// `ENCRYPTED PRIVATE KEY`).
+    pub fn ssl_key_password(mut self, password: Secret) -> Self {
+        self.config.conn.security.ssl_key_password = Some(password);
         self
     }
 
@@ -2906,7 +2914,8 @@ pub const SETTINGS_REFERENCE: &[(&str, &str, &str)] = &[
     ("sasl.oauthbearer.token", "", "A static OAUTHBEARER token (a secret; the library also takes a token callback)."),
     ("ssl.ca.location", "Mozilla's roots", "A PEM file of CA certificates to trust."),
     ("ssl.certificate.location", "", "The client's certificate chain (PEM), for mutual TLS."),
-    ("ssl.key.location", "", "The client's private key (PEM: PKCS#8, RSA or EC)."),
+    ("ssl.key.location", "", "The client's private key (PEM: PKCS#8, RSA or EC, or an encrypted PKCS#8 key)."),
+    ("ssl.key.password", "", "The password of an encrypted ssl.key.location (`ENCRYPTED PRIVATE KEY`; a secret: never printed)."),
     ("ssl.endpoint.identification.algorithm", "https", "`https` checks the broker's host name; `none` does not (with a warning)."),
 ];
 

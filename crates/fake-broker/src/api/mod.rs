@@ -20,6 +20,7 @@ pub(crate) mod group;
 pub(crate) mod list_offsets;
 pub(crate) mod metadata;
 pub(crate) mod produce;
+pub(crate) mod sasl;
 
 /// (API, min version, max version) — what the fake broker implements and advertises.
 pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
@@ -31,7 +32,9 @@ pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetFetch, 1, 9),
     (ApiKey::FindCoordinator, 0, 5),
     (ApiKey::ApiVersions, 0, 3),
+    (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
+    (ApiKey::SaslAuthenticate, 0, 2),
 ];
 
 /// The version range the fake broker speaks for `key`.
