@@ -138,9 +138,14 @@ impl Kafka {
 
     /// Each partition's end offset (high watermark) as the Java consumer's `endOffsets` sees it.
     pub fn end_offsets(&self, topic: &str) -> Vec<i64> {
+        // "p offset" lines; the Java client's own log lines (a node down) may come first.
         self.tool("end-offsets", &["--topic", topic])
             .lines()
-            .map(|l| l.split(' ').nth(1).unwrap().parse().unwrap())
+            .filter_map(|l| {
+                let (p, o) = l.split_once(' ')?;
+                p.parse::<i32>().ok()?;
+                o.trim().parse().ok()
+            })
             .collect()
     }
 

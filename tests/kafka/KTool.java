@@ -20,8 +20,9 @@
 //   end-offsets    --topic T [--isolation read_committed]   "p offset" per partition
 //   topic-id       --topic T
 //   wait-isr       --topic T --replicas R  (until every partition has R in-sync replicas)
-//   elect-unclean  --topic T [--partition P]   an unclean leader election (retried until the
-//               partition has a leader, up to 60 s); prints the leader's node id
+//   elect-unclean  --topic T [--partition P] [--not N]   an unclean leader election (retried
+//               until the partition has a leader other than node N — a killed leader stays
+//               leader until the controller fences it — up to 60 s); prints its node id
 //   describe       --topic T   "p leader replicas isr" per partition (comma-separated ids)
 //   perf           --topic T --records N [--check-crcs true|false] [--consumer.KEY VALUE]...
 //               the Java consumer in
@@ -172,6 +173,7 @@ public class KTool {
   // leader with whatever its log holds. Prints the leader's node id.
   static void electUnclean() throws Exception {
     TopicPartition tp = new TopicPartition(opt("topic"), Integer.parseInt(opt("partition", "0")));
+    int not = Integer.parseInt(opt("not", "-1"));
     try (Admin a = admin()) {
       Exception last = null;
       for (int i = 0; i < 600; i++) {
@@ -183,7 +185,7 @@ public class KTool {
         TopicDescription d = a.describeTopics(List.of(tp.topic())).allTopicNames().get()
             .get(tp.topic());
         Node leader = d.partitions().get(tp.partition()).leader();
-        if (leader != null && !leader.isEmpty()) {
+        if (leader != null && !leader.isEmpty() && leader.id() != not) {
           System.out.println(leader.id());
           return;
         }
