@@ -328,7 +328,8 @@ impl CheckpointStore {
 
     /// Opens (creating if needed) the checkpoint at `url` on object storage
     /// (`s3://bucket/prefix`, credentials and endpoint from the AWS environment variables),
-    /// with the same layout and guarantees as a directory (see [`crate::object`]'s docs).
+    /// with the same layout and guarantees as a directory: "create only if absent" is S3's
+    /// conditional put, and an object is never torn.
     #[cfg(feature = "object-store")]
     pub async fn open_object(url: &str, retention: usize) -> Result<CheckpointStore, StoreError> {
         Self::open_object_with(url, retention, &[]).await
