@@ -821,6 +821,42 @@ mod store_cmd {
         Ok((out, notes))
     }
 
+    /// The store an import writes to: opened (created if needed) for `--execute`; for a dry
+    /// run only if it exists, so nothing is created. With what it holds for `topics`.
+    async fn import_target(
+        store: &crate::cli::store::StoreArgs,
+        execute: bool,
+        cluster: std::sync::Arc<kdirect_engine::cluster::Cluster>,
+        topics: &[String],
+    ) -> Result<(Option<kdirect_commit::AnyStore>, Committed), CliError> {
+        let opened = if execute {
+            Some(store.open(&store.store, Some(cluster)).await?)
+        } else {
+            store.open_if_exists(&store.store, Some(cluster)).await?
+        };
+        let before = match &opened {
+            Some(s) => s.load(topics).await?,
+            None => Committed::default(),
+        };
+        Ok((opened, before))
+    }
+
+    /// The last line of an import's dry run: nothing written, and where `--execute` would.
+    fn dry_run_trailer(
+        out: &mut impl Write,
+        store: Option<&kdirect_commit::AnyStore>,
+        spec: &str,
+        batch_id: u64,
+    ) -> Result<(), CliError> {
+        writeln!(
+            out,
+            "# dry run: nothing written; add --execute to write these positions to {} as \
+             batch {batch_id}",
+            store.map_or_else(|| format!("{spec} (not created yet)"), |s| s.describe())
+        )?;
+        Ok(())
+    }
+
     pub async fn import(args: ImportArgs) -> Result<ExitCode, CliError> {
         use kdirect_commit::import::Source;
         let source = Source::parse(&args.from, args.layout()?, &args.from_key)?;
@@ -844,17 +880,7 @@ mod store_cmd {
             crate::cli::common::log_bounds(&cluster, &topics, IsolationLevel::ReadUncommitted)
                 .await?;
         let (positions, notes) = inside_log(&read, &bounds, "the source's", Some(args.clamp))?;
-        let store = if args.execute {
-            Some(args.store.open(&args.store.store, Some(cluster)).await?)
-        } else {
-            args.store
-                .open_if_exists(&args.store.store, Some(cluster))
-                .await?
-        };
-        let before = match &store {
-            Some(s) => s.load(&topics).await?,
-            None => Committed::default(),
-        };
+        let (store, before) = import_target(&args.store, args.execute, cluster, &topics).await?;
         let batch_id = before.next_batch_id();
         let unread: Vec<String> = bounds
             .partitions
@@ -893,15 +919,7 @@ mod store_cmd {
                     .map_or_else(|| "-".to_owned(), |w| w.to_string());
                 writeln!(out, "{}\t{}\t{was}\t{o}", tp.topic, tp.partition)?;
             }
-            writeln!(
-                out,
-                "# dry run: nothing written; add --execute to write these positions to {} as \
-                 batch {batch_id}",
-                store.as_ref().map_or_else(
-                    || format!("{} (not created yet)", args.store.store),
-                    |s| s.describe()
-                )
-            )?;
+            dry_run_trailer(&mut out, store.as_ref(), &args.store.store, batch_id)?;
         }
         Ok(ExitCode::SUCCESS)
     }
@@ -947,17 +965,7 @@ mod store_cmd {
             })
             .map(|(t, p)| format!("{t}-{p}"))
             .collect();
-        let store = if args.execute {
-            Some(args.store.open(&args.store.store, Some(cluster)).await?)
-        } else {
-            args.store
-                .open_if_exists(&args.store.store, Some(cluster))
-                .await?
-        };
-        let before = match &store {
-            Some(s) => s.load(&topics).await?,
-            None => Committed::default(),
-        };
+        let (store, before) = import_target(&args.store, args.execute, cluster, &topics).await?;
         // An empty store continues Spark's batch ids (the next batch is Spark's next); one
         // that holds batches keeps its own.
         let fresh = before.batch_id.is_none() && before.pending.is_none();
@@ -1026,15 +1034,7 @@ mod store_cmd {
             for (tp, o) in &import.positions {
                 writeln!(out, "{}\t{}\t{o}\t{spark_batch}", tp.topic, tp.partition)?;
             }
-            writeln!(
-                out,
-                "# dry run: nothing written; add --execute to write these positions to {} as \
-                 batch {batch_id}",
-                store.as_ref().map_or_else(
-                    || format!("{} (not created yet)", args.store.store),
-                    |s| s.describe()
-                )
-            )?;
+            dry_run_trailer(&mut out, store.as_ref(), &args.store.store, batch_id)?;
         }
         Ok(ExitCode::SUCCESS)
     }
