@@ -5,7 +5,9 @@
 use bytes::Bytes;
 use kdirect::engine::cluster::Cluster;
 use kdirect::engine::conn::ConnConfig;
-use kdirect::engine::fetch::{fetch_ranges, FetchConfig, OffsetRange, RangeData};
+use kdirect::engine::fetch::{
+    fetch_ranges, fetch_ranges_within, FetchConfig, MemoryBudget, OffsetRange, RangeData,
+};
 use kdirect::engine::plan::PlanError;
 use kdirect::engine::ErrorKind;
 use kdirect::proto::api::list_offsets::OffsetSpec;
@@ -286,5 +288,95 @@ fn retention_under_a_range_is_data_loss_with_the_lost_offsets() {
             other => panic!("{other}"),
         }
         assert!(err.to_string().contains("data loss in r-0"), "{err}");
+    });
+}
+
+/// A range that ends inside a stored batch leaves that batch to the partition's next range:
+/// the broker sends it once, not once per range (with ranges a few stored batches long, the
+/// re-read doubled the bytes fetched). After a leader change, or when the next range starts
+/// elsewhere, the batch is not used and the range fetches what it needs.
+#[test]
+fn a_stored_batch_a_range_ends_inside_is_not_fetched_again_by_the_next_range() {
+    rt().block_on(async {
+        let fake = FakeCluster::builder()
+            .brokers(2)
+            .topic("c", 1)
+            .build()
+            .await
+            .unwrap();
+        // Eight stored batches of 100 records of the same size.
+        for b in 0..8i64 {
+            let recs: Vec<FakeRecord> = (0..100)
+                .map(|i| FakeRecord::value(Bytes::from(format!("v{:06}", b * 100 + i))))
+                .collect();
+            fake.append_records("c", 0, &recs, Codec::None).unwrap();
+        }
+        let cluster = connect(&fake).await;
+        let budget = MemoryBudget::new(64 << 20);
+        let cfg = cfg(IsolationLevel::ReadUncommitted);
+        let served = || {
+            fake.broker_ids()
+                .iter()
+                .map(|&b| fake.stats(b).unwrap().fetched_record_bytes)
+                .sum::<u64>()
+        };
+        let read = |from: i64, until: i64| {
+            let cluster = &cluster;
+            let budget = &budget;
+            let cfg = &cfg;
+            async move {
+                let range = vec![OffsetRange {
+                    topic: "c".into(),
+                    partition: 0,
+                    from,
+                    until,
+                }];
+                let data = fetch_ranges_within(cluster, &range, cfg, budget)
+                    .await
+                    .unwrap();
+                let got = offsets_and_values(&data[0]);
+                let want: Vec<(i64, String)> =
+                    (from..until).map(|o| (o, format!("v{o:06}"))).collect();
+                assert_eq!(got, want, "[{from}, {until})");
+            }
+        };
+        // Learn the batch size: [0, 100) is exactly the first batch.
+        read(0, 100).await;
+        let batch = served();
+        // [100, 150) ends inside the second batch; [150, 250) starts with it, then fetches
+        // the third.
+        read(100, 150).await;
+        assert_eq!(served(), 2 * batch);
+        assert!(
+            budget.in_use() > 0,
+            "the second batch is kept for the next range"
+        );
+        read(150, 250).await;
+        assert_eq!(served(), 3 * batch, "the second batch was sent once");
+        // A range wholly inside the kept batch needs no fetch at all.
+        read(250, 260).await;
+        read(260, 300).await;
+        assert_eq!(served(), 3 * batch);
+        // The next range starts elsewhere: the kept batch is dropped, its budget freed.
+        read(350, 420).await;
+        assert_eq!(served(), 5 * batch);
+        // A leader change the client knows of: the batch kept from [350, 420) is not used
+        // (records it holds past the old leader's reach may be gone after an unclean
+        // election; a change the client has not seen yet is the stream's truncation check's).
+        let (leader, _) = fake.leader("c", 0).unwrap();
+        fake.move_leader("c", 0, if leader == 1 { 2 } else { 1 })
+            .unwrap();
+        cluster.refresh(Some(&["c"])).await.unwrap();
+        let before = served();
+        read(420, 500).await;
+        assert_eq!(
+            served(),
+            before + batch,
+            "the fifth batch was fetched again"
+        );
+        // Nothing is kept past the log's end, and once no range uses what is kept, the
+        // budget is all free.
+        read(700, 800).await;
+        assert_eq!(budget.in_use(), 0);
     });
 }

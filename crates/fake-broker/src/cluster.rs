@@ -157,6 +157,7 @@ impl FakeClusterBuilder {
                 sasl_failures: 0,
                 unauthenticated_requests: 0,
                 sessions_expired: 0,
+                fetched_record_bytes: 0,
             });
             listeners.push((id, l));
         }
@@ -212,6 +213,8 @@ pub struct BrokerStats {
     pub unauthenticated_requests: u64,
     /// Connections closed for a request that arrived after the SASL session's lifetime.
     pub sessions_expired: u64,
+    /// Bytes of record batches sent in Fetch answers (what a client read, and read again).
+    pub fetched_record_bytes: u64,
 }
 
 /// A malformed Fetch answer for one partition ([`FakeCluster::set_fetch_fault`]). Each keeps
@@ -309,6 +312,7 @@ impl FakeCluster {
             sasl_failures: b.sasl_failures,
             unauthenticated_requests: b.unauthenticated_requests,
             sessions_expired: b.sessions_expired,
+            fetched_record_bytes: b.fetched_record_bytes,
         })
     }
 

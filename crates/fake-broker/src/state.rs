@@ -52,6 +52,8 @@ pub(crate) struct BrokerState {
     pub sasl_failures: u64,
     pub unauthenticated_requests: u64,
     pub sessions_expired: u64,
+    /// Bytes of record batches sent in Fetch answers.
+    pub fetched_record_bytes: u64,
 }
 
 #[derive(Debug)]

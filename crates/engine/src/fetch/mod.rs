@@ -104,7 +104,37 @@ struct Sizing {
     /// KIP-320: where the last completed fetch of each partition ended, with the epoch of the
     /// last batch it read (sent as `last_fetched_epoch` by the next fetch from there).
     fetched: Mutex<std::collections::HashMap<(String, i32), LastFetched>>,
+    /// The stored batches the last fetch's ranges ended inside of, by topic and partition:
+    /// the next range of the partition starts with it instead of fetching it again.
+    carried: Mutex<std::collections::HashMap<(String, i32), Carried>>,
 }
+
+/// A stored batch that a range ended inside of (`until` fell between its first and last
+/// offsets), copied out of its response and kept, with its share of the memory budget, for
+/// the partition's next range, which starts at `from`. Without it the next range fetches the
+/// batch again: with ranges a few stored batches long (a wide topic, a rate limit, batches of
+/// about 1 MB as producers write them), that doubled the bytes read from the broker, and over
+/// TLS the broker's work (it cannot `sendfile` what it encrypts).
+#[derive(Debug)]
+pub(crate) struct Carried {
+    /// Where the next range must start to use it: the `until` of the range that fetched it.
+    pub(crate) from: i64,
+    /// The batch, in a buffer of its own.
+    pub(crate) batch: RecordBatch,
+    /// The broker that sent it.
+    pub(crate) broker: BrokerName,
+    /// The partition's leader epoch it was fetched under: after a leader change it is not
+    /// used (an unclean election may have truncated what it holds past the old high
+    /// watermark's reach), and the range fetches from the new leader.
+    pub(crate) leader_epoch: i32,
+    /// Its bytes of the memory budget.
+    pub(crate) permit: OwnedSemaphorePermit,
+    /// The partition's ends as the answer that brought it gave them.
+    pub(crate) observed: Option<ObservedEnds>,
+}
+
+/// At most this fraction of the memory budget is held by carried batches (1/`CARRY_SHARE`).
+const CARRY_SHARE: usize = 4;
 
 /// KIP-320: where the last completed fetch of a partition left it, and the epoch of the last
 /// record batch read before there. A fetch that starts at `position` sends `epoch` as its
@@ -159,6 +189,20 @@ impl Sizing {
             Some(at) => m.insert((topic.to_owned(), partition), at),
             None => m.remove(&(topic.to_owned(), partition)),
         };
+    }
+
+    /// Takes every carried batch (those the next session does not use are dropped, and
+    /// their bytes of the budget freed).
+    pub(crate) fn take_carried(&self) -> std::collections::HashMap<(String, i32), Carried> {
+        std::mem::take(&mut *self.carried.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Keeps `c` for the next range of `topic`-`partition`.
+    pub(crate) fn put_carried(&self, topic: &str, partition: i32, c: Carried) {
+        self.carried
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert((topic.to_owned(), partition), c);
     }
 
     fn learn(&self, bytes: usize, offsets: i64, max_batch: usize) {
@@ -243,6 +287,12 @@ impl MemoryBudget {
     /// for the caller to release batches, mostly): backpressure, as a count.
     pub fn waits(&self) -> u64 {
         self.waits.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// `n` bytes of the budget if they are free now, without waiting.
+    fn try_reserve(&self, n: usize) -> Option<OwnedSemaphorePermit> {
+        let n = u32::try_from(n).ok()?;
+        self.sem.clone().try_acquire_many_owned(n).ok()
     }
 
     async fn reserve(&self, n: usize) -> Result<OwnedSemaphorePermit, Error> {
@@ -496,10 +546,12 @@ pub async fn fetch_ranges_within(
     cfg: &FetchConfig,
     budget: &MemoryBudget,
 ) -> Result<Vec<RangeData>, Error> {
+    let carried = budget.sizing.take_carried();
     let mut session = FetchSession::new(ranges, cfg, budget);
     let topics = session.topics();
     let topic_refs: Vec<&str> = topics.iter().map(String::as_str).collect();
     let mut view = cluster.ensure_topics(&topic_refs).await?;
+    session.start_with(carried, &view);
     let mut retries = 0u32;
     let mut first_failure: Option<tokio::time::Instant> = None;
     while !session.is_done() {
@@ -599,6 +651,29 @@ pub async fn fetch_ranges_within(
                 }
             }
         }
+    }
+    // Keep the stored batches the ranges ended inside of, for the partitions' next ranges,
+    // while they fit their share of the budget (copied: the response frames they came in are
+    // freed with the ranges' data).
+    let mut room = budget.total() / CARRY_SHARE;
+    for s in session.take_straddling() {
+        let n = s.batch.bytes().len();
+        if n > room {
+            continue;
+        }
+        let Some(permit) = budget.try_reserve(n) else {
+            break;
+        };
+        room -= n;
+        let carried = Carried {
+            from: s.from,
+            batch: s.batch.detached(s.from, i64::MAX),
+            broker: s.broker,
+            leader_epoch: s.leader_epoch,
+            permit,
+            observed: s.observed,
+        };
+        budget.sizing.put_carried(&s.topic, s.partition, carried);
     }
     Ok(session.finish())
 }

@@ -25,7 +25,7 @@ use super::{Chunk, FetchConfig, MemoryBudget, ObservedEnds, RangeData, ScratchPo
 use crate::cluster::ClusterView;
 use crate::error::{BrokerName, Error, ErrorKind};
 use crate::plan::OffsetRange;
-use crate::record::{DecodeOptions, RecordBatchReader};
+use crate::record::{DecodeOptions, RecordBatch, RecordBatchReader};
 
 /// One Fetch request to one leader (or to the replica a leader pointed at, KIP-392), as the
 /// session planned it.
@@ -85,6 +85,25 @@ pub struct FetchSession {
     start_epoch: Vec<i32>,
     asked_epoch: Vec<i32>,
     divergences: Vec<u8>,
+    /// Per range, the stored batch it ended inside of (its last batch reaches past `until`),
+    /// with the broker that sent it: kept for the partition's next range (see
+    /// [`super::Carried`]).
+    straddling: Vec<Option<(RecordBatch, BrokerName)>>,
+}
+
+/// A stored batch a range ended inside of, as [`FetchSession::take_straddling`] gives it.
+#[derive(Debug)]
+pub(super) struct Straddling {
+    pub(super) topic: String,
+    pub(super) partition: i32,
+    /// The range's `until`: where the next range starts to use it.
+    pub(super) from: i64,
+    pub(super) batch: RecordBatch,
+    pub(super) broker: BrokerName,
+    /// The leader epoch the range was last asked under.
+    pub(super) leader_epoch: i32,
+    /// The partition's ends as the answer that brought the batch gave them.
+    pub(super) observed: Option<ObservedEnds>,
 }
 
 /// Diverging-epoch answers one range may have in a session before the session stops moving
@@ -148,7 +167,96 @@ impl FetchSession {
             start_epoch,
             asked_epoch: vec![-1; ranges.len()],
             divergences: vec![0; ranges.len()],
+            straddling: vec![None; ranges.len()],
         }
+    }
+
+    /// Starts each range whose partition's last range ended inside a stored batch that is
+    /// still `carried` with that batch, when the range starts where the last one ended and
+    /// the partition's leader epoch in `view` is the one the batch was read under; the
+    /// range's fetching goes on from the batch's end. Carried batches no range uses are
+    /// dropped (their bytes of the budget freed).
+    pub(super) fn start_with(
+        &mut self,
+        mut carried: HashMap<(String, i32), super::Carried>,
+        view: &ClusterView,
+    ) {
+        if carried.is_empty() {
+            return;
+        }
+        for i in 0..self.ranges.len() {
+            let Some(r) = self.ranges.get(i) else {
+                continue;
+            };
+            if r.is_empty() {
+                continue;
+            }
+            let Some(c) = carried.remove(&(r.topic.clone(), r.partition)) else {
+                continue;
+            };
+            let header = *c.batch.header();
+            let same_leader = view
+                .leader(&r.topic, r.partition)
+                .is_ok_and(|(_, epoch)| epoch == c.leader_epoch);
+            if c.from != r.from
+                || !same_leader
+                || header.base_offset > r.from
+                || header.next_offset() <= r.from
+            {
+                continue;
+            }
+            let batch = c.batch.bounded(r.from, r.until);
+            let next = header.next_offset().min(r.until);
+            let bytes = batch.bytes().len();
+            if header.next_offset() > r.until {
+                if let Some(s) = self.straddling.get_mut(i) {
+                    *s = Some((batch.clone(), c.broker.clone()));
+                }
+            }
+            if let Some(out) = self.out.get_mut(i) {
+                if c.observed.is_some_and(|o| o.end > r.until) {
+                    out.observed = c.observed;
+                }
+                out.chunks.push(Chunk {
+                    fetch_offset: r.from,
+                    next_offset: next,
+                    broker: c.broker,
+                    batches: vec![batch],
+                    bytes,
+                    _budget: Some(Arc::new(c.permit)),
+                });
+            }
+            if let Some(p) = self.pos.get_mut(i) {
+                *p = next;
+            }
+            if let Some(e) = self.last_epoch.get_mut(i) {
+                *e = header.partition_leader_epoch;
+            }
+            if let Some(e) = self.asked_epoch.get_mut(i) {
+                *e = c.leader_epoch;
+            }
+            self.held += bytes;
+        }
+    }
+
+    /// The stored batches the ranges ended inside of, once [`is_done`](Self::is_done).
+    pub(super) fn take_straddling(&mut self) -> Vec<Straddling> {
+        let mut out = Vec::new();
+        for (i, s) in self.straddling.iter_mut().enumerate() {
+            let (Some((batch, broker)), Some(r)) = (s.take(), self.ranges.get(i)) else {
+                continue;
+            };
+            out.push(Straddling {
+                topic: r.topic.clone(),
+                partition: r.partition,
+                from: r.until,
+                batch,
+                broker,
+                leader_epoch: self.asked_epoch.get(i).copied().unwrap_or(-1),
+                observed: self.out.get(i).and_then(|o| o.observed),
+            });
+        }
+        out
     }
 
     /// The topics of the ranges, sorted, once each.
@@ -471,6 +579,14 @@ impl FetchSession {
             walked?;
             if next > at {
                 self.sizing.learn(used, next - at, max_batch);
+                // The range ends inside its last batch: that batch starts the partition's
+                // next range.
+                if let Some(s) = self.straddling.get_mut(i) {
+                    *s = batches
+                        .last()
+                        .filter(|b| next >= r.until && b.header().next_offset() > r.until)
+                        .map(|b| (b.clone(), broker.clone()));
+                }
                 if let Some(out) = self.out.get_mut(i) {
                     out.chunks.push(Chunk {
                         fetch_offset: at,
@@ -644,6 +760,9 @@ impl FetchSession {
                 );
                 if let Some(out) = self.out.get_mut(i) {
                     out.chunks.clear();
+                }
+                if let Some(s) = self.straddling.get_mut(i) {
+                    *s = None;
                 }
                 if let Some(p) = self.pos.get_mut(i) {
                     *p = r.from;

@@ -186,6 +186,28 @@ impl RecordBatch {
     pub fn position(&self) -> usize {
         self.position
     }
+    /// This batch in a buffer of its own (its bytes copied), showing the records of
+    /// `[from, until)`: one stored batch kept past the response frame it came in, which can
+    /// then be reused or freed.
+    pub(crate) fn detached(&self, from: i64, until: i64) -> RecordBatch {
+        RecordBatch {
+            header: self.header,
+            bytes: Bytes::copy_from_slice(&self.bytes),
+            position: self.position,
+            skip_below: from,
+            until,
+        }
+    }
+
+    /// The same batch (the same bytes, no copy) showing the records of `[from, until)`.
+    pub(crate) fn bounded(&self, from: i64, until: i64) -> RecordBatch {
+        RecordBatch {
+            skip_below: from,
+            until,
+            ..self.clone()
+        }
+    }
+
     /// Verifies the stored CRC32C against the batch's bytes.
     pub fn verify_crc(&self) -> Result<(), DecodeError> {
         let covered = self.bytes.get(CRC_START..).unwrap_or(&[]);

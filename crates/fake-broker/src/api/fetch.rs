@@ -79,11 +79,14 @@ pub(crate) async fn handle(
         tokio::pin!(changed);
         changed.as_mut().enable();
         let plan = plan(&mut shared.lock(), ctx, &req);
-        if plan.any_error
+        let done = plan.any_error
             || plan.top_error != codes::NONE
             || plan.bytes >= req.min_bytes.max(0) as usize
-            || Instant::now() >= deadline
-        {
+            || Instant::now() >= deadline;
+        if done {
+            if let Ok(b) = shared.lock().broker_mut(ctx.broker) {
+                b.fetched_record_bytes += plan.bytes as u64;
+            }
             break plan;
         }
         tokio::select! {
