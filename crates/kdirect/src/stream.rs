@@ -411,6 +411,7 @@ impl DirectStreamBuilder {
             "fetch.max.bytes" => self.fetch_max_bytes(parse(key, value)?),
             "fetch.max.wait.ms" => self.fetch_max_wait(ms(value)?),
             "max.partition.fetch.bytes" => self.max_partition_fetch_bytes(parse(key, value)?),
+            "fetch.in.flight.per.leader" => self.fetch_in_flight_per_leader(parse(key, value)?),
             "check.crcs" => self.check_crcs(parse(key, value)?),
             "startingOffsets" if value.trim_start().starts_with('{') => self.start(
                 starting_offsets_json(value)
@@ -678,6 +679,14 @@ impl DirectStreamBuilder {
     /// `max.partition.fetch.bytes`.
     pub fn max_partition_fetch_bytes(mut self, bytes: i32) -> Self {
         self.config.fetch.partition_max_bytes = bytes;
+        self
+    }
+
+    /// `fetch.in.flight.per.leader` (default 2): Fetch requests kept in flight to each
+    /// leader, each for a share of its partitions, so that the broker reads the next answer
+    /// while the client walks the last. 1 sends one request per leader at a time.
+    pub fn fetch_in_flight_per_leader(mut self, n: usize) -> Self {
+        self.config.fetch.in_flight_per_leader = n.max(1);
         self
     }
 
@@ -2832,6 +2841,7 @@ pub const SETTINGS: &[&str] = &[
     "fetch.max.bytes",
     "fetch.max.wait.ms",
     "max.partition.fetch.bytes",
+    "fetch.in.flight.per.leader",
     "check.crcs",
     "startingOffsets",
     "auto.offset.reset",
@@ -2880,6 +2890,7 @@ pub const SETTINGS_REFERENCE: &[(&str, &str, &str)] = &[
     ("fetch.max.bytes", "52428800", "Most bytes one Fetch response may hold."),
     ("fetch.max.wait.ms", "500", "How long the broker holds a Fetch for fetch.min.bytes (the idle long-poll)."),
     ("max.partition.fetch.bytes", "1048576", "Most bytes asked per partition in one Fetch."),
+    ("fetch.in.flight.per.leader", "2", "Fetch requests in flight to each leader, each for a share of its partitions."),
     ("check.crcs", "true", "Check each record batch's CRC-32C."),
     ("startingOffsets", "latest", "Where partitions with no stored position start: earliest, latest, none, or Spark's offsets JSON."),
     ("auto.offset.reset", "latest", "The Kafka name of startingOffsets (earliest, latest, none)."),

@@ -57,6 +57,10 @@ pub struct FetchConfig {
     /// replica selector points each partition at a replica in this rack; the stream then
     /// reads from it (falling back to the leader on any error from it). Empty: the leader.
     pub client_rack: String,
+    /// `fetch.in.flight.per.leader` (default 2): Fetch requests kept in flight to each
+    /// leader, each for its own share of the leader's partitions (see
+    /// [`fetch_ranges_within`]). 1: one request per leader at a time.
+    pub in_flight_per_leader: usize,
 }
 
 impl Default for FetchConfig {
@@ -68,6 +72,7 @@ impl Default for FetchConfig {
             max_decompressed: DecodeOptions::DEFAULT_MAX_DECOMPRESSED,
             retry_backoff: Duration::from_millis(100),
             client_rack: String::new(),
+            in_flight_per_leader: 2,
         }
     }
 }
@@ -536,18 +541,133 @@ pub async fn fetch_ranges(
 /// holds its bytes of the budget until dropped. A set of ranges that cannot fit the budget on
 /// its own is [`ErrorKind::BudgetExceeded`] (bound the batch with a rate limit).
 ///
-/// The driver of a [`FetchSession`]: it sends each round's requests concurrently (one per
-/// leader), reserves their share of the budget, hands the answers to the session, and backs
-/// off (doubling from `retry.backoff.ms` up to 1 s) and refreshes the metadata when the
-/// session asks for a retry, for up to `default.api.timeout.ms` from the first failure.
+/// The ranges are split into `fetch.in.flight.per.leader` groups, each leader's partitions
+/// dealt among them, and each group is read by its own [`FetchSession`] at the same time:
+/// so each leader has that many Fetch requests in flight, and while the client walks one
+/// answer the broker is already reading (and, over TLS, encrypting) the next. Each group may
+/// fill its share of the budget. A budget that has seen stored batches too large for a share
+/// (or has seen none yet) is read by one session.
+///
+/// A session's driver sends each round's requests concurrently (one per leader), reserves
+/// their share of the budget, hands the answers to the session, and backs off (doubling from
+/// `retry.backoff.ms` up to 1 s) and refreshes the metadata when the session asks for a
+/// retry, for up to `default.api.timeout.ms` from the first failure.
 pub async fn fetch_ranges_within(
     cluster: &Cluster,
     ranges: &[OffsetRange],
     cfg: &FetchConfig,
     budget: &MemoryBudget,
 ) -> Result<Vec<RangeData>, Error> {
-    let carried = budget.sizing.take_carried();
+    let mut carried = budget.sizing.take_carried();
+    let mut topics: Vec<&str> = ranges.iter().map(|r| r.topic.as_str()).collect();
+    topics.sort_unstable();
+    topics.dedup();
+    let view = cluster.ensure_topics(&topics).await?;
+    let groups = pipeline_groups(&view, ranges, cfg.in_flight_per_leader, budget);
+    let share = budget.total() / groups.len().max(1);
+    let reads = groups.iter().map(|g| {
+        let group: Vec<OffsetRange> = g.iter().filter_map(|&i| ranges.get(i).cloned()).collect();
+        let mine: std::collections::HashMap<(String, i32), Carried> = group
+            .iter()
+            .filter_map(|r| {
+                let k = (r.topic.clone(), r.partition);
+                carried.remove(&k).map(|c| (k, c))
+            })
+            .collect();
+        async move { read_group(cluster, &group, cfg, budget, share, mine).await }
+    });
+    let mut out: Vec<Option<RangeData>> = (0..ranges.len()).map(|_| None).collect();
+    let mut straddling = Vec::new();
+    for (g, read) in groups.iter().zip(futures_join_all(reads).await) {
+        let (data, s) = read?;
+        straddling.extend(s);
+        for (&i, d) in g.iter().zip(data) {
+            if let Some(slot) = out.get_mut(i) {
+                *slot = Some(d);
+            }
+        }
+    }
+    drop(carried);
+    // Keep the stored batches the ranges ended inside of, for the partitions' next ranges,
+    // while they fit their share of the budget (copied: the response frames they came in are
+    // freed with the ranges' data).
+    let mut room = budget.total() / CARRY_SHARE;
+    for s in straddling {
+        let n = s.batch.bytes().len();
+        if n > room {
+            continue;
+        }
+        let Some(permit) = budget.try_reserve(n) else {
+            break;
+        };
+        room -= n;
+        let carried = Carried {
+            from: s.from,
+            batch: s.batch.detached(s.from, i64::MAX),
+            broker: s.broker,
+            leader_epoch: s.leader_epoch,
+            permit,
+            observed: s.observed,
+        };
+        budget.sizing.put_carried(&s.topic, s.partition, carried);
+    }
+    Ok(out.into_iter().flatten().collect())
+}
+
+/// The groups of range indices read at the same time: each leader's partitions dealt
+/// round-robin into `depth` groups (a range whose leader is unknown goes to the first). One
+/// group when `depth` is 1, when the budget has seen no stored batch yet, or when a share of
+/// the budget would hold fewer than four of the largest seen.
+fn pipeline_groups(
+    view: &crate::cluster::ClusterView,
+    ranges: &[OffsetRange],
+    depth: usize,
+    budget: &MemoryBudget,
+) -> Vec<Vec<usize>> {
+    let depth = depth.max(1);
+    let fits = budget
+        .largest_batch()
+        .is_some_and(|b| b.saturating_mul(4) <= budget.total() / depth);
+    if depth == 1 || !fits {
+        return vec![(0..ranges.len()).collect()];
+    }
+    let mut by_leader: std::collections::BTreeMap<i32, Vec<usize>> = Default::default();
+    for (i, r) in ranges.iter().enumerate() {
+        let leader = if r.is_empty() {
+            -1
+        } else {
+            view.leader(&r.topic, r.partition).map_or(-1, |(l, _)| l)
+        };
+        by_leader.entry(leader).or_default().push(i);
+    }
+    let mut groups: Vec<Vec<usize>> = vec![Vec::new(); depth];
+    for (leader, idx) in by_leader {
+        for (n, i) in idx.into_iter().enumerate() {
+            let g = if leader < 0 { 0 } else { n % depth };
+            if let Some(group) = groups.get_mut(g) {
+                group.push(i);
+            }
+        }
+    }
+    groups.retain(|g| !g.is_empty());
+    if groups.is_empty() {
+        groups.push(Vec::new());
+    }
+    groups
+}
+
+/// One group's [`FetchSession`], driven to the end within `share` bytes of the budget.
+/// Returns the ranges' data in order and the stored batches they ended inside of.
+async fn read_group(
+    cluster: &Cluster,
+    ranges: &[OffsetRange],
+    cfg: &FetchConfig,
+    budget: &MemoryBudget,
+    share: usize,
+    carried: std::collections::HashMap<(String, i32), Carried>,
+) -> Result<(Vec<RangeData>, Vec<session::Straddling>), Error> {
     let mut session = FetchSession::new(ranges, cfg, budget);
+    session.limit_room(share);
     let topics = session.topics();
     let topic_refs: Vec<&str> = topics.iter().map(String::as_str).collect();
     let mut view = cluster.ensure_topics(&topic_refs).await?;
@@ -652,30 +772,8 @@ pub async fn fetch_ranges_within(
             }
         }
     }
-    // Keep the stored batches the ranges ended inside of, for the partitions' next ranges,
-    // while they fit their share of the budget (copied: the response frames they came in are
-    // freed with the ranges' data).
-    let mut room = budget.total() / CARRY_SHARE;
-    for s in session.take_straddling() {
-        let n = s.batch.bytes().len();
-        if n > room {
-            continue;
-        }
-        let Some(permit) = budget.try_reserve(n) else {
-            break;
-        };
-        room -= n;
-        let carried = Carried {
-            from: s.from,
-            batch: s.batch.detached(s.from, i64::MAX),
-            broker: s.broker,
-            leader_epoch: s.leader_epoch,
-            permit,
-            observed: s.observed,
-        };
-        budget.sizing.put_carried(&s.topic, s.partition, carried);
-    }
-    Ok(session.finish())
+    let straddling = session.take_straddling();
+    Ok((session.finish(), straddling))
 }
 
 /// The wait before retry number `attempt` (from 1): `base` doubled per attempt up to `cap`,

@@ -259,6 +259,12 @@ impl FetchSession {
         out
     }
 
+    /// Limits the room this session fills to `share` bytes of the budget (it shares the budget
+    /// with other sessions reading at the same time).
+    pub fn limit_room(&mut self, share: usize) {
+        self.budget_total = self.budget_total.min(share.max(1));
+    }
+
     /// The topics of the ranges, sorted, once each.
     pub fn topics(&self) -> Vec<String> {
         let mut t: Vec<String> = self.ranges.iter().map(|r| r.topic.clone()).collect();

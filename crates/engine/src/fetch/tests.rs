@@ -760,3 +760,30 @@ fn endless_diverging_answers_become_a_retry() {
     assert!(matches!(e.kind(), ErrorKind::NoProgress { .. }), "{e}");
     assert!(e.to_string().contains("diverging epoch 5"), "{e}");
 }
+
+#[test]
+fn each_leaders_partitions_are_dealt_among_the_requests_in_flight() {
+    let v = view(&[1, 2, 1, 2, 1, 1]);
+    let rs = ranges(&[
+        (0, 0, 10),
+        (1, 0, 10),
+        (2, 0, 10),
+        (3, 0, 10),
+        (4, 0, 10),
+        (5, 0, 0),
+    ]);
+    let budget = MemoryBudget::new(64 << 20);
+    // Nothing learned yet: one session (its first round probes one partition).
+    assert_eq!(super::pipeline_groups(&v, &rs, 2, &budget), vec![vec![0, 1, 2, 3, 4, 5]]);
+    budget.sizing.learn(100_000, 1000, 100_000);
+    // Leader 1 has 0, 2, 4; leader 2 has 1, 3; the empty range goes to the first group.
+    assert_eq!(
+        super::pipeline_groups(&v, &rs, 2, &budget),
+        vec![vec![5, 0, 4, 1], vec![2, 3]]
+    );
+    assert_eq!(super::pipeline_groups(&v, &rs, 1, &budget).len(), 1);
+    assert_eq!(super::pipeline_groups(&v, &rs, 3, &budget).len(), 3);
+    // Stored batches too large for a share of the budget: one session.
+    budget.sizing.learn(10 << 20, 1000, 10 << 20);
+    assert_eq!(super::pipeline_groups(&v, &rs, 2, &budget).len(), 1);
+}
