@@ -12,6 +12,8 @@
 //! - hbase: the REST gateway of `KDIRECT_TEST_HBASE` (standalone HBase on the same machine).
 //! - s3-checkpoint: the checkpoint on the S3-compatible server of `KDIRECT_TEST_S3`
 //!   (`http://HOST:PORT/BUCKET`, moto in the test setup: its latency is moto's, not S3's).
+//! - hdfs-checkpoint: the checkpoint on the HDFS of `KDIRECT_TEST_HDFS` (`hdfs://HOST:PORT`,
+//!   a MiniDFSCluster with one DataNode on the same machine in the test setup).
 //!
 //! Besides criterion's estimates, each store prints its p50 and p99 over every timed commit.
 use std::path::PathBuf;
@@ -193,6 +195,12 @@ fn commit(c: &mut Criterion) {
         format!("checkpoint:s3://{bucket}/{}", unique("bench"))
     });
     bench_store(c, "s3-checkpoint", s3);
+    bench_store(
+        c,
+        "hdfs-checkpoint",
+        service("KDIRECT_TEST_HDFS")
+            .map(|nn| format!("checkpoint:{nn}/kdirect-bench/{}", unique("bench"))),
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

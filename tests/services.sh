@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs (from Debian, when missing) and starts the services the tests talk to, on loopback:
-# PostgreSQL, MariaDB, Redis, ZooKeeper, an S3-compatible server (moto), Apache HBase and Apache Kafka (tests/kafka/kafka.sh), and fetches Apache Spark
+# PostgreSQL, MariaDB, Redis, ZooKeeper, an S3-compatible server (moto), Apache HBase, HDFS
+# (tests/hdfs/hdfs.sh: Hadoop's MiniDFSCluster) and Apache Kafka (tests/kafka/kafka.sh), and fetches Apache Spark
 # (tests/spark/spark.sh: jars only; the Spark test runs it in local mode). Idempotent: a service
 # already answering is left alone. Meant to be sourced by tests/run (it exports the
 # KDIRECT_TEST_* variables the tests read); `bash tests/services.sh` alone starts them and
@@ -110,6 +111,9 @@ fi
 # --- Apache HBase (standalone, from Maven Central jars) and its REST gateway on 39530 --------
 bash "$here/hbase/hbase.sh" up >&2
 
+# --- HDFS: Hadoop's MiniDFSCluster (from Maven Central jars), NameNode RPC on 39540 ----------
+bash "$here/hdfs/hdfs.sh" up >&2
+
 # --- Apache Kafka (KRaft, from Maven Central jars) ----------------------------------------
 bash "$here/kafka/kafka.sh" up >&2
 
@@ -119,6 +123,7 @@ export KDIRECT_TEST_REDIS="redis://127.0.0.1:6379/"
 export KDIRECT_TEST_ZOOKEEPER="zk://127.0.0.1:$zk_port"
 export KDIRECT_TEST_S3="http://127.0.0.1:$s3_port/kdirect-test"
 export KDIRECT_TEST_HBASE="hbase://127.0.0.1:39530"
+eval "$(bash "$here/hdfs/hdfs.sh" env)"
 eval "$(bash "$here/kafka/kafka.sh" env)"
 
 # --- Apache Spark (local mode, from Maven Central jars; run by tests/it/spark.rs) -----------

@@ -569,6 +569,30 @@ fn object_store_checkpoint_and_file_sink_survive_kill_9_exactly_once() {
     assert_all(&read_files(&out), &n, true, "s3 checkpoint + file sink");
 }
 
+/// A checkpoint on HDFS (Hadoop's MiniDFSCluster) with the file sink: each batch file renamed
+/// into place without overwrite keeps the checkpoint's exactly-once through kill -9 (a writer
+/// killed mid-write leaves only a temp file no reader looks at).
+#[test]
+fn hdfs_checkpoint_and_file_sink_survive_kill_9_exactly_once() {
+    let test = "hdfs_checkpoint_and_file_sink_survive_kill_9_exactly_once";
+    let Some(nn) = service("KDIRECT_TEST_HDFS", test) else {
+        return;
+    };
+    let fake = fake();
+    let tmp = tempdir("hdfs");
+    let out = tmp.join("out");
+    let ckpt = format!(
+        "checkpoint:{nn}/kdirect-kill/{}",
+        tmp.file_name().unwrap().to_string_lossy()
+    );
+    let n = run_with_kills(
+        "hdfs checkpoint",
+        &fake,
+        &["--store", &ckpt, "--output-dir", out.to_str().unwrap()],
+    );
+    assert_all(&read_files(&out), &n, true, "hdfs checkpoint + file sink");
+}
+
 /// The same against Apache Kafka, on a topic its Java producer wrote.
 #[test]
 fn zookeeper_and_file_sink_survive_kill_9_against_kafka() {
