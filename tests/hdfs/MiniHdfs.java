@@ -41,7 +41,7 @@ public final class MiniHdfs {
         // before the DataNodes' reports of it reach the NameNode (Hadoop's setting for small
         // files' close latency; it needs more than one replica). Without it, the NameNode
         // answers a close "not yet" whenever those reports lag, and the client asks again
-        // 500 ms later: on this 2-core machine, one close in two (docs/bench.md).
+        // 500 ms later: on this 2-core machine, about two closes in three (docs/bench.md).
         conf.setInt("dfs.namenode.file.close.num-committed-allowed", 1);
 
         MiniDFSCluster cluster = new MiniDFSCluster.Builder(conf)
