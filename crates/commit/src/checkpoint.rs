@@ -288,7 +288,7 @@ struct Inner {
 enum Backend {
     /// A local directory (`dir`).
     Disk,
-    /// Object storage (`dir` is its `s3://bucket/prefix`).
+    /// Object storage (`dir` is its `s3://bucket/prefix` or `az://container/prefix`).
     #[cfg(feature = "object-store")]
     Object(crate::object::Bucket),
     /// HDFS (`dir` is its `hdfs://namenode:port/path`).
@@ -330,16 +330,18 @@ impl CheckpointStore {
     }
 
     /// Opens (creating if needed) the checkpoint at `url` on object storage
-    /// (`s3://bucket/prefix`, credentials and endpoint from the AWS environment variables),
-    /// with the same layout and guarantees as a directory: "create only if absent" is S3's
-    /// conditional put, and an object is never torn.
+    /// (`s3://bucket/prefix` or `az://container/prefix`, credentials and endpoint from the
+    /// AWS or Azure environment variables), with the same layout and guarantees as a
+    /// directory: "create only if absent" is the store's conditional put
+    /// (`If-None-Match: *`), and an object is never torn.
     #[cfg(feature = "object-store")]
     pub async fn open_object(url: &str, retention: usize) -> Result<CheckpointStore, StoreError> {
         Self::open_object_with(url, retention, &[]).await
     }
 
     /// [`open_object`](Self::open_object) with settings beyond the environment's, by
-    /// object_store's names (`aws_endpoint`, `aws_allow_http`, `aws_region`, …).
+    /// object_store's names (`aws_endpoint`, `aws_allow_http`, `aws_region`, …;
+    /// `azure_storage_account_name`, `azure_storage_endpoint`, …).
     #[cfg(feature = "object-store")]
     pub async fn open_object_with(
         url: &str,
@@ -366,9 +368,10 @@ impl CheckpointStore {
         Ok(CheckpointStore { inner })
     }
 
-    /// Whether `dir` names object storage (`s3://…`) rather than a local directory.
+    /// Whether `dir` names object storage (`s3://…`, `az://…`) rather than a local directory.
     pub fn is_object_url(dir: &Path) -> bool {
-        dir.to_str().is_some_and(|s| s.starts_with("s3://"))
+        dir.to_str()
+            .is_some_and(|s| s.starts_with("s3://") || s.starts_with("az://"))
     }
 
     /// Opens (creating if needed) the checkpoint at `url` on HDFS

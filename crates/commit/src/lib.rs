@@ -3,8 +3,9 @@
 //! What it does: one [`OffsetStore`] trait and its strategies, one file per backend:
 //! - [`checkpoint`]: a Structured Streaming–style checkpoint directory (`offsets/<N>` written
 //!   before batch N runs, `commits/<N>` after), plain text a person can read and edit, on a
-//!   local disk, (feature `object-store`) on S3 (`checkpoint:s3://bucket/prefix`) or
-//!   (feature `hdfs`) on HDFS (`checkpoint:hdfs://namenode:port/path`);
+//!   local disk, (feature `object-store`) on S3 (`checkpoint:s3://bucket/prefix`) or Azure
+//!   Blob (`checkpoint:az://container/prefix`), or (feature `hdfs`) on HDFS
+//!   (`checkpoint:hdfs://namenode:port/path`);
 //! - [`kafka`]: Kafka consumer-group offsets (FindCoordinator, OffsetCommit as a standalone
 //!   consumer, OffsetFetch), visible to standard Kafka tooling;
 //! - `sql` (feature `sql`): SQLite, PostgreSQL and MySQL/MariaDB through sqlx, with the
@@ -185,7 +186,7 @@ pub trait OffsetStore: Send + Sync {
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StoreSpec {
-    /// `checkpoint:DIR`: a local directory, `s3://BUCKET/PREFIX` or
+    /// `checkpoint:DIR`: a local directory, `s3://BUCKET/PREFIX`, `az://CONTAINER/PREFIX` or
     /// `hdfs://NAMENODE:PORT/PATH`.
     Checkpoint(PathBuf),
     /// `kafka`: the group's offsets in Kafka.
