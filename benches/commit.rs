@@ -12,6 +12,11 @@
 //! - hbase: the REST gateway of `KDIRECT_TEST_HBASE` (standalone HBase on the same machine).
 //! - s3-checkpoint: the checkpoint on the S3-compatible server of `KDIRECT_TEST_S3`
 //!   (`http://HOST:PORT/BUCKET`, moto in the test setup: its latency is moto's, not S3's).
+//! - azure-checkpoint: the checkpoint on the Azure Blob emulator of `KDIRECT_TEST_AZURE`
+//!   (`http://HOST:PORT/ACCOUNT/CONTAINER`, Azurite in the test setup: its latency is
+//!   Azurite's, not Azure's).
+//! - hdfs-checkpoint: the checkpoint on the HDFS of `KDIRECT_TEST_HDFS` (`hdfs://HOST:PORT`,
+//!   a MiniDFSCluster with one DataNode on the same machine in the test setup).
 //!
 //! Besides criterion's estimates, each store prints its p50 and p99 over every timed commit.
 use std::path::PathBuf;
@@ -193,6 +198,33 @@ fn commit(c: &mut Criterion) {
         format!("checkpoint:s3://{bucket}/{}", unique("bench"))
     });
     bench_store(c, "s3-checkpoint", s3);
+    let azure = service("KDIRECT_TEST_AZURE").map(|v| {
+        let (endpoint, container) = v
+            .rsplit_once('/')
+            .expect("KDIRECT_TEST_AZURE=http://HOST:PORT/ACCOUNT/CONTAINER");
+        let account = endpoint.rsplit('/').next().unwrap_or_default();
+        // As for S3: the Azure settings from the environment, set while this is the only
+        // thread. The key is Azurite's documented development key (not a secret).
+        for (k, v) in [
+            ("AZURE_STORAGE_ENDPOINT", endpoint),
+            ("AZURE_STORAGE_ACCOUNT_NAME", account),
+            (
+                "AZURE_STORAGE_ACCESS_KEY",
+                "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==",
+            ),
+            ("AZURE_ALLOW_HTTP", "true"),
+        ] {
+            std::env::set_var(k, v);
+        }
+        format!("checkpoint:az://{container}/{}", unique("bench"))
+    });
+    bench_store(c, "azure-checkpoint", azure);
+    bench_store(
+        c,
+        "hdfs-checkpoint",
+        service("KDIRECT_TEST_HDFS")
+            .map(|nn| format!("checkpoint:{nn}/kdirect-bench/{}", unique("bench"))),
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs (from Debian, when missing) and starts the services the tests talk to, on loopback:
-# PostgreSQL, MariaDB, Redis, ZooKeeper, an S3-compatible server (moto), Apache HBase and Apache Kafka (tests/kafka/kafka.sh), and fetches Apache Spark
+# PostgreSQL, MariaDB, Redis, ZooKeeper, an S3-compatible server (moto), Azure Blob's emulator
+# (Azurite), Apache HBase, HDFS
+# (tests/hdfs/hdfs.sh: Hadoop's MiniDFSCluster) and Apache Kafka (tests/kafka/kafka.sh), and fetches Apache Spark
 # (tests/spark/spark.sh: jars only; the Spark test runs it in local mode). Idempotent: a service
 # already answering is left alone. Meant to be sourced by tests/run (it exports the
 # KDIRECT_TEST_* variables the tests read); `bash tests/services.sh` alone starts them and
@@ -107,8 +109,30 @@ s3.create_bucket(Bucket="kdirect-test")
 PY
 fi
 
+# --- Azure Blob Storage's emulator: Azurite from npm (it keeps Put Blob's If-None-Match: *), on
+# 39610 with container kdirect-test in the emulator's account, for checkpoints on Azure -------
+az_port=39610
+if ! up "$az_port"; then
+  az_home="$here/../target/azurite"
+  if [ ! -x "$az_home/node_modules/.bin/azurite-blob" ]; then
+    say "installing azurite 3.35.0 from npm into $az_home"
+    command -v npm >/dev/null || apt_install npm
+    mkdir -p "$az_home"
+    npm install --no-audit --no-fund --silent --prefix "$az_home" azurite@3.35.0 >&2
+  fi
+  mkdir -p "$az_home/data"
+  nohup "$az_home/node_modules/.bin/azurite-blob" --blobHost 127.0.0.1 --blobPort "$az_port" \
+    --location "$az_home/data" --skipApiVersionCheck --disableTelemetry --silent \
+    > "$az_home/server.log" 2>&1 &
+  wait_up "$az_port" "Azurite (Azure Blob)"
+fi
+node "$here/azurite/create-container.js" "http://127.0.0.1:$az_port/devstoreaccount1" kdirect-test
+
 # --- Apache HBase (standalone, from Maven Central jars) and its REST gateway on 39530 --------
 bash "$here/hbase/hbase.sh" up >&2
+
+# --- HDFS: Hadoop's MiniDFSCluster (from Maven Central jars), NameNode RPC on 39540 ----------
+bash "$here/hdfs/hdfs.sh" up >&2
 
 # --- Apache Kafka (KRaft, from Maven Central jars) ----------------------------------------
 bash "$here/kafka/kafka.sh" up >&2
@@ -118,7 +142,9 @@ export KDIRECT_TEST_MYSQL="mysql://kdirect:kdirect@127.0.0.1:3306/kdirect_test"
 export KDIRECT_TEST_REDIS="redis://127.0.0.1:6379/"
 export KDIRECT_TEST_ZOOKEEPER="zk://127.0.0.1:$zk_port"
 export KDIRECT_TEST_S3="http://127.0.0.1:$s3_port/kdirect-test"
+export KDIRECT_TEST_AZURE="http://127.0.0.1:$az_port/devstoreaccount1/kdirect-test"
 export KDIRECT_TEST_HBASE="hbase://127.0.0.1:39530"
+eval "$(bash "$here/hdfs/hdfs.sh" env)"
 eval "$(bash "$here/kafka/kafka.sh" env)"
 
 # --- Apache Spark (local mode, from Maven Central jars; run by tests/it/spark.rs) -----------

@@ -288,9 +288,12 @@ struct Inner {
 enum Backend {
     /// A local directory (`dir`).
     Disk,
-    /// Object storage (`dir` is its `s3://bucket/prefix`).
+    /// Object storage (`dir` is its `s3://bucket/prefix` or `az://container/prefix`).
     #[cfg(feature = "object-store")]
     Object(crate::object::Bucket),
+    /// HDFS (`dir` is its `hdfs://namenode:port/path`).
+    #[cfg(feature = "hdfs")]
+    Hdfs(crate::hdfs::Hdfs),
 }
 
 /// What the directory holds.
@@ -327,16 +330,18 @@ impl CheckpointStore {
     }
 
     /// Opens (creating if needed) the checkpoint at `url` on object storage
-    /// (`s3://bucket/prefix`, credentials and endpoint from the AWS environment variables),
-    /// with the same layout and guarantees as a directory: "create only if absent" is S3's
-    /// conditional put, and an object is never torn.
+    /// (`s3://bucket/prefix` or `az://container/prefix`, credentials and endpoint from the
+    /// AWS or Azure environment variables), with the same layout and guarantees as a
+    /// directory: "create only if absent" is the store's conditional put
+    /// (`If-None-Match: *`), and an object is never torn.
     #[cfg(feature = "object-store")]
     pub async fn open_object(url: &str, retention: usize) -> Result<CheckpointStore, StoreError> {
         Self::open_object_with(url, retention, &[]).await
     }
 
     /// [`open_object`](Self::open_object) with settings beyond the environment's, by
-    /// object_store's names (`aws_endpoint`, `aws_allow_http`, `aws_region`, …).
+    /// object_store's names (`aws_endpoint`, `aws_allow_http`, `aws_region`, …;
+    /// `azure_storage_account_name`, `azure_storage_endpoint`, …).
     #[cfg(feature = "object-store")]
     pub async fn open_object_with(
         url: &str,
@@ -363,9 +368,70 @@ impl CheckpointStore {
         Ok(CheckpointStore { inner })
     }
 
-    /// Whether `dir` names object storage (`s3://…`) rather than a local directory.
+    /// Whether `dir` names object storage (`s3://…`, `az://…`) rather than a local directory.
     pub fn is_object_url(dir: &Path) -> bool {
-        dir.to_str().is_some_and(|s| s.starts_with("s3://"))
+        dir.to_str()
+            .is_some_and(|s| s.starts_with("s3://") || s.starts_with("az://"))
+    }
+
+    /// Opens (creating if needed) the checkpoint at `url` on HDFS
+    /// (`hdfs://namenode:port/path`), with the same layout and guarantees as a directory:
+    /// "create only if absent" is a rename without overwrite, which the NameNode refuses when
+    /// the name exists, and a batch file is visible only once whole.
+    #[cfg(feature = "hdfs")]
+    pub async fn open_hdfs(url: &str, retention: usize) -> Result<CheckpointStore, StoreError> {
+        Self::open_hdfs_with(url, retention, &[]).await
+    }
+
+    /// [`open_hdfs`](Self::open_hdfs) with Hadoop client settings by their names
+    /// (`dfs.client.socket-timeout`, `dfs.client.failover.max.attempts`, …).
+    #[cfg(feature = "hdfs")]
+    pub async fn open_hdfs_with(
+        url: &str,
+        retention: usize,
+        config: &[(&str, &str)],
+    ) -> Result<CheckpointStore, StoreError> {
+        let name = PathBuf::from(url);
+        let url = url.to_owned();
+        let config: Vec<(String, String)> = config
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let rt = tokio::runtime::Handle::try_current().map_err(|e| {
+            io(&name, "open (no tokio runtime)")(std::io::Error::other(e.to_string()))
+        })?;
+        // Opening talks to the NameNode (it creates the directories): on a blocking thread,
+        // as every later call.
+        let opened = tokio::task::spawn_blocking(move || {
+            let _entered = rt.enter();
+            let config: Vec<(&str, &str)> = config
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            let hdfs = crate::hdfs::Hdfs::open(Path::new(&url), &config)?;
+            let inner = Inner {
+                dir: hdfs.url().to_owned(),
+                backend: Backend::Hdfs(hdfs),
+                retention: retention.max(1),
+                state: Mutex::new(None),
+            };
+            inner.open_metadata()?;
+            Ok(inner)
+        })
+        .await;
+        match opened {
+            Ok(r) => r.map(|inner| CheckpointStore {
+                inner: Arc::new(inner),
+            }),
+            Err(e) => Err(io(name, "checkpoint task")(std::io::Error::other(
+                e.to_string(),
+            ))),
+        }
+    }
+
+    /// Whether `dir` names HDFS (`hdfs://…`) rather than a local directory.
+    pub fn is_hdfs_url(dir: &Path) -> bool {
+        dir.to_str().is_some_and(|s| s.starts_with("hdfs://"))
     }
 }
 
@@ -425,6 +491,10 @@ impl Inner {
             Backend::Object(b) => b.read(path, MAX_CHECKPOINT_FILE)?.ok_or_else(|| {
                 io(path, "read")(std::io::Error::from(std::io::ErrorKind::NotFound))
             }),
+            #[cfg(feature = "hdfs")]
+            Backend::Hdfs(h) => h.read(path, MAX_CHECKPOINT_FILE)?.ok_or_else(|| {
+                io(path, "read")(std::io::Error::from(std::io::ErrorKind::NotFound))
+            }),
         }
     }
 
@@ -435,6 +505,8 @@ impl Inner {
             Backend::Disk => create_new(dir, path, bytes),
             #[cfg(feature = "object-store")]
             Backend::Object(b) => b.create(path, bytes),
+            #[cfg(feature = "hdfs")]
+            Backend::Hdfs(h) => h.create(path, bytes),
         }
     }
 
@@ -454,6 +526,8 @@ impl Inner {
             }
             #[cfg(feature = "object-store")]
             Backend::Object(b) => b.list(d),
+            #[cfg(feature = "hdfs")]
+            Backend::Hdfs(h) => h.list(d),
         }
     }
 
@@ -463,6 +537,8 @@ impl Inner {
             Backend::Disk => Ok(path.exists()),
             #[cfg(feature = "object-store")]
             Backend::Object(b) => b.exists(path),
+            #[cfg(feature = "hdfs")]
+            Backend::Hdfs(h) => h.exists(path),
         }
     }
 
@@ -476,6 +552,8 @@ impl Inner {
             },
             #[cfg(feature = "object-store")]
             Backend::Object(b) => b.remove(path),
+            #[cfg(feature = "hdfs")]
+            Backend::Hdfs(h) => h.remove(path),
         }
     }
 }
@@ -597,6 +675,11 @@ impl Inner {
         if let Backend::Object(b) = &self.backend {
             // An object is written whole or not at all: nothing is ever torn.
             return b.create(path, bytes);
+        }
+        #[cfg(feature = "hdfs")]
+        if let Backend::Hdfs(h) = &self.backend {
+            // A batch file is renamed into place only once whole: nothing is ever torn.
+            return h.create(path, bytes);
         }
         match write_new(path, bytes) {
             Err(e)

@@ -3,7 +3,9 @@
 //! What it does: one [`OffsetStore`] trait and its strategies, one file per backend:
 //! - [`checkpoint`]: a Structured Streaming–style checkpoint directory (`offsets/<N>` written
 //!   before batch N runs, `commits/<N>` after), plain text a person can read and edit, on a
-//!   local disk or (feature `object-store`) on S3 (`checkpoint:s3://bucket/prefix`);
+//!   local disk, (feature `object-store`) on S3 (`checkpoint:s3://bucket/prefix`) or Azure
+//!   Blob (`checkpoint:az://container/prefix`), or (feature `hdfs`) on HDFS
+//!   (`checkpoint:hdfs://namenode:port/path`);
 //! - [`kafka`]: Kafka consumer-group offsets (FindCoordinator, OffsetCommit as a standalone
 //!   consumer, OffsetFetch), visible to standard Kafka tooling;
 //! - `sql` (feature `sql`): SQLite, PostgreSQL and MySQL/MariaDB through sqlx, with the
@@ -55,6 +57,8 @@ mod error;
 pub mod file_sink;
 #[cfg(feature = "hbase")]
 pub mod hbase;
+#[cfg(feature = "hdfs")]
+mod hdfs;
 pub mod import;
 pub mod kafka;
 #[cfg(feature = "object-store")]
@@ -182,7 +186,8 @@ pub trait OffsetStore: Send + Sync {
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StoreSpec {
-    /// `checkpoint:DIR`.
+    /// `checkpoint:DIR`: a local directory, `s3://BUCKET/PREFIX`, `az://CONTAINER/PREFIX` or
+    /// `hdfs://NAMENODE:PORT/PATH`.
     Checkpoint(PathBuf),
     /// `kafka`: the group's offsets in Kafka.
     Kafka,
@@ -356,6 +361,7 @@ pub async fn open_store(
         match &parsed {
             StoreSpec::Checkpoint(dir)
                 if !checkpoint::CheckpointStore::is_object_url(dir)
+                    && !checkpoint::CheckpointStore::is_hdfs_url(dir)
                     && !dir.join("metadata").is_file() =>
             {
                 return Err(missing(format!(
@@ -393,6 +399,24 @@ pub async fn open_store(
             Err(StoreErrorKind::FeatureDisabled {
                 spec: redact(spec),
                 feature: "object-store",
+            }
+            .into())
+        }
+        #[cfg(feature = "hdfs")]
+        StoreSpec::Checkpoint(dir) if checkpoint::CheckpointStore::is_hdfs_url(&dir) => {
+            Ok(AnyStore::Checkpoint(
+                checkpoint::CheckpointStore::open_hdfs(
+                    dir.to_str().unwrap_or_default(),
+                    options.retention,
+                )
+                .await?,
+            ))
+        }
+        #[cfg(not(feature = "hdfs"))]
+        StoreSpec::Checkpoint(dir) if checkpoint::CheckpointStore::is_hdfs_url(&dir) => {
+            Err(StoreErrorKind::FeatureDisabled {
+                spec: redact(spec),
+                feature: "hdfs",
             }
             .into())
         }

@@ -1,13 +1,16 @@
-//! A checkpoint directory on object storage (`checkpoint:s3://bucket/prefix`): the same
-//! `metadata`, `offsets/N` and `commits/N` objects as on a disk, through the `object_store`
-//! crate, so a checkpoint survives losing the machine.
+//! A checkpoint directory on object storage (`checkpoint:s3://bucket/prefix`,
+//! `checkpoint:az://container/prefix`): the same `metadata`, `offsets/N` and `commits/N`
+//! objects as on a disk, through the `object_store` crate, so a checkpoint survives losing the
+//! machine.
 //!
-//! "Create only if absent" is the store's conditional write (`PutMode::Create`: S3's
-//! `If-None-Match: *`), so of two writers committing one batch, exactly one succeeds — the
-//! guarantee the disk gets from `O_EXCL` and hard links. An object is written whole or not at
-//! all: no torn files to repair. Credentials and endpoint come from the usual environment
+//! "Create only if absent" is the store's conditional write (`PutMode::Create`: S3's and Azure
+//! Blob's `If-None-Match: *`), so of two writers committing one batch, exactly one succeeds —
+//! the guarantee the disk gets from `O_EXCL` and hard links. An object is written whole or not
+//! at all: no torn files to repair. Credentials and endpoint come from the usual environment
 //! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT`,
-//! `AWS_ALLOW_HTTP` for a local S3-compatible server), as every S3 tool reads them.
+//! `AWS_ALLOW_HTTP` for a local S3-compatible server; `AZURE_STORAGE_ACCOUNT_NAME`,
+//! `AZURE_STORAGE_ACCESS_KEY`, `AZURE_STORAGE_ENDPOINT`, …), as every S3 or Azure tool reads
+//! them.
 //!
 //! The checkpoint's logic is synchronous (it runs on a blocking thread); [`Bucket`] bridges
 //! to the async client with the runtime handle it was opened on.
@@ -26,7 +29,7 @@ pub(crate) struct Bucket {
     store: Arc<dyn ObjectStore>,
     /// The checkpoint's prefix inside the bucket.
     prefix: Key,
-    /// `s3://bucket/prefix`, the checkpoint's name in messages (its `dir`).
+    /// `s3://bucket/prefix` (or `az://…`), the checkpoint's name in messages (its `dir`).
     url: PathBuf,
     rt: tokio::runtime::Handle,
 }
@@ -41,38 +44,54 @@ fn object_err(path: &Path, op: &'static str, e: impl std::fmt::Display) -> Store
 }
 
 impl Bucket {
-    /// Opens `s3://bucket/prefix` with the AWS settings of the environment, then `config`
-    /// (object_store's keys: `aws_endpoint`, `aws_allow_http`, `aws_access_key_id`, …). Must
-    /// be called on a tokio runtime (its handle runs the requests).
+    /// Opens `s3://bucket/prefix` with the AWS settings of the environment, or
+    /// `az://container/prefix` with the Azure ones, then `config` (object_store's keys:
+    /// `aws_endpoint`, `aws_allow_http`, `aws_access_key_id`, …; `azure_storage_account_name`,
+    /// `azure_storage_endpoint`, …). Must be called on a tokio runtime (its handle runs the
+    /// requests).
     pub(crate) fn open(url: &Path, config: &[(&str, &str)]) -> Result<Bucket, StoreError> {
         let s = url.to_str().unwrap_or_default();
-        let rest = s.strip_prefix("s3://").unwrap_or(s);
+        let (scheme, rest) = s.split_once("://").unwrap_or(("", s));
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-        if bucket.is_empty() {
+        if bucket.is_empty() || !matches!(scheme, "s3" | "az") {
             return Err(StoreErrorKind::Spec {
                 spec: format!("checkpoint:{s}"),
-                reason: "expected checkpoint:s3://BUCKET/PREFIX".to_owned(),
+                reason:
+                    "expected checkpoint:s3://BUCKET/PREFIX or checkpoint:az://CONTAINER/PREFIX"
+                        .to_owned(),
             }
             .into());
         }
-        let mut builder = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
-        for (k, v) in config {
-            let key: object_store::aws::AmazonS3ConfigKey =
-                k.parse().map_err(|e| object_err(url, "open", e))?;
-            builder = builder.with_config(key, *v);
-        }
-        let store = builder.build().map_err(|e| object_err(url, "open", e))?;
+        let store: Arc<dyn ObjectStore> = if scheme == "az" {
+            let mut builder =
+                object_store::azure::MicrosoftAzureBuilder::from_env().with_container_name(bucket);
+            for (k, v) in config {
+                let key: object_store::azure::AzureConfigKey =
+                    k.parse().map_err(|e| object_err(url, "open", e))?;
+                builder = builder.with_config(key, *v);
+            }
+            Arc::new(builder.build().map_err(|e| object_err(url, "open", e))?)
+        } else {
+            let mut builder =
+                object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+            for (k, v) in config {
+                let key: object_store::aws::AmazonS3ConfigKey =
+                    k.parse().map_err(|e| object_err(url, "open", e))?;
+                builder = builder.with_config(key, *v);
+            }
+            Arc::new(builder.build().map_err(|e| object_err(url, "open", e))?)
+        };
         let rt = tokio::runtime::Handle::try_current()
             .map_err(|e| object_err(url, "open (no tokio runtime)", e))?;
         Ok(Bucket {
-            store: Arc::new(store),
+            store,
             prefix: Key::from(prefix.trim_matches('/')),
-            url: PathBuf::from(format!("s3://{bucket}/{}", prefix.trim_matches('/'))),
+            url: PathBuf::from(format!("{scheme}://{bucket}/{}", prefix.trim_matches('/'))),
             rt,
         })
     }
 
-    /// The checkpoint's name (`s3://bucket/prefix`).
+    /// The checkpoint's name (`s3://bucket/prefix`, `az://container/prefix`).
     pub(crate) fn url(&self) -> &Path {
         &self.url
     }

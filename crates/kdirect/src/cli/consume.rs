@@ -168,9 +168,10 @@ pub struct Args {
     /// check.crcs
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     check_crcs: bool,
-    /// Where committed offsets live: `checkpoint:DIR`, `kafka`, `sqlite:PATH`,
-    /// `postgres://…`, `mysql://…`, `redis://…` or `zk://HOST:PORT[/chroot]`. Without it,
-    /// positions live in memory only.
+    /// Where committed offsets live: `checkpoint:DIR` (also `checkpoint:s3://BUCKET/PREFIX`,
+    /// `checkpoint:az://CONTAINER/PREFIX` and `checkpoint:hdfs://NAMENODE:PORT/PATH`),
+    /// `kafka`, `sqlite:PATH`, `postgres://…`, `mysql://…`, `redis://…` or
+    /// `zk://HOST:PORT[/chroot]`. Without it, positions live in memory only.
     #[arg(
         long,
         value_name = "SPEC",

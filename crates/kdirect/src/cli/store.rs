@@ -10,8 +10,10 @@ use super::CliError;
 /// Which store, which group, and (for the `kafka` store) which cluster.
 #[derive(Debug, Clone, clap::Args)]
 pub struct StoreArgs {
-    /// Where offsets live: `checkpoint:DIR`, `kafka`, `sqlite:PATH`, `postgres://…`,
-    /// `mysql://…`, `redis://…` or `zk://HOST:PORT[/chroot]`.
+    /// Where offsets live: `checkpoint:DIR` (also `checkpoint:s3://BUCKET/PREFIX`,
+    /// `checkpoint:az://CONTAINER/PREFIX` and `checkpoint:hdfs://NAMENODE:PORT/PATH`),
+    /// `kafka`, `sqlite:PATH`, `postgres://…`, `mysql://…`, `redis://…` or
+    /// `zk://HOST:PORT[/chroot]`.
     #[arg(
         long,
         value_name = "SPEC",
