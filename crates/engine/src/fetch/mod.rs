@@ -565,17 +565,23 @@ pub async fn fetch_ranges_within(
     let view = cluster.ensure_topics(&topics).await?;
     let groups = pipeline_groups(&view, ranges, cfg.in_flight_per_leader, budget);
     let share = budget.total() / groups.len().max(1);
-    let reads = groups.iter().map(|g| {
-        let group: Vec<OffsetRange> = g.iter().filter_map(|&i| ranges.get(i).cloned()).collect();
-        let mine: std::collections::HashMap<(String, i32), Carried> = group
-            .iter()
-            .filter_map(|r| {
-                let k = (r.topic.clone(), r.partition);
-                carried.remove(&k).map(|c| (k, c))
-            })
-            .collect();
-        async move { read_group(cluster, &group, cfg, budget, share, mine).await }
-    });
+    let reads: Vec<_> = groups
+        .iter()
+        .map(|g| {
+            let group: Vec<OffsetRange> =
+                g.iter().filter_map(|&i| ranges.get(i).cloned()).collect();
+            let mine: std::collections::HashMap<(String, i32), Carried> = group
+                .iter()
+                .filter_map(|r| {
+                    let k = (r.topic.clone(), r.partition);
+                    carried.remove(&k).map(|c| (k, c))
+                })
+                .collect();
+            async move { read_group(cluster, &group, cfg, budget, share, mine).await }
+        })
+        .collect();
+    // Carried batches no range starts with are freed before anything waits for room.
+    drop(carried);
     let mut out: Vec<Option<RangeData>> = (0..ranges.len()).map(|_| None).collect();
     let mut straddling = Vec::new();
     for (g, read) in groups.iter().zip(futures_join_all(reads).await) {
@@ -587,7 +593,6 @@ pub async fn fetch_ranges_within(
             }
         }
     }
-    drop(carried);
     // Keep the stored batches the ranges ended inside of, for the partitions' next ranges,
     // while they fit their share of the budget (copied: the response frames they came in are
     // freed with the ranges' data).
@@ -616,8 +621,9 @@ pub async fn fetch_ranges_within(
 
 /// The groups of range indices read at the same time: each leader's partitions dealt
 /// round-robin into `depth` groups (a range whose leader is unknown goes to the first). One
-/// group when `depth` is 1, when the budget has seen no stored batch yet, or when a share of
-/// the budget would hold fewer than four of the largest seen.
+/// group when `depth` is 1, when the budget has seen no stored batch yet, when a share of
+/// the budget would hold fewer than four of the largest seen, or when a group's ranges
+/// would need more than half its share (as the sizing estimates them).
 fn pipeline_groups(
     view: &crate::cluster::ClusterView,
     ranges: &[OffsetRange],
@@ -650,8 +656,21 @@ fn pipeline_groups(
         }
     }
     groups.retain(|g| !g.is_empty());
-    if groups.is_empty() {
-        groups.push(Vec::new());
+    // Each group must fit its share with room to spare: a session never waits for room that
+    // only another group's data, held until every group is done, would free.
+    let share = budget.total() / groups.len().max(1);
+    let fits_share = groups.iter().all(|g| {
+        let need = g.iter().try_fold(0usize, |sum, &i| {
+            let r = ranges.get(i)?;
+            if r.is_empty() {
+                return Some(sum);
+            }
+            sum.checked_add(budget.sizing.partition_bytes(r.until - r.from)?)
+        });
+        need.is_some_and(|n| n <= share / 2)
+    });
+    if groups.len() <= 1 || !fits_share {
+        return vec![(0..ranges.len()).collect()];
     }
     groups
 }

@@ -774,7 +774,10 @@ fn each_leaders_partitions_are_dealt_among_the_requests_in_flight() {
     ]);
     let budget = MemoryBudget::new(64 << 20);
     // Nothing learned yet: one session (its first round probes one partition).
-    assert_eq!(super::pipeline_groups(&v, &rs, 2, &budget), vec![vec![0, 1, 2, 3, 4, 5]]);
+    assert_eq!(
+        super::pipeline_groups(&v, &rs, 2, &budget),
+        vec![vec![0, 1, 2, 3, 4, 5]]
+    );
     budget.sizing.learn(100_000, 1000, 100_000);
     // Leader 1 has 0, 2, 4; leader 2 has 1, 3; the empty range goes to the first group.
     assert_eq!(
