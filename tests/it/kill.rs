@@ -213,6 +213,9 @@ fn run_with_kills_under(
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
         scope.spawn(|| source.write_until(&stop));
+        // A failed assertion below still stops the writer (the scope waits for it, so a
+        // panic would otherwise hang the test instead of failing it).
+        let _stop = StopOnDrop(&stop);
         while kills < KILLS {
             assert!(
                 Instant::now() < deadline,
@@ -249,6 +252,15 @@ fn run_with_kills_under(
     println!("{name}: {kills} kills");
     // --until-latest read up to the ends seen at its start, after the writer stopped.
     source.ends()
+}
+
+/// Sets the flag when dropped, also while unwinding.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 fn append(fake: &FakeCluster, p: i32, from: i64, to: i64) {

@@ -134,8 +134,6 @@ pub(crate) struct Carried {
     pub(crate) leader_epoch: i32,
     /// Its bytes of the memory budget.
     pub(crate) permit: OwnedSemaphorePermit,
-    /// The partition's ends as the answer that brought it gave them.
-    pub(crate) observed: Option<ObservedEnds>,
 }
 
 /// At most this fraction of the memory budget is held by carried batches (1/`CARRY_SHARE`).
@@ -612,7 +610,6 @@ pub async fn fetch_ranges_within(
             broker: s.broker,
             leader_epoch: s.leader_epoch,
             permit,
-            observed: s.observed,
         };
         budget.sizing.put_carried(&s.topic, s.partition, carried);
     }

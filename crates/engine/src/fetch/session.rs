@@ -102,8 +102,6 @@ pub(super) struct Straddling {
     pub(super) broker: BrokerName,
     /// The leader epoch the range was last asked under.
     pub(super) leader_epoch: i32,
-    /// The partition's ends as the answer that brought the batch gave them.
-    pub(super) observed: Option<ObservedEnds>,
 }
 
 /// Diverging-epoch answers one range may have in a session before the session stops moving
@@ -198,25 +196,21 @@ impl FetchSession {
             let same_leader = view
                 .leader(&r.topic, r.partition)
                 .is_ok_and(|(_, epoch)| epoch == c.leader_epoch);
+            // A range wholly inside the batch is fetched anyway: its answer reports the
+            // partition's ends, which plan the next batch without a ListOffsets round (ends
+            // carried from an older answer could be older than ones a plan already used, and
+            // would look like the log's end moving back).
             if c.from != r.from
                 || !same_leader
                 || header.base_offset > r.from
-                || header.next_offset() <= r.from
+                || header.next_offset() >= r.until
             {
                 continue;
             }
             let batch = c.batch.bounded(r.from, r.until);
-            let next = header.next_offset().min(r.until);
+            let next = header.next_offset();
             let bytes = batch.bytes().len();
-            if header.next_offset() > r.until {
-                if let Some(s) = self.straddling.get_mut(i) {
-                    *s = Some((batch.clone(), c.broker.clone()));
-                }
-            }
             if let Some(out) = self.out.get_mut(i) {
-                if c.observed.is_some_and(|o| o.end > r.until) {
-                    out.observed = c.observed;
-                }
                 out.chunks.push(Chunk {
                     fetch_offset: r.from,
                     next_offset: next,
@@ -253,7 +247,6 @@ impl FetchSession {
                 batch,
                 broker,
                 leader_epoch: self.asked_epoch.get(i).copied().unwrap_or(-1),
-                observed: self.out.get(i).and_then(|o| o.observed),
             });
         }
         out
