@@ -2,9 +2,9 @@
 //! emulator from npm, started by tests/services.sh; `http://HOST:PORT/ACCOUNT/CONTAINER`, with
 //! the emulator's well-known account and key).
 use kdirect_commit::checkpoint::CheckpointStore;
-use kdirect_commit::{CommitOutcome, OffsetStore, StoreErrorKind};
+use kdirect_commit::{OffsetStore, StoreErrorKind};
 
-use crate::common::{batch, exercise};
+use crate::common::{batch, exercise, two_writers_commit_each_batch_once};
 use crate::support::{rt, service, unique};
 
 /// Azurite's documented development account key (every emulator has it; not a secret).
@@ -83,27 +83,7 @@ fn azure_checkpoint_two_writers_one_wins() {
         let t = unique("t");
         let a = open(&endpoint, &account, &url).await.unwrap();
         let b = open(&endpoint, &account, &url).await.unwrap();
-        for id in 0..10u64 {
-            let from = id as i64 * 10;
-            let one = batch(id, &t, &[(0, from, from + 10)]);
-            let (ra, rb) = tokio::join!(
-                async {
-                    a.log_plan(&one).await?;
-                    a.commit(&one).await
-                },
-                async {
-                    b.log_plan(&one).await?;
-                    b.commit(&one).await
-                }
-            );
-            let committed = [&ra, &rb]
-                .iter()
-                .filter(|r| matches!(r, Ok(CommitOutcome::Committed)))
-                .count();
-            assert_eq!(committed, 1, "batch {id}: {ra:?} {rb:?}");
-        }
-        let c = a.load(&[]).await.unwrap();
-        assert_eq!(c.batch_id, Some(9));
+        two_writers_commit_each_batch_once(&a, &b, &t).await;
     });
 }
 

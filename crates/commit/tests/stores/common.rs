@@ -87,3 +87,31 @@ pub async fn exercise<S: OffsetStore>(a: &S, b: &S, topic: &str) {
     let c = b.load(&[]).await.unwrap();
     assert_eq!(c.positions, pos(topic, &[(0, 25), (1, 110), (2, 1)]));
 }
+
+/// Two writers of one store log and commit the same ten batches at once: each batch is
+/// committed once (the other writer sees it already committed, or is refused), and the
+/// store ends at the last one. Both may log the same plan (identical content is a re-run);
+/// the commit is what is created only if absent.
+pub async fn two_writers_commit_each_batch_once<S: OffsetStore>(a: &S, b: &S, topic: &str) {
+    for id in 0..10u64 {
+        let from = id as i64 * 10;
+        let one = batch(id, topic, &[(0, from, from + 10)]);
+        let (ra, rb) = tokio::join!(
+            async {
+                a.log_plan(&one).await?;
+                a.commit(&one).await
+            },
+            async {
+                b.log_plan(&one).await?;
+                b.commit(&one).await
+            }
+        );
+        let committed = [&ra, &rb]
+            .iter()
+            .filter(|r| matches!(r, Ok(CommitOutcome::Committed)))
+            .count();
+        assert_eq!(committed, 1, "batch {id}: {ra:?} {rb:?}");
+    }
+    let c = a.load(&[]).await.unwrap();
+    assert_eq!(c.batch_id, Some(9));
+}

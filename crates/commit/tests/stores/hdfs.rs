@@ -5,9 +5,9 @@
 use std::time::{Duration, Instant};
 
 use kdirect_commit::checkpoint::CheckpointStore;
-use kdirect_commit::{open_store, CommitOutcome, OffsetStore, OpenOptions, StoreErrorKind};
+use kdirect_commit::{open_store, OffsetStore, OpenOptions, StoreErrorKind};
 
-use crate::common::{batch, exercise};
+use crate::common::{batch, exercise, two_writers_commit_each_batch_once};
 use crate::support::{rt, service, unique};
 
 async fn open(url: &str) -> CheckpointStore {
@@ -104,30 +104,7 @@ fn hdfs_checkpoint_two_writers_one_wins() {
         let t = unique("t");
         let a = open(&url).await;
         let b = open(&url).await;
-        for id in 0..10u64 {
-            let from = id as i64 * 10;
-            let one = batch(id, &t, &[(0, from, from + 10)]);
-            let (ra, rb) = tokio::join!(
-                async {
-                    a.log_plan(&one).await?;
-                    a.commit(&one).await
-                },
-                async {
-                    b.log_plan(&one).await?;
-                    b.commit(&one).await
-                }
-            );
-            // Both may see the same plan (identical content is a re-run), but the commit
-            // file is renamed into place once: one Committed, the other AlreadyCommitted or
-            // refused.
-            let committed = [&ra, &rb]
-                .iter()
-                .filter(|r| matches!(r, Ok(CommitOutcome::Committed)))
-                .count();
-            assert_eq!(committed, 1, "batch {id}: {ra:?} {rb:?}");
-        }
-        let c = a.load(&[]).await.unwrap();
-        assert_eq!(c.batch_id, Some(9));
+        two_writers_commit_each_batch_once(&a, &b, &t).await;
     });
 }
 

@@ -3,7 +3,7 @@
 use kdirect_commit::checkpoint::CheckpointStore;
 use kdirect_commit::{OffsetStore, StoreErrorKind};
 
-use crate::common::{batch, exercise};
+use crate::common::{batch, exercise, two_writers_commit_each_batch_once};
 use crate::support::{rt, service, unique};
 
 /// The server's endpoint and bucket, from `KDIRECT_TEST_S3`.
@@ -65,29 +65,7 @@ fn object_checkpoint_two_writers_one_wins() {
         let t = unique("t");
         let a = open(&endpoint, &url).await;
         let b = open(&endpoint, &url).await;
-        for id in 0..10u64 {
-            let from = id as i64 * 10;
-            let one = batch(id, &t, &[(0, from, from + 10)]);
-            let (ra, rb) = tokio::join!(
-                async {
-                    a.log_plan(&one).await?;
-                    a.commit(&one).await
-                },
-                async {
-                    b.log_plan(&one).await?;
-                    b.commit(&one).await
-                }
-            );
-            // Both may see the same plan (identical content is a re-run), but the commit
-            // object is created once: one Committed, the other AlreadyCommitted or refused.
-            let committed = [&ra, &rb]
-                .iter()
-                .filter(|r| matches!(r, Ok(kdirect_commit::CommitOutcome::Committed)))
-                .count();
-            assert_eq!(committed, 1, "batch {id}: {ra:?} {rb:?}");
-        }
-        let c = a.load(&[]).await.unwrap();
-        assert_eq!(c.batch_id, Some(9));
+        two_writers_commit_each_batch_once(&a, &b, &t).await;
     });
 }
 
