@@ -213,8 +213,8 @@ fn run_with_kills_under(
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
         scope.spawn(|| source.write_until(&stop));
-        // A failed assertion below still stops the writer (the scope waits for it, so a
-        // panic would otherwise hang the test instead of failing it).
+        // Stops the writer when the loop ends, also on a failed assertion (the scope waits
+        // for the writer, so a panic would otherwise hang the test instead of failing it).
         let _stop = StopOnDrop(&stop);
         while kills < KILLS {
             assert!(
@@ -238,7 +238,7 @@ fn run_with_kills_under(
             child.wait().unwrap();
             kills += 1;
         }
-        stop.store(true, Ordering::Relaxed);
+        // `_stop` stops the writer here (and on a panic).
     });
     // Let it finish: everything produced up to now.
     let out = spawn_env(&boot, topic, extra, true, envs)

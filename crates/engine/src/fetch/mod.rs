@@ -575,7 +575,8 @@ pub async fn fetch_ranges_within(
                     carried.remove(&k).map(|c| (k, c))
                 })
                 .collect();
-            async move { read_group(cluster, &group, cfg, budget, share, mine).await }
+            let view = view.clone();
+            async move { read_group(cluster, view, &group, cfg, budget, share, mine).await }
         })
         .collect();
     // Carried batches no range starts with are freed before anything waits for room.
@@ -673,9 +674,11 @@ fn pipeline_groups(
 }
 
 /// One group's [`FetchSession`], driven to the end within `share` bytes of the budget.
-/// Returns the ranges' data in order and the stored batches they ended inside of.
+/// `view` is the metadata the caller made sure holds the topics. Returns the ranges' data in
+/// order and the stored batches they ended inside of.
 async fn read_group(
     cluster: &Cluster,
+    mut view: Arc<crate::cluster::ClusterView>,
     ranges: &[OffsetRange],
     cfg: &FetchConfig,
     budget: &MemoryBudget,
@@ -686,7 +689,6 @@ async fn read_group(
     session.limit_room(share);
     let topics = session.topics();
     let topic_refs: Vec<&str> = topics.iter().map(String::as_str).collect();
-    let mut view = cluster.ensure_topics(&topic_refs).await?;
     session.start_with(carried, &view);
     let mut retries = 0u32;
     let mut first_failure: Option<tokio::time::Instant> = None;
