@@ -607,7 +607,7 @@ pub async fn fetch_ranges_within(
         room -= n;
         let carried = Carried {
             from: s.from,
-            batch: s.batch.detached(s.from, i64::MAX),
+            batch: s.batch.detached(),
             broker: s.broker,
             leader_epoch: s.leader_epoch,
             permit,

@@ -186,16 +186,16 @@ impl RecordBatch {
     pub fn position(&self) -> usize {
         self.position
     }
-    /// This batch in a buffer of its own (its bytes copied), showing the records of
-    /// `[from, until)`: one stored batch kept past the response frame it came in, which can
-    /// then be reused or freed.
-    pub(crate) fn detached(&self, from: i64, until: i64) -> RecordBatch {
+    /// This batch in a buffer of its own (its bytes copied): one stored batch kept past the
+    /// response frame it came in, which can then be reused or freed. [`bounded`](Self::bounded)
+    /// sets the records it shows.
+    pub(crate) fn detached(&self) -> RecordBatch {
         RecordBatch {
             header: self.header,
             bytes: Bytes::copy_from_slice(&self.bytes),
             position: self.position,
-            skip_below: from,
-            until,
+            skip_below: self.skip_below,
+            until: self.until,
         }
     }
 
