@@ -1228,3 +1228,102 @@ fn client_rack_reads_from_the_replica_in_its_rack() {
         }
     }
 }
+
+/// KIP-227 against Apache Kafka: the stream's Fetch requests go in incremental fetch
+/// sessions the broker opens; every record is read exactly once, and the caught-up stream's
+/// long-polls list almost no partition and Kafka's answers to them leave out the partitions
+/// with nothing new.
+#[test]
+fn fetch_sessions_on_kafka_read_every_record_once_and_idle_polls_list_nothing() {
+    let Some(kafka) =
+        Kafka::single("fetch_sessions_on_kafka_read_every_record_once_and_idle_polls_list_nothing")
+    else {
+        return;
+    };
+    const PARTITIONS: i32 = 24;
+    let t = topic("sessions");
+    kafka.create(&t, PARTITIONS, &[]);
+    kafka.produce(&t, PARTITIONS, 24 * 300, &["--batch-size", "2048"]);
+    let ends = kafka.end_offsets(&t);
+    assert_eq!(ends.iter().sum::<i64>(), 24 * 300);
+    rt().block_on(async {
+        let mut s = DirectStream::builder()
+            .bootstrap(&kafka.bootstrap)
+            .topics(&[&t])
+            .start(StartPolicy::Earliest)
+            .max_partition_fetch_bytes(4096)
+            .fetch_max_wait(Duration::from_millis(100))
+            .build()
+            .await
+            .unwrap();
+        let mut seen: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+        let total = |seen: &BTreeMap<i32, Vec<i64>>| seen.values().map(Vec::len).sum::<usize>();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while total(&seen) < 24 * 300 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "read only {}",
+                total(&seen)
+            );
+            let b = s.next_batch().await.unwrap().unwrap();
+            b.for_each_record(|r, rec| seen.entry(r.partition).or_default().push(rec.offset()))
+                .unwrap();
+            s.done(b);
+        }
+        for (p, end) in ends.iter().enumerate() {
+            assert_eq!(
+                seen.get(&(p as i32)).cloned().unwrap_or_default(),
+                (0..*end).collect::<Vec<_>>(),
+                "partition {p}: every offset once, in order"
+            );
+        }
+        let read = s.cluster().fetch_session_stats();
+        assert!(read.opened >= 1, "Kafka opened a session: {read:?}");
+        assert!(read.incremental_requests > 0, "{read:?}");
+        // Idle: the next batch long-polls until something arrives.
+        let next = tokio::spawn(async move {
+            let b = s.next_batch().await.unwrap().unwrap();
+            let mut got = Vec::new();
+            b.for_each_record(|r, rec| got.push((r.partition, rec.offset())))
+                .unwrap();
+            s.done(b);
+            (got, s)
+        });
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        kafka.produce(&t, PARTITIONS, 24, &["--from", "300"]);
+        let (mut got, s) = tokio::time::timeout(Duration::from_secs(60), next)
+            .await
+            .unwrap()
+            .unwrap();
+        let mut s = s;
+        while got.len() < 24 {
+            let b = tokio::time::timeout(Duration::from_secs(60), s.next_batch())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            b.for_each_record(|r, rec| got.push((r.partition, rec.offset())))
+                .unwrap();
+            s.done(b);
+        }
+        got.sort_unstable();
+        let want: Vec<(i32, i64)> = (0..PARTITIONS).map(|p| (p, ends[p as usize])).collect();
+        assert_eq!(got, want, "the records written while idle, each once");
+        let idle = s.cluster().fetch_session_stats();
+        let polls = idle.incremental_requests - read.incremental_requests;
+        let listed = idle.partitions_listed - read.partitions_listed;
+        let wanted = idle.partitions_wanted - read.partitions_wanted;
+        assert!(
+            polls >= 5,
+            "the idle stream long-polled in its session: {idle:?}"
+        );
+        assert!(
+            idle.partitions_left_out - read.partitions_left_out >= 4 * PARTITIONS as u64,
+            "Kafka's answers to the idle polls left out the partitions with nothing new: {idle:?}"
+        );
+        assert!(
+            listed * 4 < wanted,
+            "idle polls listed {listed} of the {wanted} partitions they wanted: {idle:?}"
+        );
+    });
+}

@@ -1496,3 +1496,119 @@ fn an_idle_stream_long_polls_instead_of_asking_list_offsets() {
         assert_eq!(got, [(1, 100, 101)]);
     });
 }
+
+/// KIP-227: a caught-up stream over a wide topic long-polls in a fetch session, so after the
+/// session's first request the idle polls list no partition and their answers none (without
+/// sessions each poll lists all 64 both ways); a record written while idle is still delivered
+/// at once, and so is one written after the broker lost the session.
+#[test]
+fn an_idle_wide_topic_long_polls_in_a_fetch_session() {
+    const FETCH: i16 = 1;
+    const PARTITIONS: i32 = 64;
+    for sessions in [true, false] {
+        let rt = rt();
+        let fake = fake_topic(&rt, "wide-idle", PARTITIONS, 20);
+        let stats = || fake.stats(1).unwrap();
+        let fetches = || stats().requests_by_api.get(&FETCH).copied().unwrap_or(0);
+        rt.block_on(async {
+            let mut s = DirectStream::builder()
+                .bootstrap(&fake.bootstrap())
+                .topics(&["wide-idle"])
+                .start(StartPolicy::Earliest)
+                .fetch_max_wait(Duration::from_millis(50))
+                .fetch_sessions(sessions)
+                .build()
+                .await
+                .unwrap();
+            let mut read = 0;
+            while read < 20 * PARTITIONS as u64 {
+                let b = s.next_batch().await.unwrap().unwrap();
+                read += b.offset_count();
+                s.done(b);
+            }
+            let next = tokio::spawn(async move {
+                let b = s.next_batch().await.unwrap().unwrap();
+                let ranges = b.ranges().to_vec();
+                s.done(b);
+                (ranges, s)
+            });
+            // Two polls for the session to open and settle, then six idle ones measured.
+            let at = fetches();
+            wait_until_async(Duration::from_secs(30), "two long-polls", || {
+                fetches() >= at + 2
+            })
+            .await;
+            let (at, before) = (fetches(), stats());
+            wait_until_async(Duration::from_secs(30), "six more long-polls", || {
+                fetches() >= at + 6
+            })
+            .await;
+            let after = stats();
+            let polls = after.requests_by_api[&FETCH] - at;
+            let asked = after.fetch_partitions_asked - before.fetch_partitions_asked;
+            let answered = after.fetch_partitions_answered - before.fetch_partitions_answered;
+            if sessions {
+                assert!(after.fetch_sessions_opened >= 1);
+                // The poll in flight at the first reading may still list them once.
+                assert!(
+                    asked <= PARTITIONS as u64 && answered <= PARTITIONS as u64,
+                    "{polls} idle polls in a session listed {asked} partitions, answered {answered}"
+                );
+            } else {
+                assert_eq!(after.fetch_sessions_opened, 0);
+                assert!(
+                    asked >= 5 * PARTITIONS as u64 && answered >= 5 * PARTITIONS as u64,
+                    "{polls} sessionless polls listed {asked} partitions, answered {answered}"
+                );
+            }
+            fake.append_records(
+                "wide-idle",
+                7,
+                &[FakeRecord::value(Bytes::from_static(b"new"))],
+                Codec::None,
+            )
+            .unwrap();
+            let (ranges, mut s) = next.await.unwrap();
+            let got: Vec<(i32, i64, i64)> = ranges
+                .iter()
+                .filter(|r| !r.is_empty())
+                .map(|r| (r.partition, r.from, r.until))
+                .collect();
+            assert_eq!(got, [(7, 20, 21)], "sessions {sessions}");
+
+            // The broker loses every session (evicted, restarted): the next poll is answered
+            // FETCH_SESSION_ID_NOT_FOUND and asked again in full, and nothing is missed.
+            let opened = stats().fetch_sessions_opened;
+            fake.evict_fetch_sessions(1).unwrap();
+            fake.append_records(
+                "wide-idle",
+                3,
+                &[FakeRecord::value(Bytes::from_static(b"after"))],
+                Codec::None,
+            )
+            .unwrap();
+            let b = tokio::time::timeout(Duration::from_secs(30), s.next_batch())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            let got: Vec<(i32, i64, i64)> = b
+                .ranges()
+                .iter()
+                .filter(|r| !r.is_empty())
+                .map(|r| (r.partition, r.from, r.until))
+                .collect();
+            assert_eq!(got, [(3, 20, 21)], "sessions {sessions}");
+            let mut values = Vec::new();
+            b.for_each_record(|_, r| values.push(r.value().map(|v| v.to_vec())))
+                .unwrap();
+            assert_eq!(values, [Some(b"after".to_vec())]);
+            if sessions {
+                assert!(
+                    stats().fetch_sessions_opened > opened,
+                    "a new session opened"
+                );
+            }
+        });
+    }
+}

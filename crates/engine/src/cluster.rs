@@ -93,6 +93,8 @@ pub struct Cluster {
     conns: DashMap<i32, BrokerConnection>,
     bootstrap_conn: tokio::sync::Mutex<Option<BrokerConnection>>,
     view: RwLock<Arc<ClusterView>>,
+    /// KIP-227 fetch sessions, per broker (see `fetch/incremental.rs`).
+    fetch_sessions: Arc<crate::fetch::SessionPool>,
 }
 
 impl Cluster {
@@ -115,9 +117,20 @@ impl Cluster {
             conns: DashMap::new(),
             bootstrap_conn: tokio::sync::Mutex::new(None),
             view: RwLock::new(Arc::new(ClusterView::default())),
+            fetch_sessions: Arc::default(),
         };
         cluster.refresh(Some(&[])).await?;
         Ok(cluster)
+    }
+
+    /// The fetch sessions this client holds with its brokers.
+    pub(crate) fn fetch_sessions(&self) -> &Arc<crate::fetch::SessionPool> {
+        &self.fetch_sessions
+    }
+
+    /// What this client's fetch sessions (KIP-227) did so far, over every broker.
+    pub fn fetch_session_stats(&self) -> crate::fetch::FetchSessionStats {
+        self.fetch_sessions.stats()
     }
 
     /// The connection settings.

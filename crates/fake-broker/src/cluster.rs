@@ -158,6 +158,12 @@ impl FakeClusterBuilder {
                 unauthenticated_requests: 0,
                 sessions_expired: 0,
                 fetched_record_bytes: 0,
+                fetch_sessions_enabled: true,
+                fetch_sessions: Default::default(),
+                next_fetch_session: 1,
+                fetch_sessions_opened: 0,
+                fetch_partitions_asked: 0,
+                fetch_partitions_answered: 0,
             });
             listeners.push((id, l));
         }
@@ -215,6 +221,13 @@ pub struct BrokerStats {
     pub sessions_expired: u64,
     /// Bytes of record batches sent in Fetch answers (what a client read, and read again).
     pub fetched_record_bytes: u64,
+    /// Fetch sessions (KIP-227) opened, and those open now.
+    pub fetch_sessions_opened: u64,
+    pub fetch_sessions_open: usize,
+    /// Partitions listed in Fetch requests, and in Fetch answers (an incremental request or
+    /// answer lists only what changed).
+    pub fetch_partitions_asked: u64,
+    pub fetch_partitions_answered: u64,
 }
 
 /// A malformed Fetch answer for one partition ([`FakeCluster::set_fetch_fault`]). Each keeps
@@ -313,6 +326,10 @@ impl FakeCluster {
             unauthenticated_requests: b.unauthenticated_requests,
             sessions_expired: b.sessions_expired,
             fetched_record_bytes: b.fetched_record_bytes,
+            fetch_sessions_opened: b.fetch_sessions_opened,
+            fetch_sessions_open: b.fetch_sessions.len(),
+            fetch_partitions_asked: b.fetch_partitions_asked,
+            fetch_partitions_answered: b.fetch_partitions_answered,
         })
     }
 
@@ -639,6 +656,28 @@ impl FakeCluster {
         drop(st);
         self.shared.data_changed.notify_waiters();
         Ok((epoch, end))
+    }
+
+    /// Whether `broker` opens fetch sessions (KIP-227; on by default, as Kafka's). Off, it
+    /// answers every request for one with session id 0 (full requests from then on);
+    /// sessions it holds stay until evicted.
+    pub fn set_fetch_sessions(&self, broker: i32, enabled: bool) -> Result<(), FakeError> {
+        self.shared
+            .lock()
+            .broker_mut(broker)?
+            .fetch_sessions_enabled = enabled;
+        Ok(())
+    }
+
+    /// Evicts every fetch session `broker` holds (as a full session cache or a restart does):
+    /// their next incremental request is answered FETCH_SESSION_ID_NOT_FOUND.
+    pub fn evict_fetch_sessions(&self, broker: i32) -> Result<(), FakeError> {
+        self.shared
+            .lock()
+            .broker_mut(broker)?
+            .fetch_sessions
+            .clear();
+        Ok(())
     }
 
     /// Delays every response of `broker` by `delay` (zero to stop).

@@ -54,6 +54,36 @@ pub(crate) struct BrokerState {
     pub sessions_expired: u64,
     /// Bytes of record batches sent in Fetch answers.
     pub fetched_record_bytes: u64,
+    /// KIP-227: whether this broker opens fetch sessions (else it answers session id 0).
+    pub fetch_sessions_enabled: bool,
+    /// The fetch sessions it holds, by id.
+    pub fetch_sessions: std::collections::HashMap<i32, FetchSessionState>,
+    /// The id of the next session it opens.
+    pub next_fetch_session: i32,
+    /// Fetch sessions opened, partitions listed in Fetch requests and in Fetch answers.
+    pub fetch_sessions_opened: u64,
+    pub fetch_partitions_asked: u64,
+    pub fetch_partitions_answered: u64,
+}
+
+/// A fetch session as a broker holds it (KIP-227): the epoch its next request must carry and
+/// its partitions, in the order the broker reads them (one that returned records moves to
+/// the back, as Kafka's `FetchSession` does).
+#[derive(Debug, Default)]
+pub(crate) struct FetchSessionState {
+    pub epoch: i32,
+    pub parts: Vec<SessionPartition>,
+}
+
+/// One partition of a fetch session: what the client last asked of it, and the ends the
+/// session's last answer listing it gave (`None` until listed).
+#[derive(Debug, Clone)]
+pub(crate) struct SessionPartition {
+    /// The topic as the request named it: by name below Fetch v13, by id from v13 on.
+    pub topic: kafka_protocol::messages::TopicName,
+    pub topic_id: uuid::Uuid,
+    pub fetch: kafka_protocol::messages::fetch_request::FetchPartition,
+    pub ends: Option<(i64, i64, i64)>,
 }
 
 #[derive(Debug)]

@@ -412,6 +412,7 @@ impl DirectStreamBuilder {
             "fetch.max.wait.ms" => self.fetch_max_wait(ms(value)?),
             "max.partition.fetch.bytes" => self.max_partition_fetch_bytes(parse(key, value)?),
             "fetch.in.flight.per.leader" => self.fetch_in_flight_per_leader(parse(key, value)?),
+            "fetch.sessions" => self.fetch_sessions(parse(key, value)?),
             "check.crcs" => self.check_crcs(parse(key, value)?),
             "startingOffsets" if value.trim_start().starts_with('{') => self.start(
                 starting_offsets_json(value)
@@ -687,6 +688,15 @@ impl DirectStreamBuilder {
     /// while the client walks the last. 1 sends one request per leader at a time.
     pub fn fetch_in_flight_per_leader(mut self, n: usize) -> Self {
         self.config.fetch.in_flight_per_leader = n.max(1);
+        self
+    }
+
+    /// `fetch.sessions` (default true): incremental fetch sessions (KIP-227) with brokers
+    /// that offer them, so that a Fetch lists only the partitions whose position changed and
+    /// its answer only those with records or news; an idle wide topic's long-poll then costs
+    /// a few bytes. False: every Fetch lists every partition.
+    pub fn fetch_sessions(mut self, on: bool) -> Self {
+        self.config.fetch.sessions = on;
         self
     }
 
@@ -2842,6 +2852,7 @@ pub const SETTINGS: &[&str] = &[
     "fetch.max.wait.ms",
     "max.partition.fetch.bytes",
     "fetch.in.flight.per.leader",
+    "fetch.sessions",
     "check.crcs",
     "startingOffsets",
     "auto.offset.reset",
@@ -2891,6 +2902,7 @@ pub const SETTINGS_REFERENCE: &[(&str, &str, &str)] = &[
     ("fetch.max.wait.ms", "500", "How long the broker holds a Fetch for fetch.min.bytes (the idle long-poll)."),
     ("max.partition.fetch.bytes", "1048576", "Most bytes asked per partition in one Fetch."),
     ("fetch.in.flight.per.leader", "2", "Fetch requests in flight to each leader, each for a share of its partitions."),
+    ("fetch.sessions", "true", "Incremental fetch sessions (KIP-227): a Fetch lists only the partitions that changed."),
     ("check.crcs", "true", "Check each record batch's CRC-32C."),
     ("startingOffsets", "latest", "Where partitions with no stored position start: earliest, latest, none, or Spark's offsets JSON."),
     ("auto.offset.reset", "latest", "The Kafka name of startingOffsets (earliest, latest, none)."),

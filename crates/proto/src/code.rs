@@ -57,6 +57,11 @@ impl ErrorCode {
     pub const ILLEGAL_SASL_STATE: ErrorCode = ErrorCode(34);
     /// 58: the broker refused the SASL credentials.
     pub const SASL_AUTHENTICATION_FAILED: ErrorCode = ErrorCode(58);
+    /// `FETCH_SESSION_ID_NOT_FOUND` (70): the broker does not know the fetch session (evicted, or
+    /// the broker restarted).
+    pub const FETCH_SESSION_ID_NOT_FOUND: ErrorCode = ErrorCode(70);
+    /// `INVALID_FETCH_SESSION_EPOCH` (71): not the epoch the broker expects next.
+    pub const INVALID_FETCH_SESSION_EPOCH: ErrorCode = ErrorCode(71);
     /// `FENCED_LEADER_EPOCH` (74).
     pub const FENCED_LEADER_EPOCH: ErrorCode = ErrorCode(74);
     /// `UNKNOWN_LEADER_EPOCH` (75).

@@ -101,6 +101,57 @@ proptest! {
     }
 }
 
+/// KIP-227: a session's id, epoch and forgotten partitions reach the wire as kafka-protocol
+/// reads them back, by topic name below v13 and by id from v13; below v7 a session is refused.
+#[test]
+fn fetch_session_fields_and_forgotten_topics_reach_the_wire() {
+    use kdirect_proto::api::fetch::{SessionFields, TopicForget};
+    let topics = vec![TopicFetch {
+        name: "events".into(),
+        id: [7; 16],
+        partitions: vec![PartitionFetch {
+            partition: 2,
+            fetch_offset: 10,
+            partition_max_bytes: 1000,
+            current_leader_epoch: 1,
+            last_fetched_epoch: -1,
+        }],
+    }];
+    let forgotten = vec![TopicForget {
+        name: "gone".into(),
+        id: [9; 16],
+        partitions: vec![0, 3],
+    }];
+    let session = SessionFields { id: 77, epoch: 4 };
+    for version in 7..=Fetch::VERSIONS.max {
+        let req = fetch::request_in_session(
+            &FetchParams::default(),
+            &topics,
+            &forgotten,
+            "",
+            session,
+            version,
+        )
+        .unwrap();
+        let frame = encode_request::<Fetch>(&req, version, 1, Some("kdirect-test")).unwrap();
+        let back = decode_req::<Fetch>(frame, version, 1);
+        assert_eq!((back.session_id, back.session_epoch), (77, 4), "v{version}");
+        assert_eq!(back.forgotten_topics_data.len(), 1, "v{version}");
+        let f = &back.forgotten_topics_data[0];
+        assert_eq!(f.partitions, vec![0, 3]);
+        if version >= 13 {
+            assert_eq!(f.topic_id.as_bytes(), &[9; 16], "v{version}");
+        } else {
+            assert_eq!(f.topic.0.as_str(), "gone", "v{version}");
+        }
+    }
+    let err = fetch::request_in_session(&FetchParams::default(), &topics, &[], "", session, 6)
+        .unwrap_err();
+    assert!(err.to_string().contains("v7"), "{err}");
+    let plain = fetch::request(&FetchParams::default(), &topics, 6).unwrap();
+    assert_eq!((plain.session_id, plain.session_epoch), (0, -1));
+}
+
 #[test]
 fn fetch_v13_needs_topic_ids() {
     let topics = vec![TopicFetch {

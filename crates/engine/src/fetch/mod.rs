@@ -30,11 +30,14 @@ use crate::plan::TopicPartition;
 use crate::record::{DecodeError, DecodeOptions, OwnedRecord, Record, RecordBatch, Scratch};
 
 mod epoch;
+mod incremental;
 mod session;
 #[cfg(test)]
 mod tests;
 
 pub use epoch::{check_truncation, judge_epoch_end, EpochVerdict, Truncation};
+pub use incremental::FetchSessionStats;
+pub(crate) use incremental::SessionPool;
 pub use session::{FetchSession, LeaderRequest, RoundEnd};
 
 pub use crate::plan::OffsetRange;
@@ -61,6 +64,10 @@ pub struct FetchConfig {
     /// leader, each for its own share of the leader's partitions (see
     /// [`fetch_ranges_within`]). 1: one request per leader at a time.
     pub in_flight_per_leader: usize,
+    /// `fetch.sessions` (default true): incremental fetch sessions (KIP-227) with brokers
+    /// that offer them (Fetch v7+), so that a request lists only the partitions whose
+    /// position changed and an answer only those with news. False: every request is full.
+    pub sessions: bool,
 }
 
 impl Default for FetchConfig {
@@ -73,6 +80,7 @@ impl Default for FetchConfig {
             retry_backoff: Duration::from_millis(100),
             client_rack: String::new(),
             in_flight_per_leader: 2,
+            sessions: true,
         }
     }
 }
@@ -704,8 +712,9 @@ async fn read_group(
                 }
             };
             let permit = budget.reserve(req.reserve).await?;
+            let pool = cfg.sessions.then(|| cluster.fetch_sessions().clone());
             tasks.spawn(async move {
-                let answer = send(&conn, &req, permit).await;
+                let answer = send(pool.as_ref(), &conn, &req, permit).await;
                 (conn, req, answer)
             });
         }
@@ -919,15 +928,14 @@ pub async fn wait_for_data(
             }
             let mut params = cfg.params;
             params.max_bytes = 1;
-            let protocol = |source| {
-                Error::from(ErrorKind::Protocol {
-                    broker: conn.broker().clone(),
-                    source,
-                })
+            let asked = Asked {
+                params: &params,
+                topics: &topics,
+                rack: "",
+                names: &names,
             };
-            let body = fetch::request(&params, &topics, version).map_err(protocol)?;
-            let frame = conn.round_trip::<Fetch>(&body, version).await?;
-            let (_, answer) = fetch::decode(frame, version, &names).map_err(protocol)?;
+            let pool = cfg.sessions.then(|| cluster.fetch_sessions());
+            let (answer, _) = round_trip(pool, &conn, leader, asked, version).await?;
             Ok::<_, Error>(
                 answer
                     .partitions
@@ -991,6 +999,7 @@ struct Answer {
 /// Sends one request and decodes its response (the bounded, zero-copy decoder: `records`
 /// are slices of the frame). The reservation shrinks to the response's size.
 async fn send(
+    sessions: Option<&Arc<SessionPool>>,
     conn: &BrokerConnection,
     req: &LeaderRequest,
     mut permit: OwnedSemaphorePermit,
@@ -1000,20 +1009,80 @@ async fn send(
     if !req.has_topic_ids() {
         version = version.min(fetch::FIRST_TOPIC_ID_VERSION - 1);
     }
+    let asked = Asked {
+        params: &req.params,
+        topics: &req.topics,
+        rack: &req.rack,
+        names: &req.names,
+    };
+    let (view, size) = round_trip(sessions, conn, req.leader, asked, version).await?;
+    if size < req.reserve {
+        // Keep exactly the response's size of the reservation.
+        drop(permit.split(req.reserve - size));
+    }
+    Ok(Answer { view, size, permit })
+}
+
+/// What one Fetch asks: every partition wanted.
+#[derive(Clone, Copy)]
+struct Asked<'a> {
+    params: &'a FetchParams,
+    topics: &'a [fetch::TopicFetch],
+    rack: &'a str,
+    names: &'a std::collections::HashMap<[u8; 16], String>,
+}
+
+/// One Fetch round trip to broker `node` at `version`, in one of the client's fetch sessions
+/// with it (from `sessions`) when the version has them (v7+; KIP-227), else sessionless. The answer lists every partition asked either way (a session's answer gets
+/// back the partitions it left out, see `incremental.rs`); a broker that lost the session
+/// (evicted, restarted) or its epoch is asked again at once, in full. Returns the answer and
+/// the size of the frame it came in.
+async fn round_trip(
+    sessions: Option<&Arc<SessionPool>>,
+    conn: &BrokerConnection,
+    node: i32,
+    asked: Asked<'_>,
+    version: i16,
+) -> Result<(FetchView, usize), Error> {
     let protocol = |source| {
         Error::from(ErrorKind::Protocol {
             broker: conn.broker().clone(),
             source,
         })
     };
-    let body =
-        fetch::request_from_rack(&req.params, &req.topics, &req.rack, version).map_err(protocol)?;
-    let frame = conn.round_trip::<Fetch>(&body, version).await?;
-    let size = frame.len();
-    if size < req.reserve {
-        // Keep exactly the response's size of the reservation.
-        drop(permit.split(req.reserve - size));
+    let mut lent = sessions
+        .filter(|_| version >= 7)
+        .and_then(|p| p.checkout(node));
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let body = match lent.as_mut() {
+            Some(s) => {
+                let r = s.prepare(asked.topics);
+                fetch::request_in_session(
+                    asked.params,
+                    &r.topics,
+                    &r.forgotten,
+                    asked.rack,
+                    r.session,
+                    version,
+                )
+            }
+            None => fetch::request_from_rack(asked.params, asked.topics, asked.rack, version),
+        }
+        .map_err(protocol)?;
+        // A failure here drops the lent session with its request in flight, which resets it.
+        let frame = conn.round_trip::<Fetch>(&body, version).await?;
+        let size = frame.len();
+        let (_, mut view) = fetch::decode(frame, version, asked.names).map_err(protocol)?;
+        if let Some(s) = lent.as_mut() {
+            if let incremental::Completed::Resend(code) = s.complete(&mut view) {
+                if attempt == 1 {
+                    tracing::debug!(broker = %conn.broker(), %code, "fetch session lost: asking again in full");
+                    continue;
+                }
+            }
+        }
+        return Ok((view, size));
     }
-    let (_, view) = fetch::decode(frame, version, &req.names).map_err(protocol)?;
-    Ok(Answer { view, size, permit })
 }

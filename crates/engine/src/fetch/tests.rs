@@ -116,6 +116,7 @@ fn part(p: i32, hw: i64, records: Vec<u8>) -> FetchedPartition {
 
 fn answer(parts: Vec<FetchedPartition>) -> FetchView {
     FetchView {
+        session_id: 0,
         error: ErrorCode::NONE,
         throttle_time_ms: 0,
         partitions: parts,

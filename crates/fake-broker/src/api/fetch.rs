@@ -5,8 +5,17 @@
 //! response is returned even when it is larger than either limit (KIP-74). Under
 //! read_committed (isolation level 1) data stops at the last stable offset and the aborted
 //! transactions overlapping the returned range are listed (KIP-98). Responses wait for
-//! `min_bytes` up to `max_wait_ms`. Fetch sessions (KIP-227) are declined: the response's
-//! session id is always 0, which tells clients to send full requests.
+//! `min_bytes` up to `max_wait_ms`.
+//!
+//! Fetch sessions (KIP-227) as Kafka's `FetchManager` keeps them: epoch 0 opens one (closing
+//! the one named, if any) and answers in full with its id; epoch -1 is sessionless (closing
+//! the one named); an incremental request (epoch 1 on) must name a session the broker holds
+//! (else FETCH_SESSION_ID_NOT_FOUND) at the epoch it expects (else
+//! INVALID_FETCH_SESSION_EPOCH), updates and forgets partitions, and is answered with only the
+//! partitions that have records, an error, or ends changed since the session last listed
+//! them. A partition that returned records moves to the back of the session.
+//! [`crate::FakeCluster::set_fetch_sessions`] turns sessions off per broker (every session id
+//! answered is 0) and [`crate::FakeCluster::evict_fetch_sessions`] drops them.
 //!
 //! Response layout (protocol guide, FetchResponse): flexible from v12 (compact arrays and
 //! strings, tagged fields), topic ids instead of names from v13.
@@ -15,7 +24,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, FetchRequest};
+use kafka_protocol::messages::fetch_request::FetchTopic;
+use kafka_protocol::messages::{ApiKey, FetchRequest, TopicName};
 use tokio::sync::watch;
 use tokio::time::{Duration, Instant};
 use uuid::Uuid;
@@ -24,7 +34,7 @@ use super::list_offsets::check_leader;
 use super::Ctx;
 use crate::codes;
 use crate::log::AbortedTransaction;
-use crate::state::State;
+use crate::state::{FetchSessionState, SessionPartition, State};
 use crate::wire::{Chunks, PutKafka, WireError};
 use crate::FetchFault;
 
@@ -61,6 +71,8 @@ struct TopicPlan {
 
 struct Plan {
     top_error: i16,
+    /// The session the answer belongs to (0: none).
+    session_id: i32,
     topics: Vec<TopicPlan>,
     bytes: usize,
     any_error: bool,
@@ -74,18 +86,39 @@ pub(crate) async fn handle(
 ) -> Result<Chunks, WireError> {
     let shared: &Arc<_> = ctx.shared;
     let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
+    let session = match open_session(&mut shared.lock(), ctx, req) {
+        Ok(s) => s,
+        Err(code) => {
+            let plan = Plan {
+                top_error: code,
+                session_id: 0,
+                topics: Vec::new(),
+                bytes: 0,
+                any_error: true,
+            };
+            return encode(ctx.version, correlation_id, plan);
+        }
+    };
+    let req = &session.req;
     let plan = loop {
         let changed = shared.data_changed.notified();
         tokio::pin!(changed);
         changed.as_mut().enable();
-        let plan = plan(&mut shared.lock(), ctx, &req);
+        let plan = plan(&mut shared.lock(), ctx, req);
         let done = plan.any_error
             || plan.top_error != codes::NONE
             || plan.bytes >= req.min_bytes.max(0) as usize
             || Instant::now() >= deadline;
         if done {
-            if let Ok(b) = shared.lock().broker_mut(ctx.broker) {
+            let mut st = shared.lock();
+            let plan = answer_in_session(&mut st, ctx.broker, &session, plan);
+            if let Ok(b) = st.broker_mut(ctx.broker) {
                 b.fetched_record_bytes += plan.bytes as u64;
+                b.fetch_partitions_answered += plan
+                    .topics
+                    .iter()
+                    .map(|t| t.parts.len() as u64)
+                    .sum::<u64>();
             }
             break plan;
         }
@@ -98,19 +131,184 @@ pub(crate) async fn handle(
     encode(ctx.version, correlation_id, plan)
 }
 
+/// A request as its session makes it: every partition the session holds (or the request's
+/// own, without one), and how to answer.
+struct InSession {
+    req: FetchRequest,
+    /// The session's id (0: none), and whether the answer is incremental.
+    id: i32,
+    incremental: bool,
+}
+
+/// Applies a request to the broker's fetch sessions (see the module docs); an error code is
+/// the answer's top-level error.
+fn open_session(st: &mut State, ctx: &Ctx<'_>, req: FetchRequest) -> Result<InSession, i16> {
+    let v = ctx.version;
+    let by_id = v >= 13;
+    let asked: u64 = req.topics.iter().map(|t| t.partitions.len() as u64).sum();
+    let Ok(b) = st.broker_mut(ctx.broker) else {
+        return Ok(InSession {
+            req,
+            id: 0,
+            incremental: false,
+        });
+    };
+    b.fetch_partitions_asked += asked;
+    if v < 7 {
+        return Ok(InSession {
+            req,
+            id: 0,
+            incremental: false,
+        });
+    }
+    if req.session_epoch <= 0 {
+        // Full: closes the session named, and opens one at epoch 0 (when sessions are on).
+        b.fetch_sessions.remove(&req.session_id);
+        let mut id = 0;
+        if req.session_epoch == 0 && b.fetch_sessions_enabled {
+            id = b.next_fetch_session;
+            b.next_fetch_session = b.next_fetch_session.checked_add(1).unwrap_or(1);
+            b.fetch_sessions_opened += 1;
+            let parts = req
+                .topics
+                .iter()
+                .flat_map(|t| {
+                    t.partitions.iter().map(|p| SessionPartition {
+                        topic: t.topic.clone(),
+                        topic_id: t.topic_id,
+                        fetch: p.clone(),
+                        ends: None,
+                    })
+                })
+                .collect();
+            b.fetch_sessions
+                .insert(id, FetchSessionState { epoch: 1, parts });
+        }
+        return Ok(InSession {
+            req,
+            id,
+            incremental: false,
+        });
+    }
+    let Some(session) = b.fetch_sessions.get_mut(&req.session_id) else {
+        return Err(codes::FETCH_SESSION_ID_NOT_FOUND);
+    };
+    if session.epoch != req.session_epoch {
+        return Err(codes::INVALID_FETCH_SESSION_EPOCH);
+    }
+    session.epoch = session.epoch.checked_add(1).unwrap_or(1);
+    let same_topic = |sp: &SessionPartition, name: &TopicName, id: &Uuid| {
+        if by_id {
+            sp.topic_id == *id
+        } else {
+            sp.topic == *name
+        }
+    };
+    for f in &req.forgotten_topics_data {
+        session.parts.retain(|sp| {
+            !(same_topic(sp, &f.topic, &f.topic_id) && f.partitions.contains(&sp.fetch.partition))
+        });
+    }
+    for t in &req.topics {
+        for p in &t.partitions {
+            match session.parts.iter_mut().find(|sp| {
+                same_topic(sp, &t.topic, &t.topic_id) && sp.fetch.partition == p.partition
+            }) {
+                Some(sp) => sp.fetch = p.clone(),
+                None => session.parts.push(SessionPartition {
+                    topic: t.topic.clone(),
+                    topic_id: t.topic_id,
+                    fetch: p.clone(),
+                    ends: None,
+                }),
+            }
+        }
+    }
+    // The session's partitions in its order, consecutive ones of a topic under one entry.
+    let mut topics: Vec<FetchTopic> = Vec::new();
+    for sp in &session.parts {
+        match topics.last_mut() {
+            Some(t) if same_topic(sp, &t.topic, &t.topic_id) => t.partitions.push(sp.fetch.clone()),
+            _ => topics.push(
+                FetchTopic::default()
+                    .with_topic(sp.topic.clone())
+                    .with_topic_id(sp.topic_id)
+                    .with_partitions(vec![sp.fetch.clone()]),
+            ),
+        }
+    }
+    let id = req.session_id;
+    Ok(InSession {
+        req: req.with_topics(topics),
+        id,
+        incremental: true,
+    })
+}
+
+/// The answer as the session gives it: in full (recording each partition's ends), or, for
+/// an incremental request, only the partitions with records, an error, or changed ends.
+fn answer_in_session(st: &mut State, broker: i32, s: &InSession, mut plan: Plan) -> Plan {
+    plan.session_id = s.id;
+    let Some(session) = st
+        .broker_mut(broker)
+        .ok()
+        .and_then(|b| b.fetch_sessions.get_mut(&s.id))
+    else {
+        return plan;
+    };
+    let mut moved = Vec::new();
+    for t in &mut plan.topics {
+        t.parts.retain(|p| {
+            let Some(sp) = session.parts.iter_mut().find(|sp| {
+                sp.fetch.partition == p.index
+                    && if t.id.is_nil() {
+                        sp.topic.0.as_str() == t.name.as_str()
+                    } else {
+                        sp.topic_id == t.id
+                    }
+            }) else {
+                // Not one of the session's (a fault's answer): as it is.
+                return true;
+            };
+            let ends = (p.high_watermark, p.last_stable_offset, p.log_start);
+            let news = p.records_len() > 0
+                || p.error != codes::NONE
+                || p.diverging.is_some()
+                || sp.ends != Some(ends);
+            if news || !s.incremental {
+                sp.ends = Some(ends);
+            }
+            if p.records_len() > 0 {
+                moved.push((sp.topic_id, sp.topic.clone(), sp.fetch.partition));
+            }
+            news || !s.incremental
+        });
+    }
+    plan.topics
+        .retain(|t| !t.parts.is_empty() || !s.incremental);
+    for (id, name, partition) in moved {
+        if let Some(i) = session
+            .parts
+            .iter()
+            .position(|sp| sp.topic_id == id && sp.topic == name && sp.fetch.partition == partition)
+        {
+            let sp = session.parts.remove(i);
+            session.parts.push(sp);
+        }
+    }
+    plan
+}
+
 fn plan(st: &mut State, ctx: &Ctx<'_>, req: &FetchRequest) -> Plan {
     let v = ctx.version;
     let read_committed = req.isolation_level == 1;
     let mut out = Plan {
         top_error: codes::NONE,
+        session_id: 0,
         topics: Vec::with_capacity(req.topics.len()),
         bytes: 0,
         any_error: false,
     };
-    if v >= 7 && req.session_id != 0 {
-        out.top_error = codes::FETCH_SESSION_ID_NOT_FOUND;
-        return out;
-    }
     let ids: HashMap<Uuid, String> = if v >= 13 {
         st.topics.iter().map(|(n, t)| (t.id, n.clone())).collect()
     } else {
@@ -268,7 +466,7 @@ fn encode(v: i16, correlation_id: i32, plan: Plan) -> Result<Chunks, WireError> 
     buf.put_i32(0); // throttle_time_ms
     if v >= 7 {
         buf.put_i16(plan.top_error);
-        buf.put_i32(0); // session_id: sessions declined
+        buf.put_i32(plan.session_id);
     }
     buf.put_array_len(flexible, plan.topics.len());
     for t in &plan.topics {

@@ -1,8 +1,9 @@
 //! Fetch (key 1), versions 4–17: read record batches from partition leaders.
 //!
 //! v4 brought the isolation level, the last stable offset and aborted transactions (KIP-98);
-//! v5 the log start offset; v7 fetch sessions (KIP-227 — kdirect sends session id 0 and epoch
-//! -1: every request is a full, sessionless fetch); v9 the current leader epoch (KIP-320);
+//! v5 the log start offset; v7 fetch sessions (KIP-227: [`request_in_session`] sends a
+//! session's id and epoch and the partitions it forgets; [`request`] a full, sessionless
+//! fetch); v9 the current leader epoch (KIP-320);
 //! v11 the preferred read replica (KIP-392); v12 is the first flexible version (KIP-482) and
 //! carries the last fetched epoch in the request and the diverging epoch in the answer
 //! (KIP-320's truncation detection: the broker compares the epoch of the last batch the
@@ -20,7 +21,7 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
@@ -113,7 +114,57 @@ pub fn request_from_rack(
     rack: &str,
     version: i16,
 ) -> Result<FetchRequest, ProtoError> {
+    request_in_session(params, topics, &[], rack, SessionFields::NONE, version)
+}
+
+/// A fetch session's place in a request (KIP-227, v7+): its id (0: none) and the epoch of
+/// this request in it. Epoch 0 asks for a new session (closing `id`'s, if any), -1 is a
+/// sessionless request (closing `id`'s, if any), and 1 on are incremental requests of session
+/// `id`, which list only the partitions added or changed since the last request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionFields {
+    /// The session's id, 0 for none.
+    pub id: i32,
+    /// This request's epoch in the session.
+    pub epoch: i32,
+}
+
+impl SessionFields {
+    /// A full fetch outside any session.
+    pub const NONE: SessionFields = SessionFields { id: 0, epoch: -1 };
+}
+
+/// Partitions a fetch session stops fetching (`forgotten_topics_data`, v7+): by name below
+/// v13, by id from v13 on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicForget {
+    /// Topic name.
+    pub name: String,
+    /// Topic id, all zeros if unknown.
+    pub id: [u8; 16],
+    /// Partition indices.
+    pub partitions: Vec<i32>,
+}
+
+/// A request in a fetch session (KIP-227): `topics` are the partitions added to or changed
+/// in the session (all of them when `session.epoch` is 0 or -1), `forgotten` those it drops.
+/// Below v7 the session fields are not on the wire and a session is an encoding error.
+pub fn request_in_session(
+    params: &FetchParams,
+    topics: &[TopicFetch],
+    forgotten: &[TopicForget],
+    rack: &str,
+    session: SessionFields,
+    version: i16,
+) -> Result<FetchRequest, ProtoError> {
     let by_id = version >= FIRST_TOPIC_ID_VERSION;
+    if version < 7 && (session != SessionFields::NONE || !forgotten.is_empty()) {
+        return Err(ProtoError::Encode {
+            api: Fetch::KEY,
+            version,
+            reason: "fetch sessions need Fetch v7+".to_owned(),
+        });
+    }
     let mut out = Vec::with_capacity(topics.len());
     for t in topics {
         if by_id && t.id == [0; 16] {
@@ -158,14 +209,42 @@ pub fn request_from_rack(
             );
         out.push(ft);
     }
+    let mut forget = Vec::with_capacity(forgotten.len());
+    for t in forgotten {
+        if by_id && t.id == [0; 16] {
+            return Err(ProtoError::Encode {
+                api: Fetch::KEY,
+                version,
+                reason: format!(
+                    "forgotten topic '{}' has no topic id, which Fetch v13+ needs",
+                    t.name
+                ),
+            });
+        }
+        forget.push(
+            ForgottenTopic::default()
+                .with_topic(if by_id {
+                    Default::default()
+                } else {
+                    topic_name(&t.name)
+                })
+                .with_topic_id(if by_id {
+                    Uuid::from_bytes(t.id)
+                } else {
+                    Uuid::nil()
+                })
+                .with_partitions(t.partitions.clone()),
+        );
+    }
     Ok(FetchRequest::default()
         .with_replica_id((-1).into())
         .with_max_wait_ms(params.max_wait_ms)
         .with_min_bytes(params.min_bytes)
         .with_max_bytes(params.max_bytes)
         .with_isolation_level(params.isolation.as_i8())
-        .with_session_id(0)
-        .with_session_epoch(-1)
+        .with_session_id(session.id)
+        .with_session_epoch(session.epoch)
+        .with_forgotten_topics_data(forget)
         .with_rack_id(if version >= 11 {
             StrBytes::from_string(rack.to_owned())
         } else {
@@ -232,7 +311,11 @@ pub struct FetchView {
     pub error: ErrorCode,
     /// Throttle time the broker asked for.
     pub throttle_time_ms: i32,
-    /// Partitions in response order.
+    /// The fetch session the answer belongs to (v7+; KIP-227): the new session's id in
+    /// answer to a request for one, 0 when the broker declined or none was asked.
+    pub session_id: i32,
+    /// Partitions in response order. In answer to an incremental request, only those with
+    /// records, an error, or ends that changed since the session's last answer.
     pub partitions: Vec<FetchedPartition>,
 }
 
@@ -297,6 +380,7 @@ pub fn view(
     Ok(FetchView {
         error: ErrorCode(resp.error_code),
         throttle_time_ms: resp.throttle_time_ms,
+        session_id: resp.session_id,
         partitions,
     })
 }
@@ -337,7 +421,7 @@ pub(crate) fn walk(
     out: Option<(&Bytes, &HashMap<[u8; 16], String>)>,
 ) -> Res<FetchView> {
     let throttle_time_ms = r.i32("throttle_time_ms")?;
-    let (error, _session_id) = if version >= 7 {
+    let (error, session_id) = if version >= 7 {
         (r.i16("error_code")?, r.i32("session_id")?)
     } else {
         (0, 0)
@@ -491,6 +575,7 @@ pub(crate) fn walk(
     Ok(FetchView {
         error: ErrorCode(error),
         throttle_time_ms,
+        session_id,
         partitions,
     })
 }
