@@ -380,3 +380,95 @@ fn a_stored_batch_a_range_ends_inside_is_not_fetched_again_by_the_next_range() {
         assert_eq!(budget.in_use(), 0);
     });
 }
+
+/// A large range of a leader's only partition is read as sub-ranges at the same time (one
+/// per Fetch in flight): the second sub-range is asked from its own start (an offset inside a
+/// stored batch, which only a cut there asks), every record comes back once and in order, the
+/// log is served about once (the batch at the cut twice), and the partition's next range
+/// still starts from the kept batch at the range's end. With one Fetch in flight, or while the
+/// sizing knows nothing yet, the range is read whole.
+#[test]
+fn a_large_range_of_a_lone_partition_is_read_as_sub_ranges_at_once() {
+    rt().block_on(async {
+        let fake = FakeCluster::builder()
+            .topic("big", 1)
+            .build()
+            .await
+            .unwrap();
+        // 40 stored batches of 500 records of ~110 bytes: about 2.2 MB.
+        for b in 0..40i64 {
+            let recs: Vec<FakeRecord> = (0..500)
+                .map(|i| FakeRecord::value(Bytes::from(format!("v{:0100}", b * 500 + i))))
+                .collect();
+            fake.append_records("big", 0, &recs, Codec::None).unwrap();
+        }
+        let cluster = connect(&fake).await;
+        let served = || fake.stats(1).unwrap().fetched_record_bytes;
+        let range = |from: i64, until: i64| {
+            vec![OffsetRange {
+                topic: "big".into(),
+                partition: 0,
+                from,
+                until,
+            }]
+        };
+        let check = |d: &RangeData, from: i64, until: i64| {
+            let got = offsets_and_values(d);
+            let want: Vec<(i64, String)> =
+                (from..until).map(|o| (o, format!("v{o:0100}"))).collect();
+            assert_eq!(got.len(), want.len(), "[{from}, {until})");
+            assert!(got == want, "[{from}, {until}) in order, once each");
+        };
+        for depth in [2usize, 1] {
+            let budget = MemoryBudget::new(64 << 20);
+            let mut cfg = cfg(IsolationLevel::ReadUncommitted);
+            cfg.partition_max_bytes = 64 << 10;
+            cfg.in_flight_per_leader = depth;
+            // The first range teaches the sizing the data.
+            let d = fetch_ranges_within(&cluster, &range(0, 500), &cfg, &budget)
+                .await
+                .unwrap();
+            check(&d[0], 0, 500);
+            drop(d);
+            let (asked_before, served_before) = (fake.fetch_offsets(1).unwrap().len(), served());
+            // [500, 19_499): the cut at 500 + 18_999 / 2 = 9_999 is inside a stored batch.
+            let d = fetch_ranges_within(&cluster, &range(500, 19_499), &cfg, &budget)
+                .await
+                .unwrap();
+            check(&d[0], 500, 19_499);
+            assert_eq!((d[0].range.from, d[0].range.until), (500, 19_499));
+            drop(d);
+            let asked: Vec<i64> = fake.fetch_offsets(1).unwrap()[asked_before..]
+                .iter()
+                .map(|&(_, o)| o)
+                .collect();
+            let sent = served() - served_before;
+            let batch = 500 * 110;
+            if depth == 2 {
+                assert!(
+                    asked.contains(&9_999),
+                    "the second sub-range from its start: {asked:?}"
+                );
+                assert!(
+                    sent <= 40 * batch as u64,
+                    "about once: {sent} bytes for a {} byte range",
+                    38 * batch
+                );
+            } else {
+                assert!(!asked.contains(&9_999), "read whole: {asked:?}");
+            }
+            // The next range starts with the batch 19_499 falls inside, kept from the last
+            // sub-range: only the batch after it is fetched.
+            let before = served();
+            let d = fetch_ranges_within(&cluster, &range(19_499, 19_700), &cfg, &budget)
+                .await
+                .unwrap();
+            check(&d[0], 19_499, 19_700);
+            let next = served() - before;
+            assert!(
+                next < batch as u64 * 3 / 2,
+                "the stored batch at the range's end was kept for the next range: {next} bytes"
+            );
+        }
+    });
+}

@@ -164,6 +164,7 @@ impl FakeClusterBuilder {
                 fetch_sessions_opened: 0,
                 fetch_partitions_asked: 0,
                 fetch_partitions_answered: 0,
+                fetch_log: Default::default(),
             });
             listeners.push((id, l));
         }
@@ -656,6 +657,20 @@ impl FakeCluster {
         drop(st);
         self.shared.data_changed.notify_waiters();
         Ok((epoch, end))
+    }
+
+    /// (partition, fetch offset) of each partition the Fetch requests `broker` received
+    /// listed, oldest first (the last 100,000; an incremental request lists only what
+    /// changed).
+    pub fn fetch_offsets(&self, broker: i32) -> Result<Vec<(i32, i64)>, FakeError> {
+        Ok(self
+            .shared
+            .lock()
+            .broker(broker)?
+            .fetch_log
+            .iter()
+            .copied()
+            .collect())
     }
 
     /// Whether `broker` opens fetch sessions (KIP-227; on by default, as Kafka's). Off, it

@@ -64,7 +64,13 @@ pub(crate) struct BrokerState {
     pub fetch_sessions_opened: u64,
     pub fetch_partitions_asked: u64,
     pub fetch_partitions_answered: u64,
+    /// (partition, fetch offset) of every partition Fetch requests listed, oldest first
+    /// (the last [`FETCH_LOG_MAX`]).
+    pub fetch_log: std::collections::VecDeque<(i32, i64)>,
 }
+
+/// Entries [`BrokerState::fetch_log`] keeps.
+pub(crate) const FETCH_LOG_MAX: usize = 100_000;
 
 /// A fetch session as a broker holds it (KIP-227): the epoch its next request must carry and
 /// its partitions, in the order the broker reads them (one that returned records moves to

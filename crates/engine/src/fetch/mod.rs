@@ -569,13 +569,32 @@ pub async fn fetch_ranges_within(
     topics.sort_unstable();
     topics.dedup();
     let view = cluster.ensure_topics(&topics).await?;
-    let groups = pipeline_groups(&view, ranges, cfg.in_flight_per_leader, budget);
+    // The pieces read: each range, or a large range of a leader with fewer ranges than
+    // requests in flight cut into consecutive sub-ranges, each read by its own group.
+    let mut pieces = split_large(&view, ranges, cfg, budget);
+    let mut piece_ranges: Vec<OffsetRange> = pieces.iter().map(|p| p.range.clone()).collect();
+    let mut groups = pipeline_groups(&view, &piece_ranges, cfg.in_flight_per_leader, budget);
+    if pieces.len() != ranges.len() && !one_piece_per_partition(&groups, &piece_ranges) {
+        // The pieces do not go to different groups (they do not fit the groups' shares): a
+        // partition is asked once per request, so read the ranges whole.
+        pieces = whole_pieces(ranges);
+        piece_ranges = ranges.to_vec();
+        groups = pipeline_groups(&view, &piece_ranges, cfg.in_flight_per_leader, budget);
+    }
     let share = budget.total() / groups.len().max(1);
     let reads: Vec<_> = groups
         .iter()
         .map(|g| {
-            let group: Vec<OffsetRange> =
-                g.iter().filter_map(|&i| ranges.get(i).cloned()).collect();
+            let group: Vec<OffsetRange> = g
+                .iter()
+                .filter_map(|&i| piece_ranges.get(i).cloned())
+                .collect();
+            // A sub-range that ends before its range does is not where the partition's next
+            // fetch starts (no carried batch, no epoch to remember from there).
+            let inner: Vec<bool> = g
+                .iter()
+                .map(|&i| pieces.get(i).is_some_and(|p| !p.last))
+                .collect();
             let mine: std::collections::HashMap<(String, i32), Carried> = group
                 .iter()
                 .filter_map(|r| {
@@ -584,19 +603,43 @@ pub async fn fetch_ranges_within(
                 })
                 .collect();
             let view = view.clone();
-            async move { read_group(cluster, view, &group, cfg, budget, share, mine).await }
+            async move { read_group(cluster, view, &group, &inner, cfg, budget, share, mine).await }
         })
         .collect();
     // Carried batches no range starts with are freed before anything waits for room.
     drop(carried);
     let mut out: Vec<Option<RangeData>> = (0..ranges.len()).map(|_| None).collect();
     let mut straddling = Vec::new();
+    let mut read_pieces: Vec<Option<RangeData>> = (0..pieces.len()).map(|_| None).collect();
     for (g, read) in groups.iter().zip(futures_join_all(reads).await) {
         let (data, s) = read?;
         straddling.extend(s);
         for (&i, d) in g.iter().zip(data) {
-            if let Some(slot) = out.get_mut(i) {
+            if let Some(slot) = read_pieces.get_mut(i) {
                 *slot = Some(d);
+            }
+        }
+    }
+    // Each range from its pieces, in offset order (the stored batch a cut falls inside of is
+    // in both pieces, each bounded to its own offsets).
+    for (piece, d) in pieces.iter().zip(read_pieces) {
+        let (Some(d), Some(slot)) = (d, out.get_mut(piece.of)) else {
+            continue;
+        };
+        match slot {
+            None => {
+                let mut d = d;
+                if let Some(r) = ranges.get(piece.of) {
+                    d.range = r.clone();
+                }
+                *slot = Some(d);
+            }
+            Some(whole) => {
+                whole.chunks.extend(d.chunks);
+                whole.observed = match (whole.observed, d.observed) {
+                    (Some(a), Some(b)) => Some(if b.end >= a.end { b } else { a }),
+                    (a, b) => b.or(a),
+                };
             }
         }
     }
@@ -623,6 +666,115 @@ pub async fn fetch_ranges_within(
         budget.sizing.put_carried(&s.topic, s.partition, carried);
     }
     Ok(out.into_iter().flatten().collect())
+}
+
+/// A range, or one of the consecutive sub-ranges a large one is read as.
+#[derive(Debug, Clone)]
+struct Piece {
+    /// Index of the range it is (part of).
+    of: usize,
+    range: OffsetRange,
+    /// Whether it ends where its range does.
+    last: bool,
+}
+
+/// Each range as one piece.
+fn whole_pieces(ranges: &[OffsetRange]) -> Vec<Piece> {
+    ranges
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Piece {
+            of: i,
+            range: r.clone(),
+            last: true,
+        })
+        .collect()
+}
+
+/// Whether no group holds two pieces of one partition.
+fn one_piece_per_partition(groups: &[Vec<usize>], pieces: &[OffsetRange]) -> bool {
+    groups.iter().all(|g| {
+        let mut seen = std::collections::HashSet::new();
+        g.iter()
+            .filter_map(|&i| pieces.get(i))
+            .filter(|r| !r.is_empty())
+            .all(|r| seen.insert((r.topic.as_str(), r.partition)))
+    })
+}
+
+/// Sub-ranges of one partition read at the same time need at least this many requests'
+/// worth (`max.partition.fetch.bytes` each) apiece: below that the cut costs more (a stored
+/// batch fetched twice, one more request) than the overlap gains.
+const MIN_PIECE_REQUESTS: usize = 2;
+
+/// The pieces `ranges` are read as. A leader with fewer open ranges than
+/// `fetch.in.flight.per.leader` would leave requests idle: each of its ranges is cut into
+/// that many consecutive sub-ranges (as evenly as the offsets allow), read by different
+/// groups, when the sizing estimates each piece at [`MIN_PIECE_REQUESTS`] full-size requests
+/// or more. Every other range is one piece.
+fn split_large(
+    view: &crate::cluster::ClusterView,
+    ranges: &[OffsetRange],
+    cfg: &FetchConfig,
+    budget: &MemoryBudget,
+) -> Vec<Piece> {
+    let depth = cfg.in_flight_per_leader.max(1);
+    let whole = |i: usize, r: &OffsetRange| Piece {
+        of: i,
+        range: r.clone(),
+        last: true,
+    };
+    if depth == 1 {
+        return whole_pieces(ranges);
+    }
+    let leader = |r: &OffsetRange| view.leader(&r.topic, r.partition).ok().map(|(l, _)| l);
+    let mut per_leader: std::collections::HashMap<i32, usize> = Default::default();
+    for r in ranges.iter().filter(|r| !r.is_empty()) {
+        if let Some(l) = leader(r) {
+            *per_leader.entry(l).or_default() += 1;
+        }
+    }
+    let min_piece = usize::try_from(cfg.partition_max_bytes.max(1))
+        .unwrap_or(usize::MAX)
+        .saturating_mul(MIN_PIECE_REQUESTS);
+    let mut out = Vec::with_capacity(ranges.len());
+    for (i, r) in ranges.iter().enumerate() {
+        let n = leader(r)
+            .and_then(|l| per_leader.get(&l).copied())
+            .unwrap_or(0);
+        let cut = if r.is_empty() || n == 0 || n >= depth {
+            1
+        } else {
+            let k = depth / n;
+            let len = r.until - r.from;
+            let piece_bytes = budget.sizing.partition_bytes(len / k as i64).unwrap_or(0);
+            if k >= 2 && len >= k as i64 && piece_bytes >= min_piece {
+                k
+            } else {
+                1
+            }
+        };
+        if cut == 1 {
+            out.push(whole(i, r));
+            continue;
+        }
+        let len = r.until - r.from;
+        let mut from = r.from;
+        for j in 1..=cut as i64 {
+            let until = if j == cut as i64 {
+                r.until
+            } else {
+                r.from + len * j / cut as i64
+            };
+            out.push(Piece {
+                of: i,
+                range: OffsetRange::new(r.topic.clone(), r.partition, from, until),
+                last: until == r.until,
+            });
+            from = until;
+        }
+    }
+    out
 }
 
 /// The groups of range indices read at the same time: each leader's partitions dealt
@@ -684,10 +836,12 @@ fn pipeline_groups(
 /// One group's [`FetchSession`], driven to the end within `share` bytes of the budget.
 /// `view` is the metadata the caller made sure holds the topics. Returns the ranges' data in
 /// order and the stored batches they ended inside of.
+#[allow(clippy::too_many_arguments)]
 async fn read_group(
     cluster: &Cluster,
     mut view: Arc<crate::cluster::ClusterView>,
     ranges: &[OffsetRange],
+    inner: &[bool],
     cfg: &FetchConfig,
     budget: &MemoryBudget,
     share: usize,
@@ -695,6 +849,7 @@ async fn read_group(
 ) -> Result<(Vec<RangeData>, Vec<session::Straddling>), Error> {
     let mut session = FetchSession::new(ranges, cfg, budget);
     session.limit_room(share);
+    session.mark_inner(inner);
     let topics = session.topics();
     let topic_refs: Vec<&str> = topics.iter().map(String::as_str).collect();
     session.start_with(carried, &view);

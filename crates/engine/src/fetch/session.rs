@@ -89,6 +89,9 @@ pub struct FetchSession {
     /// with the broker that sent it: kept for the partition's next range (see
     /// [`super::Carried`]).
     straddling: Vec<Option<(RecordBatch, BrokerName)>>,
+    /// Ranges that are sub-ranges ending before the range they were cut from: where they
+    /// end is not where the partition's next fetch starts.
+    inner: Vec<bool>,
 }
 
 /// A stored batch a range ended inside of, as [`FetchSession::take_straddling`] gives it.
@@ -166,6 +169,7 @@ impl FetchSession {
             asked_epoch: vec![-1; ranges.len()],
             divergences: vec![0; ranges.len()],
             straddling: vec![None; ranges.len()],
+            inner: vec![false; ranges.len()],
         }
     }
 
@@ -233,6 +237,15 @@ impl FetchSession {
         }
     }
 
+    /// Marks the ranges that are sub-ranges ending before the range they were cut from
+    /// (`inner[i]` for range `i`): neither their stored batch at the end nor their last epoch
+    /// is kept for the partition's next fetch.
+    pub(super) fn mark_inner(&mut self, inner: &[bool]) {
+        for (slot, &v) in self.inner.iter_mut().zip(inner) {
+            *slot = v;
+        }
+    }
+
     /// The stored batches the ranges ended inside of, once [`is_done`](Self::is_done).
     pub(super) fn take_straddling(&mut self) -> Vec<Straddling> {
         let mut out = Vec::new();
@@ -240,6 +253,9 @@ impl FetchSession {
             let (Some((batch, broker)), Some(r)) = (s.take(), self.ranges.get(i)) else {
                 continue;
             };
+            if self.inner.get(i).copied().unwrap_or(false) {
+                continue;
+            }
             out.push(Straddling {
                 topic: r.topic.clone(),
                 partition: r.partition,
@@ -804,7 +820,7 @@ impl FetchSession {
             ) else {
                 continue;
             };
-            if r.is_empty() {
+            if r.is_empty() || self.inner.get(i).copied().unwrap_or(false) {
                 continue;
             }
             let at = (epoch >= 0).then_some(super::LastFetched {

@@ -154,6 +154,12 @@ fn open_session(st: &mut State, ctx: &Ctx<'_>, req: FetchRequest) -> Result<InSe
         });
     };
     b.fetch_partitions_asked += asked;
+    for p in req.topics.iter().flat_map(|t| &t.partitions) {
+        if b.fetch_log.len() >= crate::state::FETCH_LOG_MAX {
+            b.fetch_log.pop_front();
+        }
+        b.fetch_log.push_back((p.partition, p.fetch_offset));
+    }
     if v < 7 {
         return Ok(InSession {
             req,
