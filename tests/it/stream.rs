@@ -1612,3 +1612,33 @@ fn an_idle_wide_topic_long_polls_in_a_fetch_session() {
         });
     }
 }
+
+/// A wide topic under a small budget: ranges shorter than a stored batch start inside one,
+/// and the fetcher's bytes-per-offset estimate counted a whole stored batch against only the
+/// offsets from the position to the range's end, several times too large; every request
+/// after asked each partition for that much, and the batch failed with "needs more than the
+/// memory budget" (4 MiB here; with two Fetches in flight, half of a 16 MiB budget in the
+/// benchmark). The estimate now counts the offsets the batches span, and a group that still
+/// outgrows its share of the budget is read again as one.
+#[test]
+fn a_wide_batch_that_outgrows_a_groups_share_is_read_within_the_whole_budget() {
+    let rt = rt();
+    let fake = fake_topic(&rt, "share", 64, 3000);
+    rt.block_on(async {
+        let mut s = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["share"])
+            .start(StartPolicy::Earliest)
+            .memory_budget(4 << 20)
+            .until_latest(true)
+            .build()
+            .await
+            .unwrap();
+        let mut read = 0u64;
+        while let Some(b) = s.next_batch().await.unwrap() {
+            read += b.for_each_record(|_, _| {}).unwrap();
+            s.done(b);
+        }
+        assert_eq!(read, 64 * 3000);
+    });
+}

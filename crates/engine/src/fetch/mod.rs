@@ -564,7 +564,7 @@ pub async fn fetch_ranges_within(
     cfg: &FetchConfig,
     budget: &MemoryBudget,
 ) -> Result<Vec<RangeData>, Error> {
-    let mut carried = budget.sizing.take_carried();
+    let carried = budget.sizing.take_carried();
     let mut topics: Vec<&str> = ranges.iter().map(|r| r.topic.as_str()).collect();
     topics.sort_unstable();
     topics.dedup();
@@ -581,45 +581,31 @@ pub async fn fetch_ranges_within(
         piece_ranges = ranges.to_vec();
         groups = pipeline_groups(&view, &piece_ranges, cfg.in_flight_per_leader, budget);
     }
-    let share = budget.total() / groups.len().max(1);
-    let reads: Vec<_> = groups
-        .iter()
-        .map(|g| {
-            let group: Vec<OffsetRange> = g
-                .iter()
-                .filter_map(|&i| piece_ranges.get(i).cloned())
-                .collect();
-            // A sub-range that ends before its range does is not where the partition's next
-            // fetch starts (no carried batch, no epoch to remember from there).
-            let inner: Vec<bool> = g
-                .iter()
-                .map(|&i| pieces.get(i).is_some_and(|p| !p.last))
-                .collect();
-            let mine: std::collections::HashMap<(String, i32), Carried> = group
-                .iter()
-                .filter_map(|r| {
-                    let k = (r.topic.clone(), r.partition);
-                    carried.remove(&k).map(|c| (k, c))
-                })
-                .collect();
-            let view = view.clone();
-            async move { read_group(cluster, view, &group, &inner, cfg, budget, share, mine).await }
-        })
-        .collect();
-    // Carried batches no range starts with are freed before anything waits for room.
-    drop(carried);
-    let mut out: Vec<Option<RangeData>> = (0..ranges.len()).map(|_| None).collect();
-    let mut straddling = Vec::new();
-    let mut read_pieces: Vec<Option<RangeData>> = (0..pieces.len()).map(|_| None).collect();
-    for (g, read) in groups.iter().zip(futures_join_all(reads).await) {
-        let (data, s) = read?;
-        straddling.extend(s);
-        for (&i, d) in g.iter().zip(data) {
-            if let Some(slot) = read_pieces.get_mut(i) {
-                *slot = Some(d);
-            }
+    let read = read_groups(cluster, &view, &pieces, &groups, cfg, budget, carried).await;
+    let (read_pieces, straddling) = match read {
+        Err(e)
+            if groups.len() > 1 && matches!(e.root().kind(), ErrorKind::BudgetExceeded { .. }) =>
+        {
+            // A group outgrew its share of the budget (the sizing's estimate was short): what
+            // the groups read is dropped, and the ranges are read again by one session with
+            // all of the budget, which is what fits or not.
+            tracing::debug!("fetch groups outgrew their shares ({e}): reading as one");
+            pieces = whole_pieces(ranges);
+            let one = vec![(0..ranges.len()).collect()];
+            read_groups(
+                cluster,
+                &view,
+                &pieces,
+                &one,
+                cfg,
+                budget,
+                Default::default(),
+            )
+            .await?
         }
-    }
+        r => r?,
+    };
+    let mut out: Vec<Option<RangeData>> = (0..ranges.len()).map(|_| None).collect();
     // Each range from its pieces, in offset order (the stored batch a cut falls inside of is
     // in both pieces, each bounded to its own offsets).
     for (piece, d) in pieces.iter().zip(read_pieces) {
@@ -666,6 +652,60 @@ pub async fn fetch_ranges_within(
         budget.sizing.put_carried(&s.topic, s.partition, carried);
     }
     Ok(out.into_iter().flatten().collect())
+}
+
+/// Reads `pieces` in `groups` (indices into `pieces`) at the same time, each group within its
+/// share of the budget; `carried` batches go to the first group holding their partition.
+/// Returns each piece's data and the stored batches the pieces ended inside of.
+#[allow(clippy::too_many_arguments)]
+async fn read_groups(
+    cluster: &Cluster,
+    view: &Arc<crate::cluster::ClusterView>,
+    pieces: &[Piece],
+    groups: &[Vec<usize>],
+    cfg: &FetchConfig,
+    budget: &MemoryBudget,
+    mut carried: std::collections::HashMap<(String, i32), Carried>,
+) -> Result<(Vec<Option<RangeData>>, Vec<session::Straddling>), Error> {
+    let share = budget.total() / groups.len().max(1);
+    let reads: Vec<_> = groups
+        .iter()
+        .map(|g| {
+            let group: Vec<OffsetRange> = g
+                .iter()
+                .filter_map(|&i| pieces.get(i).map(|p| p.range.clone()))
+                .collect();
+            // A sub-range that ends before its range does is not where the partition's next
+            // fetch starts (no carried batch, no epoch to remember from there).
+            let inner: Vec<bool> = g
+                .iter()
+                .map(|&i| pieces.get(i).is_some_and(|p| !p.last))
+                .collect();
+            let mine: std::collections::HashMap<(String, i32), Carried> = group
+                .iter()
+                .filter_map(|r| {
+                    let k = (r.topic.clone(), r.partition);
+                    carried.remove(&k).map(|c| (k, c))
+                })
+                .collect();
+            let view = view.clone();
+            async move { read_group(cluster, view, &group, &inner, cfg, budget, share, mine).await }
+        })
+        .collect();
+    // Carried batches no range starts with are freed before anything waits for room.
+    drop(carried);
+    let mut straddling = Vec::new();
+    let mut read_pieces: Vec<Option<RangeData>> = (0..pieces.len()).map(|_| None).collect();
+    for (g, read) in groups.iter().zip(futures_join_all(reads).await) {
+        let (data, s) = read?;
+        straddling.extend(s);
+        for (&i, d) in g.iter().zip(data) {
+            if let Some(slot) = read_pieces.get_mut(i) {
+                *slot = Some(d);
+            }
+        }
+    }
+    Ok((read_pieces, straddling))
 }
 
 /// A range, or one of the consecutive sub-ranges a large one is read as.
@@ -823,7 +863,15 @@ fn pipeline_groups(
             if r.is_empty() {
                 return Some(sum);
             }
-            sum.checked_add(budget.sizing.partition_bytes(r.until - r.from)?)
+            // The stored batch at the range's end reaches past it, and a range a few batches
+            // long holds a whole batch more than its offsets' share.
+            let batch = budget.largest_batch().unwrap_or(0);
+            sum.checked_add(
+                budget
+                    .sizing
+                    .partition_bytes(r.until - r.from)?
+                    .checked_add(batch)?,
+            )
         });
         need.is_some_and(|n| n <= share / 2)
     });

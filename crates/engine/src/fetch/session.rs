@@ -593,7 +593,17 @@ impl FetchSession {
             self.scratch.give(reader.into_scratch());
             walked?;
             if next > at {
-                self.sizing.learn(used, next - at, max_batch);
+                // The bytes are whole stored batches, which may start before the position and
+                // end past the range (a range inside a batch): count the offsets the batches
+                // span, or the bytes per offset come out several times too large and every
+                // request after asks (and the budget holds) that much more.
+                let first = batches
+                    .first()
+                    .map_or(at, |b: &RecordBatch| b.header().base_offset.min(at));
+                let last = batches
+                    .last()
+                    .map_or(next, |b: &RecordBatch| b.header().next_offset().max(next));
+                self.sizing.learn(used, last - first, max_batch);
                 // The range ends inside its last batch: that batch starts the partition's
                 // next range.
                 if let Some(s) = self.straddling.get_mut(i) {
