@@ -6,8 +6,8 @@
 //! ```text
 //! cargo bench --bench e2e -- [--records N] [--partitions P] [--value-size S] [--codec C]
 //!     [--clients kdirect,kdirect-nocrc,librdkafka,librdkafka-nocrc,rskafka]
-//!     [--suite default|scaling|kafka|tls] [--broker fake|kafka|secure] [--memory-mib M]
-//!     [--kdirect-set k=v,..] [--rdkafka-set k=v,..]
+//!     [--suite default|scaling|kafka|tls|latency] [--broker fake|kafka|secure] [--memory-mib M]
+//!     [--kdirect-set k=v,..] [--rdkafka-set k=v,..] [--rate R] [--seconds S]
 //! ```
 //!
 //! Defaults: 10M records of 100 B over 8 partitions, codec none, 1000 records per stored batch.
@@ -32,8 +32,24 @@
 //! the cluster's CA), which serves the same log: what TLS and SASL cost each client.
 //! `--suite tls` is `--broker secure` with those four clients.
 //!
-//! The binary runs itself in hidden modes for the children: `--serve` (the fake broker) and
-//! `--client NAME --bootstrap B` (one consumer, printing a `RESULT` line).
+//! `--suite latency` measures produce-to-delivery time instead of throughput (issue 14): on the
+//! 1-node Kafka (started if it is not up) a fresh topic `latency-<µs since the epoch>` of
+//! `--partitions` (8) partitions with `message.timestamp.type=LogAppendTime`; kdirect (the
+//! stream with its defaults: the as-fast-as-possible trigger, from the earliest offset) and
+//! librdkafka (a consumer with its defaults in a group of its own, `auto.offset.reset=earliest`)
+//! each in its own process, reading at the same time, both ready (the stream built, the group
+//! assignment received) before a producer child (librdkafka, `linger.ms=0`) writes `--rate`
+//! (1000) records a second for `--seconds` (30): record `i` at start + i / rate by the clock, to
+//! partition `i % P`, its value the sequence number and the send time (µs since the epoch, read
+//! just before the send), padded to `--value-size`. Each client takes, per record, its delivery
+//! time (as `for_each_record` or `poll` hands it to user code) minus the send time, and minus
+//! the broker's append time (ms), skips the first 2 s of records (warm-up) and prints p50,
+//! p90, p99, p99.9 and max; the run fails unless each client received every record produced,
+//! once. `--clients kdirect` (or `librdkafka`) runs one alone, to see what it costs the broker.
+//!
+//! The binary runs itself in hidden modes for the children: `--serve` (the fake broker),
+//! `--produce` (the latency suite's producer) and `--client NAME --bootstrap B` (one consumer,
+//! printing a `RESULT` line, or `LATENCY` for `latency-kdirect` and `latency-librdkafka`).
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, ExitCode, Stdio};
