@@ -1338,10 +1338,7 @@ fn latency_suite(o: &Opts) -> Result<(), String> {
             0 => String::new(),
             n => format!(", {n} batches"),
         };
-        println!(
-            "{c}: CPU {:.2} s{batches}",
-            get(r, "cpu_ms") as f64 / 1e3
-        );
+        println!("{c}: CPU {:.2} s{batches}", get(r, "cpu_ms") as f64 / 1e3);
     }
     let _ = std::io::stdout().flush();
     if get(&p, "records") != records || get(&p, "failed") != 0 {
@@ -1605,17 +1602,20 @@ fn rdkafka_latency(o: &Opts) -> Result<Latencies, String> {
     let c: BaseConsumer = cfg.create().map_err(|e| e.to_string())?;
     c.subscribe(&[&o.topic]).map_err(|e| e.to_string())?;
     let mut lat = Latencies::new(o);
-    let take = |lat: &mut Latencies, m: Option<Result<rdkafka::message::BorrowedMessage<'_>, _>>| {
+    fn take(
+        lat: &mut Latencies,
+        m: Option<rdkafka::error::KafkaResult<rdkafka::message::BorrowedMessage<'_>>>,
+    ) -> Result<(), String> {
         match m {
             Some(Ok(m)) => {
                 let appended = m.timestamp().to_millis().unwrap_or(0);
-                lat.add(m.payload(), appended, now_micros())
+                lat.add(m.payload(), appended, now_micros());
+                Ok(())
             }
-            Some(Err(e)) => return Err(format!("librdkafka: {e}")),
-            None => {}
+            Some(Err(e)) => Err(format!("librdkafka: {e}")),
+            None => Ok(()),
         }
-        Ok(())
-    };
+    }
     let joined_by = Instant::now() + Duration::from_secs(60);
     while c.assignment().map_or(0, |a| a.count()) < o.partitions as usize {
         if Instant::now() > joined_by {

@@ -1425,7 +1425,10 @@ impl Driver {
         let now = Instant::now();
         let batch = self.planner().next_batch_id();
         let mut seen = self.observed.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut caught = self.caught_up.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut caught = self
+            .caught_up
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         for d in data {
             let tp = d.range.topic_partition();
             match d.observed {
@@ -1435,7 +1438,14 @@ impl Driver {
                 }
                 Some(ends) => {
                     seen.remove(&tp);
-                    caught.insert(tp, CaughtUp { ends, at: now, batch });
+                    caught.insert(
+                        tp,
+                        CaughtUp {
+                            ends,
+                            at: now,
+                            batch,
+                        },
+                    );
                 }
                 None => {
                     seen.remove(&tp);
@@ -1506,7 +1516,10 @@ impl Driver {
         // delivery, at every batch of a stream that keeps up. While others have data, only
         // answers from the last batch or the long-poll before it plan.
         if !unresolved_ending && self.config.fetch.params.max_wait_ms > 0 {
-            let caught = self.caught_up.lock().unwrap_or_else(PoisonError::into_inner);
+            let caught = self
+                .caught_up
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             let planner = self.planner();
             let pos = planner.positions();
             let caught: Vec<(TopicPartition, CaughtUp)> = parts
@@ -1910,13 +1923,23 @@ impl Driver {
                 let now = Instant::now();
                 let batch = self.planner().next_batch_id();
                 let mut seen = self.observed.lock().unwrap_or_else(PoisonError::into_inner);
-                let mut caught = self.caught_up.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut caught = self
+                    .caught_up
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
                 for (tp, e) in ends {
                     // Nothing new there yet: caught up, as after a batch (a record appended
                     // while other partitions keep the stream busy is asked for within a batch).
                     if asked.iter().any(|(a, p)| *a == tp && e.end <= *p) {
                         seen.remove(&tp);
-                        caught.insert(tp, CaughtUp { ends: e, at: now, batch });
+                        caught.insert(
+                            tp,
+                            CaughtUp {
+                                ends: e,
+                                at: now,
+                                batch,
+                            },
+                        );
                     } else {
                         caught.remove(&tp);
                         seen.insert(tp, (e, now));
