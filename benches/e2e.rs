@@ -6,8 +6,8 @@
 //! ```text
 //! cargo bench --bench e2e -- [--records N] [--partitions P] [--value-size S] [--codec C]
 //!     [--clients kdirect,kdirect-nocrc,librdkafka,librdkafka-nocrc,rskafka]
-//!     [--suite default|scaling|kafka|tls] [--broker fake|kafka|secure] [--memory-mib M]
-//!     [--kdirect-set k=v,..] [--rdkafka-set k=v,..]
+//!     [--suite default|scaling|kafka|tls|latency] [--broker fake|kafka|secure] [--memory-mib M]
+//!     [--kdirect-set k=v,..] [--rdkafka-set k=v,..] [--rate R] [--seconds S]
 //! ```
 //!
 //! Defaults: 10M records of 100 B over 8 partitions, codec none, 1000 records per stored batch.
@@ -32,8 +32,24 @@
 //! the cluster's CA), which serves the same log: what TLS and SASL cost each client.
 //! `--suite tls` is `--broker secure` with those four clients.
 //!
-//! The binary runs itself in hidden modes for the children: `--serve` (the fake broker) and
-//! `--client NAME --bootstrap B` (one consumer, printing a `RESULT` line).
+//! `--suite latency` measures produce-to-delivery time instead of throughput (issue 14): on the
+//! 1-node Kafka (started if it is not up) a fresh topic `latency-<µs since the epoch>` of
+//! `--partitions` (8) partitions with `message.timestamp.type=LogAppendTime`; kdirect (the
+//! stream with its defaults: the as-fast-as-possible trigger, from the earliest offset) and
+//! librdkafka (a consumer with its defaults in a group of its own, `auto.offset.reset=earliest`)
+//! each in its own process, reading at the same time, both ready (the stream built, the group
+//! assignment received) before a producer child (librdkafka, `linger.ms=0`) writes `--rate`
+//! (1000) records a second for `--seconds` (30): record `i` at start + i / rate by the clock, to
+//! partition `i % P`, its value the sequence number and the send time (µs since the epoch, read
+//! just before the send), padded to `--value-size`. Each client takes, per record, its delivery
+//! time (as `for_each_record` or `poll` hands it to user code) minus the send time, and minus
+//! the broker's append time (ms), skips the first 2 s of records (warm-up) and prints p50,
+//! p90, p99, p99.9 and max; the run fails unless each client received every record produced,
+//! once. `--clients kdirect` (or `librdkafka`) runs one alone, to see what it costs the broker.
+//!
+//! The binary runs itself in hidden modes for the children: `--serve` (the fake broker),
+//! `--produce` (the latency suite's producer) and `--client NAME --bootstrap B` (one consumer,
+//! printing a `RESULT` line, or `LATENCY` for `latency-kdirect` and `latency-librdkafka`).
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, ExitCode, Stdio};
@@ -61,8 +77,14 @@ struct Opts {
     /// `fake` (kdirect's fake broker, one per run) or `kafka` (Apache Kafka on loopback).
     broker: String,
     topic: String,
+    /// `--suite latency`: records per second the producer writes, for how many seconds, and
+    /// how many seconds of them are warm-up (not measured).
+    rate: u64,
+    seconds: u64,
+    warmup_secs: u64,
     // child modes
     serve: bool,
+    produce: bool,
     client: Option<String>,
     bootstrap: String,
 }
@@ -84,7 +106,11 @@ impl Default for Opts {
             kdirect_threads: 1,
             broker: "fake".into(),
             topic: TOPIC.into(),
+            rate: 1000,
+            seconds: 30,
+            warmup_secs: 2,
             serve: false,
+            produce: false,
             client: None,
             bootstrap: String::new(),
         }
@@ -126,7 +152,13 @@ fn parse_args() -> Result<Opts, String> {
             }
             "--broker" => o.broker = val()?,
             "--topic" => o.topic = val()?,
+            "--rate" => o.rate = val()?.parse().map_err(|e| format!("--rate: {e}"))?,
+            "--seconds" => o.seconds = val()?.parse().map_err(|e| format!("--seconds: {e}"))?,
+            "--warmup-secs" => {
+                o.warmup_secs = val()?.parse().map_err(|e| format!("--warmup-secs: {e}"))?
+            }
             "--serve" => o.serve = true,
+            "--produce" => o.produce = true,
             "--client" => o.client = Some(val()?),
             "--bootstrap" => o.bootstrap = val()?,
             // cargo bench passes --bench; libtest-style filters are ignored.
@@ -148,6 +180,8 @@ fn main() -> ExitCode {
     };
     let r = if o.serve {
         serve(&o)
+    } else if o.produce {
+        produce(&o)
     } else if let Some(c) = o.client.clone() {
         client(&o, &c)
     } else {
@@ -196,6 +230,9 @@ fn orchestrate(o: &Opts) -> Result<(), String> {
         .to_vec();
     }
     let o = &o;
+    if o.suite.as_deref() == Some("latency") {
+        return latency_suite(o);
+    }
     let runs: Vec<Opts> = match o.suite.as_deref() {
         None | Some("tls") => vec![o.clone()],
         Some("kafka") => vec![
@@ -244,7 +281,11 @@ fn orchestrate(o: &Opts) -> Result<(), String> {
             }
             v
         }
-        Some(s) => return Err(format!("unknown suite {s} (default, scaling, kafka, tls)")),
+        Some(s) => {
+            return Err(format!(
+                "unknown suite {s} (default, scaling, kafka, tls, latency)"
+            ))
+        }
     };
     println!("{}", machine());
     if o.broker == "kafka" || o.broker == "secure" {
@@ -947,6 +988,8 @@ fn client(o: &Opts, name: &str) -> Result<(), String> {
         "librdkafka" => rdkafka_client(o, true)?,
         "librdkafka-nocrc" => rdkafka_client(o, false)?,
         "rskafka" => rskafka_client(o)?,
+        "latency-kdirect" => return latency_report(&kdirect_latency(o)?),
+        "latency-librdkafka" => return latency_report(&rdkafka_latency(o)?),
         other => return Err(format!("unknown client {other}")),
     };
     let secs = started.elapsed().as_secs_f64();
@@ -1100,4 +1143,490 @@ fn rskafka_client(o: &Opts) -> Result<Sum, String> {
         }
         Ok(total)
     })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The latency suite: produce-to-delivery time at a steady rate (issue 14)
+
+/// Wall-clock microseconds since the epoch: the producer's send time and a client's delivery
+/// time, both read on this machine's clock.
+fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// A latency record's value: its sequence number and its send time (both u64 little-endian),
+/// padded with `b'x'` to `--value-size`.
+const LATENCY_HEADER: usize = 16;
+
+/// `--suite latency`: a fresh topic on the 1-node Kafka, kdirect and librdkafka reading it at
+/// the same time (each in its own process, each ready before the first record is written),
+/// and a producer child writing `--rate` records a second for `--seconds`, paced by the clock.
+fn latency_suite(o: &Opts) -> Result<(), String> {
+    if o.rate == 0 || o.seconds <= o.warmup_secs {
+        return Err("--rate must be above 0 and --seconds above the warm-up (2 s)".into());
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let (bootstrap, classpath, broker_pid) = kafka_up()?;
+    let topic = format!("latency-{}", now_micros());
+    let partitions = o.partitions.to_string();
+    ktool(
+        &classpath,
+        &[
+            "create",
+            "--bootstrap",
+            &bootstrap,
+            "--topic",
+            &topic,
+            "--partitions",
+            &partitions,
+            // The broker stamps each batch as it appends it: append → delivery is the
+            // consumer's share of the latency, send → append the producer's and the broker's.
+            "--config",
+            "message.timestamp.type=LogAppendTime",
+        ],
+    )?;
+    let records = o.rate * o.seconds;
+    let warmup = o.rate * o.warmup_secs;
+    println!("{}", machine());
+    println!(
+        "latency: {records} records of {} B, {} a second for {} s over {} partitions of {topic}; \
+         the first {} s ({warmup} records) are warm-up, not measured; load average before: {}",
+        o.value_size.max(LATENCY_HEADER),
+        o.rate,
+        o.seconds,
+        o.partitions,
+        o.warmup_secs,
+        loadavg()
+    );
+    let child_args = |mode: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = mode.iter().map(|s| (*s).to_owned()).collect();
+        for (k, v) in [
+            ("--bootstrap", bootstrap.clone()),
+            ("--topic", topic.clone()),
+            ("--partitions", partitions.clone()),
+            ("--rate", o.rate.to_string()),
+            ("--seconds", o.seconds.to_string()),
+            ("--warmup-secs", o.warmup_secs.to_string()),
+            ("--value-size", o.value_size.to_string()),
+            ("--kdirect-threads", o.kdirect_threads.to_string()),
+        ] {
+            a.extend([k.to_owned(), v]);
+        }
+        for (flag, set) in [
+            ("--kdirect-set", &o.kdirect_set),
+            ("--rdkafka-set", &o.rdkafka_set),
+        ] {
+            let kv: Vec<String> = set.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            a.extend([flag.to_owned(), kv.join(",")]);
+        }
+        a
+    };
+    // Both by default; `--clients kdirect` (or `librdkafka`) runs one alone, to see what it
+    // costs the broker.
+    let clients: Vec<&str> = if std::env::args().any(|a| a == "--clients") {
+        o.clients.iter().map(String::as_str).collect()
+    } else {
+        vec!["kdirect", "librdkafka"]
+    };
+    let mut children = Vec::new();
+    for c in clients {
+        let mut child = Command::new(&exe)
+            .args(child_args(&["--client", &format!("latency-{c}")]))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("spawn {c}: {e}"))?;
+        let out = BufReader::new(child.stdout.take().ok_or("no client stdout")?);
+        children.push((c, child, out));
+    }
+    // Both clients read the topic (empty) before the first record is written.
+    for (c, _, out) in &mut children {
+        let mut line = String::new();
+        out.read_line(&mut line)
+            .map_err(|e| format!("{c}: read its READY line: {e}"))?;
+        if line.trim() != "READY" {
+            return Err(format!("{c} said {line:?} instead of READY"));
+        }
+    }
+    let broker_cpu = proc_cpu(&format!("/proc/{broker_pid}/stat"));
+    let produced = Command::new(&exe)
+        .args(child_args(&["--produce"]))
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("spawn the producer: {e}"))?;
+    let produced_out = String::from_utf8_lossy(&produced.stdout).into_owned();
+    if !produced.status.success() {
+        return Err(format!(
+            "the producer exited with {}: {produced_out}",
+            produced.status
+        ));
+    }
+    let fields = |line: &str| -> BTreeMap<String, String> {
+        line.split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    };
+    let p = produced_out
+        .lines()
+        .find_map(|l| l.strip_prefix("PRODUCED "))
+        .map(fields)
+        .ok_or_else(|| format!("no PRODUCED line in {produced_out:?}"))?;
+    let get = |m: &BTreeMap<String, String>, k: &str| -> u64 {
+        m.get(k).and_then(|v| v.parse().ok()).unwrap_or(0)
+    };
+    let mut rows = Vec::new();
+    for (c, mut child, mut out) in children {
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut out, &mut rest)
+            .map_err(|e| format!("{c}: read its output: {e}"))?;
+        let status = child.wait().map_err(|e| format!("{c}: {e}"))?;
+        let r = rest
+            .lines()
+            .find_map(|l| l.strip_prefix("LATENCY "))
+            .map(fields)
+            .ok_or_else(|| format!("{c} exited with {status} and no LATENCY line: {rest:?}"))?;
+        rows.push((c, r));
+    }
+    let broker_cpu = proc_cpu(&format!("/proc/{broker_pid}/stat")) - broker_cpu;
+    println!(
+        "producer: {} records in {:.2} s (librdkafka, linger.ms=0), {} failed, at most {:.1} ms \
+         behind its schedule; broker CPU {broker_cpu:.2} s; load average after: {}",
+        get(&p, "records"),
+        get(&p, "micros") as f64 / 1e6,
+        get(&p, "failed"),
+        get(&p, "behind_max_us") as f64 / 1e3,
+        loadavg()
+    );
+    println!(
+        "send → delivery: the producer's clock before the send to the client's as it hands the \
+         record over; append → delivery: from the broker's LogAppendTime (ms, so 0–1 ms high)"
+    );
+    println!();
+    println!(
+        "| client | received | measured | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | p99 vs librdkafka | append → delivery p50 / p99 / max ms |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let ms = |r: &BTreeMap<String, String>, k: &str| get(r, k) as f64 / 1e3;
+    let base = rows
+        .iter()
+        .find(|(c, _)| *c == "librdkafka")
+        .map(|(_, r)| ms(r, "p99"));
+    for (c, r) in &rows {
+        let vs = match base {
+            Some(b) if *c != "librdkafka" => format!("{:.2}×", ms(r, "p99") / b.max(1e-3)),
+            _ => String::new(),
+        };
+        println!(
+            "| {c} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {vs} | {:.1} / {:.1} / {:.1} |",
+            get(r, "received"),
+            get(r, "measured"),
+            ms(r, "p50"),
+            ms(r, "p90"),
+            ms(r, "p99"),
+            ms(r, "p999"),
+            ms(r, "max"),
+            ms(r, "a_p50"),
+            ms(r, "a_p99"),
+            ms(r, "a_max"),
+        );
+    }
+    for (c, r) in &rows {
+        let batches = match get(r, "batches") {
+            0 => String::new(),
+            n => format!(", {n} batches"),
+        };
+        println!("{c}: CPU {:.2} s{batches}", get(r, "cpu_ms") as f64 / 1e3);
+    }
+    let _ = std::io::stdout().flush();
+    if get(&p, "records") != records || get(&p, "failed") != 0 {
+        return Err(format!(
+            "the producer wrote {} of {records} records ({} failed)",
+            get(&p, "records"),
+            get(&p, "failed")
+        ));
+    }
+    for (c, r) in &rows {
+        if get(r, "received") != records {
+            return Err(format!(
+                "{c} received {} distinct records of {records} (first missing: {})",
+                get(r, "received"),
+                r.get("first_missing").map_or("?", String::as_str)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The 1-, 5- and 15-minute load averages.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The producer child: librdkafka's producer with `linger.ms=0`, record `i` sent at
+/// `start + i / rate` (a sleep until then; no sleep when behind) to partition `i % P`, its send
+/// time read just before the send.
+fn produce(o: &Opts) -> Result<(), String> {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+    use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+    use rdkafka::ClientContext;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    struct Deliveries(AtomicU64);
+    impl ClientContext for Deliveries {}
+    impl ProducerContext for Deliveries {
+        type DeliveryOpaque = ();
+        fn delivery(&self, r: &DeliveryResult<'_>, _: ()) {
+            if let Err((e, _)) = r {
+                eprintln!("e2e producer: a record failed: {e}");
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    let p: BaseProducer<Deliveries> = ClientConfig::new()
+        .set("bootstrap.servers", &o.bootstrap)
+        .set("linger.ms", "0")
+        .create_with_context(Deliveries(AtomicU64::new(0)))
+        .map_err(|e| e.to_string())?;
+    let records = o.rate * o.seconds;
+    let mut value = vec![b'x'; o.value_size.max(LATENCY_HEADER)];
+    let started = Instant::now();
+    let mut behind = Duration::ZERO;
+    for i in 0..records {
+        let due = started + Duration::from_nanos(i * 1_000_000_000 / o.rate);
+        let now = Instant::now();
+        if due > now {
+            std::thread::sleep(due - now);
+        } else {
+            behind = behind.max(now - due);
+        }
+        value[..8].copy_from_slice(&i.to_le_bytes());
+        value[8..16].copy_from_slice(&now_micros().to_le_bytes());
+        let partition = (i % o.partitions.max(1) as u64) as i32;
+        loop {
+            let record = BaseRecord::to(&o.topic)
+                .partition(partition)
+                .payload(&value[..]);
+            match p.send::<(), [u8]>(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    p.poll(Duration::from_millis(1))
+                }
+                Err((e, _)) => return Err(format!("send record {i}: {e}")),
+            }
+        }
+        p.poll(Duration::ZERO);
+    }
+    p.flush(Duration::from_secs(30))
+        .map_err(|e| format!("flush: {e}"))?;
+    println!(
+        "PRODUCED records={records} failed={} micros={} behind_max_us={}",
+        p.context().0.load(Ordering::Relaxed),
+        started.elapsed().as_micros(),
+        behind.as_micros()
+    );
+    Ok(())
+}
+
+/// What a latency client saw: each sequence number once, and the delivery latency of each
+/// record past the warm-up.
+#[derive(Debug)]
+struct Latencies {
+    seen: Vec<bool>,
+    received: u64,
+    duplicates: u64,
+    malformed: u64,
+    warmup: u64,
+    /// Send → delivery, µs, of each record past the warm-up.
+    micros: Vec<u64>,
+    /// Append (the broker's LogAppendTime, ms) → delivery, µs.
+    appended: Vec<u64>,
+    /// Batches (kdirect) the records came in.
+    batches: u64,
+}
+
+impl Latencies {
+    fn new(o: &Opts) -> Self {
+        let records = o.rate * o.seconds;
+        Latencies {
+            seen: vec![false; records as usize],
+            received: 0,
+            duplicates: 0,
+            malformed: 0,
+            warmup: o.rate * o.warmup_secs,
+            micros: Vec::with_capacity(records as usize),
+            appended: Vec::with_capacity(records as usize),
+            batches: 0,
+        }
+    }
+
+    /// One record handed to user code at `now` (microseconds since the epoch), appended at
+    /// `append_ms` (milliseconds since the epoch).
+    #[inline]
+    fn add(&mut self, value: Option<&[u8]>, append_ms: i64, now: u64) {
+        let Some(v) = value.filter(|v| v.len() >= LATENCY_HEADER) else {
+            self.malformed += 1;
+            return;
+        };
+        let word = |at: usize| u64::from_le_bytes(v[at..at + 8].try_into().unwrap_or_default());
+        let (seq, sent) = (word(0), word(8));
+        match self.seen.get_mut(seq as usize) {
+            None => self.malformed += 1,
+            Some(true) => self.duplicates += 1,
+            Some(s) => {
+                *s = true;
+                self.received += 1;
+                if seq >= self.warmup {
+                    self.micros.push(now.saturating_sub(sent));
+                    let appended = u64::try_from(append_ms).unwrap_or(0) * 1000;
+                    self.appended.push(now.saturating_sub(appended));
+                }
+            }
+        }
+    }
+
+    fn complete(&self) -> bool {
+        self.received == self.seen.len() as u64
+    }
+
+    /// How long a client waits for the last record: the production time and a minute.
+    fn deadline(o: &Opts) -> Instant {
+        Instant::now() + Duration::from_secs(o.seconds + 60)
+    }
+}
+
+/// The client's `LATENCY` line: counts, and p50, p90, p99, p99.9 and max in microseconds
+/// (nearest rank).
+fn latency_report(l: &Latencies) -> Result<(), String> {
+    let sorted = |v: &[u64]| {
+        let mut v = v.to_vec();
+        v.sort_unstable();
+        v
+    };
+    let (v, a) = (sorted(&l.micros), sorted(&l.appended));
+    let rank = |v: &[u64], q: f64| -> u64 {
+        if v.is_empty() {
+            return 0;
+        }
+        let i = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+        v[i]
+    };
+    let first_missing = l
+        .seen
+        .iter()
+        .position(|s| !s)
+        .map_or("none".to_owned(), |i| i.to_string());
+    println!(
+        "LATENCY received={} duplicates={} malformed={} measured={} p50={} p90={} p99={} \
+         p999={} max={} a_p50={} a_p99={} a_max={} first_missing={first_missing} cpu_ms={} \
+         batches={}",
+        l.received,
+        l.duplicates,
+        l.malformed,
+        v.len(),
+        rank(&v, 0.5),
+        rank(&v, 0.9),
+        rank(&v, 0.99),
+        rank(&v, 0.999),
+        rank(&v, 1.0),
+        rank(&a, 0.5),
+        rank(&a, 0.99),
+        rank(&a, 1.0),
+        (proc_cpu("/proc/self/stat") * 1e3) as u64,
+        l.batches,
+    );
+    Ok(())
+}
+
+/// Tells the orchestrator this client reads: the producer may start.
+fn ready() {
+    println!("READY");
+    let _ = std::io::stdout().flush();
+}
+
+/// kdirect's stream with its defaults (the as-fast-as-possible trigger), from the earliest
+/// offset of the empty topic; each record's latency taken as `for_each_record` hands it over.
+fn kdirect_latency(o: &Opts) -> Result<Latencies, String> {
+    runtime(o.kdirect_threads)?.block_on(async {
+        let mut b = DirectStream::builder()
+            .bootstrap(&o.bootstrap)
+            .topics(&[&o.topic])
+            .start(StartPolicy::Earliest);
+        for (k, v) in &o.kdirect_set {
+            b = b.set(k, v).map_err(|e| e.to_string())?;
+        }
+        let mut stream = b.build().await.map_err(|e| e.to_string())?;
+        ready();
+        let mut lat = Latencies::new(o);
+        let deadline = tokio::time::Instant::from_std(Latencies::deadline(o));
+        while !lat.complete() {
+            let Ok(next) = tokio::time::timeout_at(deadline, stream.next_batch()).await else {
+                break;
+            };
+            let Some(batch) = next.map_err(|e| e.to_string())? else {
+                break;
+            };
+            batch
+                .for_each_record(|_, r| lat.add(r.value(), r.timestamp(), now_micros()))
+                .map_err(|e| e.to_string())?;
+            stream.done(batch);
+            lat.batches += 1;
+        }
+        Ok(lat)
+    })
+}
+
+/// librdkafka's consumer with its defaults, subscribed in a group of its own with
+/// `auto.offset.reset=earliest`; ready once the group assigned it every partition. Each
+/// record's latency is taken as `poll` returns it.
+fn rdkafka_latency(o: &Opts) -> Result<Latencies, String> {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
+
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", &o.bootstrap)
+        .set("group.id", format!("{}-librdkafka", o.topic))
+        .set("auto.offset.reset", "earliest");
+    for (k, v) in &o.rdkafka_set {
+        cfg.set(k, v);
+    }
+    let c: BaseConsumer = cfg.create().map_err(|e| e.to_string())?;
+    c.subscribe(&[&o.topic]).map_err(|e| e.to_string())?;
+    let mut lat = Latencies::new(o);
+    fn take(
+        lat: &mut Latencies,
+        m: Option<rdkafka::error::KafkaResult<rdkafka::message::BorrowedMessage<'_>>>,
+    ) -> Result<(), String> {
+        match m {
+            Some(Ok(m)) => {
+                let appended = m.timestamp().to_millis().unwrap_or(0);
+                lat.add(m.payload(), appended, now_micros());
+                Ok(())
+            }
+            Some(Err(e)) => Err(format!("librdkafka: {e}")),
+            None => Ok(()),
+        }
+    }
+    let joined_by = Instant::now() + Duration::from_secs(60);
+    while c.assignment().map_or(0, |a| a.count()) < o.partitions as usize {
+        if Instant::now() > joined_by {
+            return Err("librdkafka: no assignment within 60 s".into());
+        }
+        take(&mut lat, c.poll(Duration::from_millis(100)))?;
+    }
+    ready();
+    let deadline = Latencies::deadline(o);
+    while !lat.complete() && Instant::now() < deadline {
+        take(&mut lat, c.poll(Duration::from_millis(100)))?;
+    }
+    Ok(lat)
 }

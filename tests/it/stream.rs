@@ -1642,3 +1642,64 @@ fn a_wide_batch_that_outgrows_a_groups_share_is_read_within_the_whole_budget() {
         assert_eq!(read, 64 * 3000);
     });
 }
+
+/// A stream that keeps up with a trickle plans each batch after the first from the Fetch
+/// answers before it and long-polls: between a record's append and its delivery there is the
+/// long-poll and the batch's Fetch, and no ListOffsets round. (Before: earliest and latest
+/// after every batch that caught its partition up, two more round trips per record, which
+/// put kdirect's produce-to-delivery p99 above librdkafka's; see docs/bench.md.)
+#[test]
+fn a_stream_that_keeps_up_asks_no_list_offsets_between_records() {
+    const LIST_OFFSETS: i16 = 2;
+    let rt = rt();
+    let fake = fake_topic(&rt, "trickle", 2, 10);
+    let lists = || {
+        fake.stats(1)
+            .unwrap()
+            .requests_by_api
+            .get(&LIST_OFFSETS)
+            .copied()
+            .unwrap_or(0)
+    };
+    rt.block_on(async {
+        let mut s = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["trickle"])
+            .start(StartPolicy::Earliest)
+            .build()
+            .await
+            .unwrap();
+        let mut read = 0;
+        while read < 20 {
+            let b = s.next_batch().await.unwrap().unwrap();
+            read += b.offset_count();
+            s.done(b);
+        }
+        let before = lists();
+        for i in 0..10 {
+            let p = i % 2;
+            fake.append_records(
+                "trickle",
+                p,
+                &[FakeRecord::value(Bytes::from(format!("new {i}")))],
+                Codec::None,
+            )
+            .unwrap();
+            let b = s.next_batch().await.unwrap().unwrap();
+            let got: Vec<(i32, i64, i64)> = b
+                .ranges()
+                .iter()
+                .filter(|r| !r.is_empty())
+                .map(|r| (r.partition, r.from, r.until))
+                .collect();
+            let at = 10 + i64::from(i / 2);
+            assert_eq!(got, [(p, at, at + 1)], "record {i}");
+            s.done(b);
+        }
+        let asked = lists() - before;
+        assert!(
+            asked <= 2,
+            "{asked} ListOffsets requests while reading 10 records one at a time"
+        );
+    });
+}

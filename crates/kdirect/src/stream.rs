@@ -1195,6 +1195,7 @@ impl DirectStreamBuilder {
             adaptive,
             metadata: Mutex::new(None),
             observed: Mutex::new(BTreeMap::new()),
+            caught_up: Mutex::new(BTreeMap::new()),
             lag: Mutex::new(None),
             // A member reads nothing until the group assigns it partitions.
             assigned: Mutex::new(member.as_ref().map(|_| BTreeSet::new())),
@@ -1279,6 +1280,15 @@ async fn subscribed(
     Ok((view, names))
 }
 
+/// A partition a Fetch answer showed with nothing past the position (`Driver::caught_up`).
+#[derive(Debug, Clone, Copy)]
+struct CaughtUp {
+    ends: ObservedEnds,
+    at: Instant,
+    /// The planner's next batch id when the answer came.
+    batch: u64,
+}
+
 struct Driver {
     /// A logged batch to re-run before planning.
     replay: Mutex<Option<(u64, Vec<OffsetRange>)>>,
@@ -1307,6 +1317,13 @@ struct Driver {
     /// Each partition's ends as the last Fetch answer for it gave them, and when: they plan
     /// the next batch while younger than `ends.max.age.ms`, instead of a ListOffsets round.
     observed: Mutex<BTreeMap<TopicPartition, (ObservedEnds, Instant)>>,
+    /// Partitions a Fetch answer (a batch's or a long-poll's) showed with nothing past the
+    /// position: their ends, when, and the planner's next batch id then. They plan a batch
+    /// while every partition is caught up (the planner waits, and the long-poll sees a new
+    /// record at once), or within one batch of the answer; older, while other partitions
+    /// keep the stream busy, they are asked by ListOffsets, so a record there waits at most
+    /// a batch or two, never `ends.max.age.ms`.
+    caught_up: Mutex<BTreeMap<TopicPartition, CaughtUp>>,
     /// The offsets left to read as of the last plan: the sum over its snapshot's partitions
     /// of end − position (what `kdirect_partition_lag` reports per partition).
     lag: Mutex<Option<u64>>,
@@ -1405,22 +1422,44 @@ impl Driver {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
+        self.caught_up
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
     }
 
-    /// Keeps the ends the Fetch answers of `data` reported, for partitions with more to read
-    /// past their range. A partition the batch caught up is asked again (ListOffsets) so that
-    /// a new record is seen at once, never up to `ends.max.age.ms` late.
+    /// Keeps the ends the Fetch answers of `data` reported: for partitions with more to read
+    /// past their range in `observed`, for partitions the batch caught up in `caught_up`
+    /// (see there for when they plan).
     fn observe(&self, data: &[RangeData]) {
         let now = Instant::now();
+        let batch = self.planner().next_batch_id();
         let mut seen = self.observed.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut caught = self
+            .caught_up
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         for d in data {
             let tp = d.range.topic_partition();
             match d.observed {
                 Some(o) if o.end > d.range.until => {
+                    caught.remove(&tp);
                     seen.insert(tp, (o, now));
                 }
-                _ => {
+                Some(ends) => {
                     seen.remove(&tp);
+                    caught.insert(
+                        tp,
+                        CaughtUp {
+                            ends,
+                            at: now,
+                            batch,
+                        },
+                    );
+                }
+                None => {
+                    seen.remove(&tp);
+                    caught.remove(&tp);
                 }
             }
         }
@@ -1466,7 +1505,7 @@ impl Driver {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .is_none();
-        let fresh: BTreeMap<TopicPartition, ObservedEnds> = if unresolved_ending {
+        let mut fresh: BTreeMap<TopicPartition, ObservedEnds> = if unresolved_ending {
             BTreeMap::new()
         } else {
             let seen = self.observed.lock().unwrap_or_else(PoisonError::into_inner);
@@ -1480,6 +1519,42 @@ impl Driver {
                 })
                 .collect()
         };
+        // Partitions a recent answer showed caught up (see `caught_up`). When every partition
+        // is, the planner waits and the stream long-polls the leaders at once (a Fetch the
+        // broker answers as soon as a record is appended), where ListOffsets for earliest
+        // and latest would be two more round trips between a record's append and its
+        // delivery, at every batch of a stream that keeps up. While others have data, only
+        // answers from the last batch or the long-poll before it plan.
+        if !unresolved_ending && self.config.fetch.params.max_wait_ms > 0 {
+            let caught = self
+                .caught_up
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let planner = self.planner();
+            let pos = planner.positions();
+            let caught: Vec<(TopicPartition, CaughtUp)> = parts
+                .iter()
+                .filter_map(|(t, p)| {
+                    let tp = TopicPartition::new(t.clone(), *p);
+                    let c = *caught.get(&tp)?;
+                    let still = pos.get(&tp).is_some_and(|p| c.ends.end <= *p);
+                    (still && c.at.elapsed() < self.config.ends_max_age).then_some((tp, c))
+                })
+                .collect();
+            let idle = fresh
+                .iter()
+                .all(|(tp, o)| pos.get(tp).is_some_and(|p| o.end <= *p))
+                && parts.iter().all(|(t, p)| {
+                    let tp = TopicPartition::new(t.clone(), *p);
+                    fresh.contains_key(&tp) || caught.iter().any(|(c, _)| *c == tp)
+                });
+            let next = planner.next_batch_id();
+            for (tp, c) in caught {
+                if idle || next.saturating_sub(c.batch) <= 1 {
+                    fresh.insert(tp, c.ends);
+                }
+            }
+        }
         let ask: Vec<(String, i32)> = parts
             .iter()
             .filter(|(t, p)| !fresh.contains_key(&TopicPartition::new(t.clone(), *p)))
@@ -1678,6 +1753,10 @@ impl Driver {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
+        self.caught_up
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
         *self.assigned.lock().unwrap_or_else(PoisonError::into_inner) = Some(partitions);
         *self
             .joined_topics
@@ -1852,9 +1931,29 @@ impl Driver {
             }
             Ok(ends) if !ends.is_empty() => {
                 let now = Instant::now();
+                let batch = self.planner().next_batch_id();
                 let mut seen = self.observed.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut caught = self
+                    .caught_up
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
                 for (tp, e) in ends {
-                    seen.insert(tp, (e, now));
+                    // Nothing new there yet: caught up, as after a batch (a record appended
+                    // while other partitions keep the stream busy is asked for within a batch).
+                    if asked.iter().any(|(a, p)| *a == tp && e.end <= *p) {
+                        seen.remove(&tp);
+                        caught.insert(
+                            tp,
+                            CaughtUp {
+                                ends: e,
+                                at: now,
+                                batch,
+                            },
+                        );
+                    } else {
+                        caught.remove(&tp);
+                        seen.insert(tp, (e, now));
+                    }
                 }
                 true
             }
