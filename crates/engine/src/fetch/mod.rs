@@ -863,15 +863,7 @@ fn pipeline_groups(
             if r.is_empty() {
                 return Some(sum);
             }
-            // The stored batch at the range's end reaches past it, and a range a few batches
-            // long holds a whole batch more than its offsets' share.
-            let batch = budget.largest_batch().unwrap_or(0);
-            sum.checked_add(
-                budget
-                    .sizing
-                    .partition_bytes(r.until - r.from)?
-                    .checked_add(batch)?,
-            )
+            sum.checked_add(budget.sizing.partition_bytes(r.until - r.from)?)
         });
         need.is_some_and(|n| n <= share / 2)
     });
