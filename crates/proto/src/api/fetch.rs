@@ -157,7 +157,6 @@ pub fn request_in_session(
     session: SessionFields,
     version: i16,
 ) -> Result<FetchRequest, ProtoError> {
-    let by_id = version >= FIRST_TOPIC_ID_VERSION;
     if version < 7 && (session != SessionFields::NONE || !forgotten.is_empty()) {
         return Err(ProtoError::Encode {
             api: Fetch::KEY,
@@ -167,24 +166,10 @@ pub fn request_in_session(
     }
     let mut out = Vec::with_capacity(topics.len());
     for t in topics {
-        if by_id && t.id == [0; 16] {
-            return Err(ProtoError::Encode {
-                api: Fetch::KEY,
-                version,
-                reason: format!("topic '{}' has no topic id, which Fetch v13+ needs", t.name),
-            });
-        }
+        let (name, id) = topic_key(&t.name, t.id, "topic", version)?;
         let ft = FetchTopic::default()
-            .with_topic(if by_id {
-                Default::default()
-            } else {
-                topic_name(&t.name)
-            })
-            .with_topic_id(if by_id {
-                Uuid::from_bytes(t.id)
-            } else {
-                Uuid::nil()
-            })
+            .with_topic(name)
+            .with_topic_id(id)
             .with_partitions(
                 t.partitions
                     .iter()
@@ -211,28 +196,11 @@ pub fn request_in_session(
     }
     let mut forget = Vec::with_capacity(forgotten.len());
     for t in forgotten {
-        if by_id && t.id == [0; 16] {
-            return Err(ProtoError::Encode {
-                api: Fetch::KEY,
-                version,
-                reason: format!(
-                    "forgotten topic '{}' has no topic id, which Fetch v13+ needs",
-                    t.name
-                ),
-            });
-        }
+        let (name, id) = topic_key(&t.name, t.id, "forgotten topic", version)?;
         forget.push(
             ForgottenTopic::default()
-                .with_topic(if by_id {
-                    Default::default()
-                } else {
-                    topic_name(&t.name)
-                })
-                .with_topic_id(if by_id {
-                    Uuid::from_bytes(t.id)
-                } else {
-                    Uuid::nil()
-                })
+                .with_topic(name)
+                .with_topic_id(id)
                 .with_partitions(t.partitions.clone()),
         );
     }
@@ -251,6 +219,27 @@ pub fn request_in_session(
             StrBytes::from_static_str("")
         })
         .with_topics(out))
+}
+
+/// How a request names a topic at `version`: by name below v13, by id from v13 on (an
+/// unknown id there is an encoding error naming `what` and the topic).
+fn topic_key(
+    name: &str,
+    id: [u8; 16],
+    what: &str,
+    version: i16,
+) -> Result<(kafka_protocol::messages::TopicName, Uuid), ProtoError> {
+    if version < FIRST_TOPIC_ID_VERSION {
+        return Ok((topic_name(name), Uuid::nil()));
+    }
+    if id == [0; 16] {
+        return Err(ProtoError::Encode {
+            api: Fetch::KEY,
+            version,
+            reason: format!("{what} '{name}' has no topic id, which Fetch v13+ needs"),
+        });
+    }
+    Ok((Default::default(), Uuid::from_bytes(id)))
 }
 
 /// An aborted transaction reported under read_committed.
