@@ -246,14 +246,14 @@ impl IncrementalSession {
                 .map(|p| (p.topic.as_str(), p.partition))
                 .collect();
             let mut left_out: Vec<FetchedPartition> = Vec::new();
-            for (topic, partition) in pending.wanted.keys() {
+            for key @ (topic, partition) in pending.wanted.keys() {
                 if listed.contains(&(topic.as_str(), *partition)) {
                     continue;
                 }
                 // Left out: no records and the ends of the session's last answer listing it.
                 // A partition never listed with known ends stays left out (the fetcher
                 // treats that as an answer without it).
-                let Some(e) = self.ends.get(&(topic.clone(), *partition)) else {
+                let Some(e) = self.ends.get(key) else {
                     continue;
                 };
                 if e.high_watermark < 0 {
@@ -348,7 +348,7 @@ impl SessionPool {
         Some(Lent {
             pool: self.clone(),
             node,
-            session: Some(session),
+            session,
         })
     }
 
@@ -380,13 +380,13 @@ impl SessionPool {
 pub(crate) struct Lent {
     pool: Arc<SessionPool>,
     node: i32,
-    session: Option<IncrementalSession>,
+    session: IncrementalSession,
 }
 
 impl Lent {
     /// [`IncrementalSession::prepare`], counted.
     pub(crate) fn prepare(&mut self, wanted: &[TopicFetch]) -> SessionRequest {
-        let r = self.session_mut().prepare(wanted);
+        let r = self.session.prepare(wanted);
         let listed: usize = r.topics.iter().map(|t| t.partitions.len()).sum();
         let want: usize = wanted.iter().map(|t| t.partitions.len()).sum();
         self.pool.count(|c| {
@@ -404,10 +404,10 @@ impl Lent {
     /// [`IncrementalSession::complete`], counted.
     pub(crate) fn complete(&mut self, view: &mut FetchView) -> Completed {
         let before = view.partitions.len();
-        let was = self.session_mut().id;
-        let incremental = self.session_mut().pending.as_ref().is_some_and(|p| !p.full);
-        let done = self.session_mut().complete(view);
-        let now = self.session_mut().id;
+        let was = self.session.id;
+        let incremental = self.session.pending.as_ref().is_some_and(|p| !p.full);
+        let done = self.session.complete(view);
+        let now = self.session.id;
         let left_out = view.partitions.len().saturating_sub(before);
         self.pool.count(|c| {
             if matches!(done, Completed::Resend(_)) {
@@ -424,23 +424,17 @@ impl Lent {
     /// The session's id with its broker (0: none open).
     #[cfg(test)]
     pub(crate) fn id(&self) -> i32 {
-        self.session.as_ref().map_or(0, |s| s.id)
-    }
-
-    fn session_mut(&mut self) -> &mut IncrementalSession {
-        // Some until dropped.
-        self.session.get_or_insert_with(IncrementalSession::default)
+        self.session.id
     }
 }
 
 impl Drop for Lent {
     fn drop(&mut self) {
-        if let Some(mut s) = self.session.take() {
-            if s.pending.is_some() {
-                s.reset();
-            }
-            self.pool.give_back(self.node, s);
+        let mut s = std::mem::take(&mut self.session);
+        if s.pending.is_some() {
+            s.reset();
         }
+        self.pool.give_back(self.node, s);
     }
 }
 
@@ -467,19 +461,7 @@ mod tests {
     }
 
     fn answered(p: i32, hw: i64, records: &'static [u8]) -> FetchedPartition {
-        FetchedPartition {
-            topic: "t".into(),
-            partition: p,
-            error: ErrorCode::NONE,
-            high_watermark: hw,
-            last_stable_offset: hw,
-            log_start_offset: 0,
-            aborted_transactions: Vec::new(),
-            preferred_read_replica: -1,
-            current_leader: (-1, -1),
-            diverging_epoch: None,
-            records: bytes::Bytes::from_static(records),
-        }
+        crate::fetch::tests::part(p, hw, records.to_vec())
     }
 
     fn view(session_id: i32, error: ErrorCode, parts: Vec<FetchedPartition>) -> FetchView {

@@ -98,7 +98,7 @@ fn batch(base: i64, n: i32) -> Vec<u8> {
     b
 }
 
-fn part(p: i32, hw: i64, records: Vec<u8>) -> FetchedPartition {
+pub(super) fn part(p: i32, hw: i64, records: Vec<u8>) -> FetchedPartition {
     FetchedPartition {
         topic: "t".into(),
         partition: p,
