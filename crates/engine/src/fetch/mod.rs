@@ -759,11 +759,6 @@ fn split_large(
     budget: &MemoryBudget,
 ) -> Vec<Piece> {
     let depth = cfg.in_flight_per_leader.max(1);
-    let whole = |i: usize, r: &OffsetRange| Piece {
-        of: i,
-        range: r.clone(),
-        last: true,
-    };
     if depth == 1 {
         return whole_pieces(ranges);
     }
@@ -779,37 +774,29 @@ fn split_large(
         .saturating_mul(MIN_PIECE_REQUESTS);
     let mut out = Vec::with_capacity(ranges.len());
     for (i, r) in ranges.iter().enumerate() {
+        let len = r.until - r.from;
         let n = leader(r)
             .and_then(|l| per_leader.get(&l).copied())
             .unwrap_or(0);
-        let cut = if r.is_empty() || n == 0 || n >= depth {
-            1
+        let k = if r.is_empty() || n == 0 { 1 } else { depth / n };
+        let fits = || budget.sizing.partition_bytes(len / k as i64).unwrap_or(0) >= min_piece;
+        // One piece (the range itself) unless cutting it in `k` is worth it.
+        let cut = if k >= 2 && len >= k as i64 && fits() {
+            k as i64
         } else {
-            let k = depth / n;
-            let len = r.until - r.from;
-            let piece_bytes = budget.sizing.partition_bytes(len / k as i64).unwrap_or(0);
-            if k >= 2 && len >= k as i64 && piece_bytes >= min_piece {
-                k
-            } else {
-                1
-            }
+            1
         };
-        if cut == 1 {
-            out.push(whole(i, r));
-            continue;
-        }
-        let len = r.until - r.from;
         let mut from = r.from;
-        for j in 1..=cut as i64 {
-            let until = if j == cut as i64 {
+        for j in 1..=cut {
+            let until = if j == cut {
                 r.until
             } else {
-                r.from + len * j / cut as i64
+                r.from + len * j / cut
             };
             out.push(Piece {
                 of: i,
                 range: OffsetRange::new(r.topic.clone(), r.partition, from, until),
-                last: until == r.until,
+                last: j == cut,
             });
             from = until;
         }
