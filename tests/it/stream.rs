@@ -873,6 +873,16 @@ fn a_bad_record_names_broker_partition_and_offset() {
 }
 
 /// A fake broker in this process with topic `topic`: `partitions` × `records` of 100 B.
+/// Requests broker 1 of `fake` received with API key `api`.
+fn requests(fake: &FakeCluster, api: i16) -> u64 {
+    fake.stats(1)
+        .unwrap()
+        .requests_by_api
+        .get(&api)
+        .copied()
+        .unwrap_or(0)
+}
+
 pub(crate) fn fake_topic(
     rt: &tokio::runtime::Runtime,
     topic: &str,
@@ -1441,14 +1451,7 @@ fn an_idle_stream_long_polls_instead_of_asking_list_offsets() {
     const LIST_OFFSETS: i16 = 2;
     let rt = rt();
     let fake = fake_topic(&rt, "idle", 2, 100);
-    let count = |k: i16| {
-        fake.stats(1)
-            .unwrap()
-            .requests_by_api
-            .get(&k)
-            .copied()
-            .unwrap_or(0)
-    };
+    let count = |k: i16| requests(&fake, k);
     rt.block_on(async {
         let mut s = DirectStream::builder()
             .bootstrap(&fake.bootstrap())
@@ -1509,7 +1512,7 @@ fn an_idle_wide_topic_long_polls_in_a_fetch_session() {
         let rt = rt();
         let fake = fake_topic(&rt, "wide-idle", PARTITIONS, 20);
         let stats = || fake.stats(1).unwrap();
-        let fetches = || stats().requests_by_api.get(&FETCH).copied().unwrap_or(0);
+        let fetches = || requests(&fake, FETCH);
         rt.block_on(async {
             let mut s = DirectStream::builder()
                 .bootstrap(&fake.bootstrap())
@@ -1653,14 +1656,7 @@ fn a_stream_that_keeps_up_asks_no_list_offsets_between_records() {
     const LIST_OFFSETS: i16 = 2;
     let rt = rt();
     let fake = fake_topic(&rt, "trickle", 2, 10);
-    let lists = || {
-        fake.stats(1)
-            .unwrap()
-            .requests_by_api
-            .get(&LIST_OFFSETS)
-            .copied()
-            .unwrap_or(0)
-    };
+    let lists = || requests(&fake, LIST_OFFSETS);
     rt.block_on(async {
         let mut s = DirectStream::builder()
             .bootstrap(&fake.bootstrap())
