@@ -1532,7 +1532,7 @@ impl Driver {
                 .unwrap_or_else(PoisonError::into_inner);
             let planner = self.planner();
             let pos = planner.positions();
-            let caught: Vec<(TopicPartition, CaughtUp)> = parts
+            let caught: BTreeMap<TopicPartition, CaughtUp> = parts
                 .iter()
                 .filter_map(|(t, p)| {
                     let tp = TopicPartition::new(t.clone(), *p);
@@ -1546,7 +1546,7 @@ impl Driver {
                 .all(|(tp, o)| pos.get(tp).is_some_and(|p| o.end <= *p))
                 && parts.iter().all(|(t, p)| {
                     let tp = TopicPartition::new(t.clone(), *p);
-                    fresh.contains_key(&tp) || caught.iter().any(|(c, _)| *c == tp)
+                    fresh.contains_key(&tp) || caught.contains_key(&tp)
                 });
             let next = planner.next_batch_id();
             for (tp, c) in caught {
@@ -1915,6 +1915,11 @@ impl Driver {
         if asked.is_empty() {
             return false;
         }
+        let asked_at: std::collections::HashMap<&TopicPartition, i64> =
+            asked.iter().map(|(tp, p)| (tp, *p)).collect();
+        // Nothing past the position asked: caught up.
+        let nothing_new =
+            |tp: &TopicPartition, e: &ObservedEnds| asked_at.get(tp).is_some_and(|p| e.end <= *p);
         let started = Instant::now();
         match kdirect_engine::fetch::wait_for_data(&self.cluster, &asked, &self.config.fetch).await
         {
@@ -1923,9 +1928,7 @@ impl Driver {
             Ok(ends)
                 if started.elapsed().as_millis() * 2
                     < u128::try_from(self.config.fetch.params.max_wait_ms).unwrap_or(0)
-                    && ends
-                        .iter()
-                        .all(|(tp, e)| asked.iter().any(|(a, p)| a == tp && e.end <= *p)) =>
+                    && ends.iter().all(|(tp, e)| nothing_new(tp, e)) =>
             {
                 false
             }
@@ -1940,7 +1943,7 @@ impl Driver {
                 for (tp, e) in ends {
                     // Nothing new there yet: caught up, as after a batch (a record appended
                     // while other partitions keep the stream busy is asked for within a batch).
-                    if asked.iter().any(|(a, p)| *a == tp && e.end <= *p) {
+                    if nothing_new(&tp, &e) {
                         seen.remove(&tp);
                         caught.insert(
                             tp,
