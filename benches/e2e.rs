@@ -951,9 +951,33 @@ fn serve(o: &Opts) -> Result<(), String> {
     }
     println!("bootstrap={}", cluster.bootstrap());
     let _ = std::io::stdout().flush();
-    // Serve until the orchestrator kills this process.
+    // Serve until the orchestrator kills this process. With KDIRECT_BENCH_BROKER_STATS set,
+    // each second that saw requests prints what the broker served in it (to stderr): how many
+    // Fetch requests, the partitions they listed and the record bytes they returned, against
+    // the log's own size (bytes read twice show as more than the log).
+    let stats = std::env::var_os("KDIRECT_BENCH_BROKER_STATS").is_some();
+    let log_bytes = full.len() as u64 * (o.records / per_batch);
+    let mut last = (0u64, 0u64, 0u64);
     loop {
-        std::thread::sleep(Duration::from_secs(3600));
+        std::thread::sleep(Duration::from_secs(if stats { 1 } else { 3600 }));
+        if !stats {
+            continue;
+        }
+        let Ok(s) = cluster.stats(1) else { continue };
+        let fetches = s.requests_by_api.get(&1).copied().unwrap_or(0);
+        let now = (fetches, s.fetch_partitions_asked, s.fetched_record_bytes);
+        if now != last {
+            eprintln!(
+                "fake broker: {} Fetch requests, {} partitions listed, {:.1} MB of records sent \
+                 (in all: {:.1} MB, the log holds {:.1} MB)",
+                now.0 - last.0,
+                now.1 - last.1,
+                (now.2 - last.2) as f64 / 1e6,
+                now.2 as f64 / 1e6,
+                log_bytes as f64 / 1e6
+            );
+            last = now;
+        }
     }
 }
 
