@@ -938,34 +938,44 @@ fn serve(o: &Opts) -> Result<(), String> {
     let per_batch = BATCH_RECORDS.min((1_000_000 / o.value_size.max(1) as u64).max(1));
     let full = batch(per_batch)?;
     let parts = o.partitions as u64;
+    // Bytes of record batches in the log, for the stats below.
+    let mut log_bytes = 0u64;
     for p in 0..o.partitions {
         let count = o.records / parts + u64::from((p as u64) < o.records % parts);
         cluster
             .append_batch_repeated(TOPIC, p, full.clone(), (count / per_batch) as usize)
             .map_err(|e| e.to_string())?;
+        log_bytes += full.len() as u64 * (count / per_batch);
         if !count.is_multiple_of(per_batch) {
+            let rest = batch(count % per_batch)?;
+            log_bytes += rest.len() as u64;
             cluster
-                .append_batch(TOPIC, p, batch(count % per_batch)?)
+                .append_batch(TOPIC, p, rest)
                 .map_err(|e| e.to_string())?;
         }
     }
     println!("bootstrap={}", cluster.bootstrap());
     let _ = std::io::stdout().flush();
     // Serve until the orchestrator kills this process. With KDIRECT_BENCH_BROKER_STATS set,
-    // each second that saw requests prints what the broker served in it (to stderr): how many
+    // each second that saw requests prints what the brokers served in it (to stderr): how many
     // Fetch requests, the partitions they listed and the record bytes they returned, against
     // the log's own size (bytes read twice show as more than the log).
-    let stats = std::env::var_os("KDIRECT_BENCH_BROKER_STATS").is_some();
-    let log_bytes = full.len() as u64 * (o.records / per_batch);
+    if std::env::var_os("KDIRECT_BENCH_BROKER_STATS").is_none() {
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+    const FETCH: i16 = 1;
     let mut last = (0u64, 0u64, 0u64);
     loop {
-        std::thread::sleep(Duration::from_secs(if stats { 1 } else { 3600 }));
-        if !stats {
-            continue;
+        std::thread::sleep(Duration::from_secs(1));
+        let mut now = (0u64, 0u64, 0u64);
+        for id in cluster.broker_ids() {
+            let Ok(s) = cluster.stats(id) else { continue };
+            now.0 += s.requests_by_api.get(&FETCH).copied().unwrap_or(0);
+            now.1 += s.fetch_partitions_asked;
+            now.2 += s.fetched_record_bytes;
         }
-        let Ok(s) = cluster.stats(1) else { continue };
-        let fetches = s.requests_by_api.get(&1).copied().unwrap_or(0);
-        let now = (fetches, s.fetch_partitions_asked, s.fetched_record_bytes);
         if now != last {
             eprintln!(
                 "fake broker: {} Fetch requests, {} partitions listed, {:.1} MB of records sent \
