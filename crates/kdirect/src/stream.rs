@@ -1415,6 +1415,17 @@ impl Driver {
         *self.lag.lock().unwrap_or_else(PoisonError::into_inner) = Some(lag);
     }
 
+    /// Whether a snapshot shows a partition's position outside its log (below the log start
+    /// or past the end): what the planner would report as data loss.
+    fn outside_the_log(&self, snap: &[PartitionSnapshot]) -> bool {
+        let planner = self.planner();
+        let pos = planner.positions();
+        snap.iter().any(|s| {
+            pos.get(&TopicPartition::new(s.topic.clone(), s.partition))
+                .is_some_and(|p| *p < s.log_start || *p > s.end)
+        })
+    }
+
     /// After an error: the next snapshot refreshes metadata and asks ListOffsets.
     fn forget(&self) {
         *self.metadata.lock().unwrap_or_else(PoisonError::into_inner) = None;
@@ -2008,6 +2019,7 @@ impl Driver {
         // consumer keeps polling a subscribed topic that is gone.
         let mut missing_since: Option<Instant> = None;
         let mut reconnect = Reconnect::default();
+        let mut loss_rechecked = false;
         loop {
             if self.config.ending.is_some() && self.reached_until() {
                 return Ok(None);
@@ -2043,6 +2055,15 @@ impl Driver {
             };
             missing_since = None;
             reconnect = Reconnect::default();
+            // A position outside the log is data loss only if the topic is still the one read:
+            // a topic deleted and re-created under the same name shows a log ending below the
+            // position (ListOffsets asks by name) before the cached metadata shows its new id.
+            // So the metadata is asked again, and the ends with it, before anything is lost.
+            if !loss_rechecked && self.outside_the_log(&snap) {
+                loss_rechecked = true;
+                self.forget();
+                continue;
+            }
             self.check_truncation(&snap).await?;
             let now = self.now();
             let outcome = self.planner().plan(now, &snap)?;
