@@ -1699,3 +1699,176 @@ fn a_stream_that_keeps_up_asks_no_list_offsets_between_records() {
         );
     });
 }
+
+/// Ranges shorter than a stored batch (a wide topic, a small `maxOffsetsPerTrigger`) are read
+/// from the batch the partition's last range ended inside of, with no Fetch: the fake broker
+/// sends the log about once (it sent it about twice when such ranges fetched their batch
+/// again), while records are appended during the run and the ends that plan each batch come
+/// from Fetch answers, from ListOffsets once they age (`ends.max.age.ms` 0 and 50 ms) or both;
+/// every record comes back once, in order, and no end is taken to have moved back.
+#[test]
+fn ranges_inside_a_stored_batch_read_it_from_the_carry_once() {
+    for age_ms in [1_000, 50, 0] {
+        let rt = rt();
+        let fake = fake_topic(&rt, "inside", 4, 2_000);
+        let served = || fake.stats(1).unwrap().fetched_record_bytes;
+        rt.block_on(async {
+            let mut s = DirectStream::builder()
+                .bootstrap(&fake.bootstrap())
+                .topics(&["inside"])
+                .start(StartPolicy::Earliest)
+                .max_offsets_per_trigger(4 * 50)
+                .ends_max_age(Duration::from_millis(age_ms))
+                .build()
+                .await
+                .unwrap();
+            let mut got: BTreeMap<i32, Vec<(i64, String)>> = BTreeMap::new();
+            let mut appended = 0u64;
+            let total =
+                |g: &BTreeMap<i32, Vec<(i64, String)>>| g.values().map(Vec::len).sum::<usize>();
+            while total(&got) < 4 * 3_000 {
+                let b = s.next_batch().await.unwrap().unwrap();
+                b.for_each_record(|range, rec| {
+                    got.entry(range.partition).or_default().push((
+                        rec.offset(),
+                        String::from_utf8_lossy(rec.value().unwrap_or_default()).into_owned(),
+                    ))
+                })
+                .unwrap();
+                assert!(b.lost().is_empty(), "{:?}", b.lost());
+                s.done(b);
+                // A stored batch of 500 more per partition now and then, while reading.
+                if appended < 1_000 && total(&got) as u64 >= 2_000 + 4 * appended {
+                    for p in 0..4 {
+                        let recs: Vec<FakeRecord> = (2_000 + appended..2_500 + appended)
+                            .map(|o| FakeRecord::value(Bytes::from(format!("{p}-{o:096}"))))
+                            .collect();
+                        fake.append_records("inside", p, &recs, Codec::None)
+                            .unwrap();
+                    }
+                    appended += 500;
+                }
+            }
+            assert_eq!(appended, 1_000);
+            for p in 0..4 {
+                let want: Vec<(i64, String)> =
+                    (0..3_000).map(|o| (o, format!("{p}-{o:096}"))).collect();
+                assert_eq!(got[&p], want, "partition {p}, ends.max.age.ms {age_ms}");
+            }
+        });
+        // 12,000 records of ~100 bytes, in stored batches of 500: with every range of 50
+        // fetching its batch again the broker sent 10 times the log.
+        let log = 4 * 3_000 * 100;
+        assert!(
+            served() < log * 3 / 2,
+            "{} bytes served for a log of about {log} (ends.max.age.ms {age_ms})",
+            served()
+        );
+    }
+}
+
+/// A record appended while a caught-up stream waits comes in the long-poll's answer and is
+/// delivered from it: one Fetch per record, where the poll (which asked for 1 byte) and then
+/// the batch's Fetch made two round trips between the append and the delivery.
+#[test]
+fn a_record_that_ends_a_long_poll_is_delivered_from_the_poll_answer() {
+    const FETCH: i16 = 1;
+    let rt = rt();
+    let fake = fake_topic(&rt, "poll", 2, 10);
+    let fetches = || requests(&fake, FETCH);
+    rt.block_on(async {
+        let mut s = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["poll"])
+            .start(StartPolicy::Earliest)
+            .build()
+            .await
+            .unwrap();
+        let mut read = 0;
+        while read < 20 {
+            let b = s.next_batch().await.unwrap().unwrap();
+            read += b.offset_count();
+            s.done(b);
+        }
+        let before = fetches();
+        for i in 0..10 {
+            let p = i % 2;
+            fake.append_records(
+                "poll",
+                p,
+                &[FakeRecord::value(Bytes::from(format!("new {i}")))],
+                Codec::None,
+            )
+            .unwrap();
+            let b = s.next_batch().await.unwrap().unwrap();
+            let mut got = Vec::new();
+            b.for_each_record(|r, rec| {
+                got.push((r.partition, rec.offset(), rec.value().unwrap().to_vec()))
+            })
+            .unwrap();
+            let at = 10 + i64::from(i / 2);
+            assert_eq!(
+                got,
+                [(p, at, format!("new {i}").into_bytes())],
+                "record {i}"
+            );
+            s.done(b);
+        }
+        let asked = fetches() - before;
+        assert!(
+            asked <= 12,
+            "{asked} Fetch requests to deliver 10 records appended one at a time"
+        );
+    });
+}
+
+/// Ends a Fetch answer showed, then a ListOffsets round that saw the log grow: the next batch
+/// plans from the newer ends, never from the answer's older ones (which the planner would
+/// take for the log's end moving back: data loss). Here a re-run batch's answer sees 1,000,
+/// the bounded stream's first plan asks ListOffsets (1,500), and the ranges after it are read
+/// from the stored batch carried from the re-run (no Fetch, no newer answer).
+#[test]
+fn ends_a_list_offsets_round_replaced_are_not_used_again() {
+    rt().block_on(async {
+        let fake = FakeCluster::builder().topic("rb", 1).build().await.unwrap();
+        let value = |o: i64| FakeRecord::value(Bytes::from(format!("v{o}")));
+        let first: Vec<FakeRecord> = (0..1_000).map(value).collect();
+        fake.append_records("rb", 0, &first, Codec::None).unwrap();
+        let tp = TopicPartition::new("rb", 0);
+        let mut s = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["rb"])
+            .max_offsets_per_trigger(100)
+            .until_latest(true)
+            .resume(1, BTreeMap::from([(tp.clone(), 100)]))
+            .replay(
+                0,
+                vec![OffsetRange {
+                    topic: "rb".into(),
+                    partition: 0,
+                    from: 0,
+                    until: 100,
+                }],
+            )
+            .build()
+            .await
+            .unwrap();
+        let b = s.next_batch().await.unwrap().unwrap();
+        assert!(b.is_replay());
+        s.done(b);
+        let more: Vec<FakeRecord> = (1_000..1_500).map(value).collect();
+        fake.append_records("rb", 0, &more, Codec::None).unwrap();
+        let mut next = 100;
+        while let Some(b) = s.next_batch().await.unwrap() {
+            assert!(b.lost().is_empty(), "{:?}", b.lost());
+            b.for_each_record(|_, r| {
+                assert_eq!(r.offset(), next);
+                assert_eq!(r.value().unwrap(), format!("v{next}").as_bytes());
+                next += 1;
+            })
+            .unwrap();
+            s.done(b);
+        }
+        assert_eq!(next, 1_500, "read to the end seen at the start");
+    });
+}

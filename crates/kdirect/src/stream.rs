@@ -1439,6 +1439,21 @@ impl Driver {
             .clear();
     }
 
+    /// Drops what Fetch answers showed of `parts`' ends (a ListOffsets round asked them
+    /// afresh).
+    fn forget_ends(&self, parts: &[(String, i32)]) {
+        let mut seen = self.observed.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut caught = self
+            .caught_up
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (t, p) in parts {
+            let tp = TopicPartition::new(t.clone(), *p);
+            seen.remove(&tp);
+            caught.remove(&tp);
+        }
+    }
+
     /// Keeps the ends the Fetch answers of `data` reported: for partitions with more to read
     /// past their range in `observed`, for partitions the batch caught up in `caught_up`
     /// (see there for when they plan).
@@ -1468,8 +1483,9 @@ impl Driver {
                         },
                     );
                 }
+                // No answer for it (a range read from a carried batch): what was seen before
+                // keeps its own age.
                 None => {
-                    seen.remove(&tp);
                     caught.remove(&tp);
                 }
             }
@@ -1582,6 +1598,9 @@ impl Driver {
                 .cluster
                 .list_offsets(&ask, OffsetSpec::Latest, iso)
                 .await?;
+            // What Fetch answers showed of these partitions is older than what this plan
+            // uses: kept, a later plan would take it for the log's end moving back.
+            self.forget_ends(&ask);
             (starts, ends)
         };
         for (tp, o) in &fresh {
@@ -1905,7 +1924,9 @@ impl Driver {
 
     /// Long-polls every partition of `snap` that the planner has a position for and has read
     /// up to its end (see [`kdirect_engine::fetch::wait_for_data`]), and records the ends
-    /// the brokers answered with, so the next snapshot needs no ListOffsets round. False
+    /// the brokers answered with, so the next snapshot needs no ListOffsets round; the
+    /// records the answers held are kept by the fetcher for the batch planned from them (no
+    /// second Fetch between a record's append and its delivery). False
     /// when nothing could be asked (no such partition, or the poll failed: the caller
     /// falls back to polling at intervals).
     async fn long_poll(&self, snap: &[PartitionSnapshot]) -> bool {
@@ -1932,7 +1953,13 @@ impl Driver {
         let nothing_new =
             |tp: &TopicPartition, e: &ObservedEnds| asked_at.get(tp).is_some_and(|p| e.end <= *p);
         let started = Instant::now();
-        match kdirect_engine::fetch::wait_for_data(&self.cluster, &asked, &self.config.fetch).await
+        match kdirect_engine::fetch::wait_for_data(
+            &self.cluster,
+            &asked,
+            &self.config.fetch,
+            &self.budget,
+        )
+        .await
         {
             // A broker that answers at once with nothing new does not hold fetches: poll at
             // intervals rather than spin.

@@ -122,26 +122,34 @@ struct Sizing {
     carried: Mutex<std::collections::HashMap<(String, i32), Carried>>,
 }
 
-/// A stored batch that a range ended inside of (`until` fell between its first and last
-/// offsets), copied out of its response and kept, with its share of the memory budget, for
-/// the partition's next range, which starts at `from`. Without it the next range fetches the
-/// batch again: with ranges a few stored batches long (a wide topic, a rate limit, batches of
-/// about 1 MB as producers write them), that doubled the bytes read from the broker, and over
-/// TLS the broker's work (it cannot `sendfile` what it encrypts).
+/// Data read ahead of a partition's next range, kept (with its share of the memory budget)
+/// until that range, which starts at `from`, uses it instead of fetching it:
+/// - the stored batch a range ended inside of (`until` fell between its first and last
+///   offsets), copied out of its response. Without it the next range fetches the batch again:
+///   with ranges a few stored batches long (a wide topic, a rate limit, batches of about 1 MB
+///   as producers write them), that doubled the bytes read from the broker, and over TLS the
+///   broker's work (it cannot `sendfile` what it encrypts);
+/// - what a caught-up stream's long-poll was answered with ([`wait_for_data`]): the record
+///   that ended the wait is delivered from the answer, not fetched by a second round trip.
 #[derive(Debug)]
 pub(crate) struct Carried {
-    /// Where the next range must start to use it: the `until` of the range that fetched it.
+    /// Where the next range must start to use it.
     pub(crate) from: i64,
-    /// The batch, in a buffer of its own.
-    pub(crate) batch: RecordBatch,
-    /// The broker that sent it.
+    /// Where the read that brought it stopped: `batches` hold every record of
+    /// `[from, until)` (offsets between them hold no data: control records, aborted
+    /// transactions, compacted away).
+    pub(crate) until: i64,
+    /// The data batches, in offset order.
+    pub(crate) batches: Vec<RecordBatch>,
+    /// The broker that sent them.
     pub(crate) broker: BrokerName,
-    /// The partition's leader epoch it was fetched under: after a leader change it is not
-    /// used (an unclean election may have truncated what it holds past the old high
+    /// The partition's leader epoch they were fetched under: after a leader change they are
+    /// not used (an unclean election may have truncated what they hold past the old high
     /// watermark's reach), and the range fetches from the new leader.
     pub(crate) leader_epoch: i32,
-    /// Its bytes of the memory budget.
-    pub(crate) permit: OwnedSemaphorePermit,
+    /// Their bytes of the memory budget (shared with the chunks of ranges that used them, and
+    /// with other partitions' data from the same long-poll answer).
+    pub(crate) permit: Arc<OwnedSemaphorePermit>,
 }
 
 /// At most this fraction of the memory budget is held by carried batches (1/`CARRY_SHARE`).
@@ -391,7 +399,10 @@ pub struct RangeData {
     /// The chunks, in offset order; together they cover `[from, until)`.
     pub chunks: Vec<Chunk>,
     /// The partition's log start and end (high watermark, or last stable offset under
-    /// read_committed) as the last Fetch answer for it gave them (Fetch v5+).
+    /// read_committed) as the last Fetch answer for it gave them (Fetch v5+). `None` when no
+    /// answer gave them: a range read wholly from a batch carried from the partition's last
+    /// range sends no Fetch (ends from that older answer could be older than ends a plan has
+    /// used since, and would look like the log's end moving back).
     pub observed: Option<ObservedEnds>,
     max_decompressed: usize,
     scratch: Arc<ScratchPool>,
@@ -634,17 +645,26 @@ pub async fn fetch_ranges_within(
     // freed with the ranges' data).
     let mut room = budget.total() / CARRY_SHARE;
     for s in straddling {
-        let n = s.batch.bytes().len();
+        let n: usize = s.batches.iter().map(|b| b.bytes().len()).sum();
         if n > room {
             continue;
         }
-        let Some(permit) = budget.try_reserve(n) else {
-            break;
+        let (batches, permit) = match s.kept {
+            // Carried in already and on again: the same buffers and reservation.
+            Some(permit) => (s.batches, permit),
+            None => {
+                let Some(permit) = budget.try_reserve(n) else {
+                    continue;
+                };
+                let copies = s.batches.iter().map(RecordBatch::detached).collect();
+                (copies, Arc::new(permit))
+            }
         };
         room -= n;
         let carried = Carried {
             from: s.from,
-            batch: s.batch.detached(),
+            until: s.until,
+            batches,
             broker: s.broker,
             leader_epoch: s.leader_epoch,
             permit,
@@ -1058,14 +1078,24 @@ fn oversized_error(
 /// broker holds until `fetch.min.bytes` arrived or `fetch.max.wait.ms` passed (the Java
 /// consumer's idle poll), so an idle stream costs one request per leader per wait and a new
 /// record is seen as soon as it is written. Returns the ends each answered partition reports
-/// (log start, high watermark or last stable offset), from which the next batch is planned;
-/// the records returned (at most one stored batch per partition: 1 byte is asked) are
-/// dropped, the batch fetches its exact ranges. Partitions whose leader is unknown or whose
-/// answer carries an error are left out (the next snapshot sees them afresh).
+/// (log start, high watermark or last stable offset), from which the next batch is planned.
+///
+/// The records the answer holds are kept, validated as a batch's fetch validates them (CRC,
+/// control batches, aborted transactions, the leader epoch of the last batch read), for the
+/// partitions' next ranges ([`Carried`]): the batch planned from the answer's ends is read
+/// from the answer, where a second Fetch would be one more round trip between a record's
+/// append and its delivery. Each leader's poll may bring back up to its share of a quarter of
+/// the budget, reserved before it is sent; when that room is not free (the caller holds its
+/// batches), the poll asks for no data (1 byte) and the batch fetches its ranges. Partitions
+/// whose leader is unknown or whose answer carries an error are left out (the next snapshot
+/// sees them afresh); a partition whose answer is anything but plain data (a diverging epoch,
+/// a preferred read replica, records that do not decode) keeps no data, and its batch's
+/// fetch meets the same answer and handles it.
 pub async fn wait_for_data(
     cluster: &Cluster,
     positions: &[(TopicPartition, i64)],
     cfg: &FetchConfig,
+    budget: &MemoryBudget,
 ) -> Result<Vec<(TopicPartition, ObservedEnds)>, Error> {
     let view = cluster.view();
     let mut by_leader: std::collections::BTreeMap<i32, Vec<(&TopicPartition, i64, i32)>> =
@@ -1076,16 +1106,36 @@ pub async fn wait_for_data(
         }
     }
     let iso = cfg.params.isolation;
+    let leaders = by_leader.len().max(1);
     let polls = by_leader.into_iter().map(|(leader, parts)| {
         let view = view.clone();
         async move {
             let conn = cluster.connection(leader).await?;
+            let part_max = usize::try_from(cfg.partition_max_bytes.max(1)).unwrap_or(1);
+            let want = (budget.total() / CARRY_SHARE / leaders)
+                .min(usize::try_from(cfg.params.max_bytes.max(1)).unwrap_or(1))
+                .min(part_max.saturating_mul(parts.len()));
+            // Room for the answer's records, or a poll that asks for none.
+            let mut hold = budget.try_reserve(want).filter(|_| want > 1);
+            let (part_bytes, max_bytes) = match hold {
+                Some(_) => (
+                    cfg.partition_max_bytes,
+                    i32::try_from(want).unwrap_or(i32::MAX),
+                ),
+                None => (1, 1),
+            };
             let mut topics: std::collections::BTreeMap<&str, fetch::TopicFetch> =
                 Default::default();
             let mut names = std::collections::HashMap::new();
             for (tp, pos, epoch) in &parts {
                 let id = view.topic(&tp.topic).map(|t| t.id).unwrap_or([0; 16]);
                 names.insert(id, tp.topic.clone());
+                // KIP-320: the records kept are validated as the batch's fetch would be.
+                let last_fetched_epoch = budget
+                    .sizing
+                    .last_fetched(&tp.topic, tp.partition)
+                    .filter(|f| f.position == *pos)
+                    .map_or(-1, |f| f.epoch);
                 topics
                     .entry(tp.topic.as_str())
                     .or_insert_with(|| fetch::TopicFetch {
@@ -1097,10 +1147,9 @@ pub async fn wait_for_data(
                     .push(fetch::PartitionFetch {
                         partition: tp.partition,
                         fetch_offset: *pos,
-                        partition_max_bytes: 1,
+                        partition_max_bytes: part_bytes,
                         current_leader_epoch: *epoch,
-                        // The long-poll reads nothing: the batch's fetch validates.
-                        last_fetched_epoch: -1,
+                        last_fetched_epoch,
                     });
             }
             let topics: Vec<fetch::TopicFetch> = topics.into_values().collect();
@@ -1109,7 +1158,7 @@ pub async fn wait_for_data(
                 version = version.min(fetch::FIRST_TOPIC_ID_VERSION - 1);
             }
             let mut params = cfg.params;
-            params.max_bytes = 1;
+            params.max_bytes = max_bytes;
             let asked = Asked {
                 params: &params,
                 topics: &topics,
@@ -1117,24 +1166,47 @@ pub async fn wait_for_data(
                 names: &names,
             };
             let pool = cfg.sessions.then(|| cluster.fetch_sessions());
-            let (answer, _) = round_trip(pool, &conn, leader, asked, version).await?;
-            Ok::<_, Error>(
-                answer
-                    .partitions
-                    .into_iter()
-                    .filter(|p| p.error.is_ok())
-                    .map(|p| {
-                        let end = session::partition_end(&p, iso);
-                        (
-                            TopicPartition::new(p.topic, p.partition),
-                            ObservedEnds {
-                                log_start: p.log_start_offset,
-                                end,
-                            },
-                        )
-                    })
-                    .collect::<Vec<_>>(),
-            )
+            let (answer, size) = round_trip(pool, &conn, leader, asked, version).await?;
+            // Keep exactly the answer's size of the reservation; a first batch larger than
+            // the limit (KIP-74) is kept only if the rest is free now.
+            if let Some(permit) = hold.as_mut() {
+                if size <= want {
+                    drop(permit.split(want - size));
+                } else if let Some(more) = budget.try_reserve(size - want) {
+                    permit.merge(more);
+                } else {
+                    hold = None;
+                }
+            }
+            let hold = hold.map(Arc::new);
+            let epochs: std::collections::HashMap<(&str, i32), (i64, i32)> = parts
+                .iter()
+                .map(|(tp, pos, epoch)| ((tp.topic.as_str(), tp.partition), (*pos, *epoch)))
+                .collect();
+            let mut ends = Vec::with_capacity(answer.partitions.len());
+            for p in answer.partitions {
+                if p.error.err().is_some() {
+                    continue;
+                }
+                let end = session::partition_end(&p, iso);
+                if let (Some(hold), Some(&(pos, epoch))) =
+                    (&hold, epochs.get(&(p.topic.as_str(), p.partition)))
+                {
+                    let plain = p.diverging_epoch.is_none()
+                        && (p.preferred_read_replica < 0 || p.preferred_read_replica == leader);
+                    if plain && !p.records.is_empty() {
+                        keep_polled(&p, pos, end, epoch, hold, conn.broker(), cfg, budget);
+                    }
+                }
+                ends.push((
+                    TopicPartition::new(p.topic, p.partition),
+                    ObservedEnds {
+                        log_start: p.log_start_offset,
+                        end,
+                    },
+                ));
+            }
+            Ok::<_, Error>(ends)
         }
     });
     let mut out = Vec::new();
@@ -1142,6 +1214,61 @@ pub async fn wait_for_data(
         out.extend(r?);
     }
     Ok(out)
+}
+
+/// Keeps a long-poll's records of one partition, asked at `pos`, for its next range (see
+/// [`wait_for_data`]); records that do not decode are not kept.
+#[allow(clippy::too_many_arguments)]
+fn keep_polled(
+    p: &fetch::FetchedPartition,
+    pos: i64,
+    end: i64,
+    leader_epoch: i32,
+    hold: &Arc<OwnedSemaphorePermit>,
+    broker: &BrokerName,
+    cfg: &FetchConfig,
+    budget: &MemoryBudget,
+) {
+    let opts = DecodeOptions::new()
+        .check_crc(cfg.check_crcs)
+        .max_decompressed(cfg.max_decompressed)
+        .fetch_offset(pos)
+        .until(end)
+        .isolation(cfg.params.isolation);
+    let mut reader = crate::record::RecordBatchReader::new(p.records.clone(), opts)
+        .with_aborted_transactions(p.aborted_transactions.iter().copied())
+        .with_scratch(budget.scratch.take());
+    let mut batches = Vec::new();
+    let walked = loop {
+        match reader.next_batch() {
+            Ok(Some(b)) => batches.push(b),
+            Ok(None) => break true,
+            Err(e) => {
+                tracing::debug!(
+                    "long-poll answer of {}-{} at {pos} not kept: {e}",
+                    p.topic,
+                    p.partition
+                );
+                break false;
+            }
+        }
+    };
+    let until = reader.next_offset();
+    budget.scratch.give(reader.into_scratch());
+    if walked && until > pos {
+        budget.sizing.put_carried(
+            &p.topic,
+            p.partition,
+            Carried {
+                from: pos,
+                until,
+                batches,
+                broker: broker.clone(),
+                leader_epoch,
+                permit: hold.clone(),
+            },
+        );
+    }
 }
 
 /// Runs the futures concurrently and returns their outputs in order (without a dependency

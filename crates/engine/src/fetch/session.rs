@@ -85,26 +85,44 @@ pub struct FetchSession {
     start_epoch: Vec<i32>,
     asked_epoch: Vec<i32>,
     divergences: Vec<u8>,
-    /// Per range, the stored batch it ended inside of (its last batch reaches past `until`),
-    /// with the broker that sent it: kept for the partition's next range (see
-    /// [`super::Carried`]).
-    straddling: Vec<Option<(RecordBatch, BrokerName)>>,
+    /// Per range, what it read past `until` (see [`Leftover`]): kept for the partition's
+    /// next range (see [`super::Carried`]).
+    straddling: Vec<Option<Leftover>>,
     /// Ranges that are sub-ranges ending before the range they were cut from: where they
     /// end is not where the partition's next fetch starts.
     inner: Vec<bool>,
 }
 
-/// A stored batch a range ended inside of, as [`FetchSession::take_straddling`] gives it.
+/// What a range read past its `until`: the stored batch it ended inside of (its last batch
+/// reaches past `until`), or the rest of what was carried in when the range lay wholly inside
+/// that.
+#[derive(Debug)]
+struct Leftover {
+    batches: Vec<RecordBatch>,
+    /// Where the read that brought them stopped (see [`super::Carried::until`]).
+    until: i64,
+    broker: BrokerName,
+    /// For data carried in already: its share of the budget (shared with the range's chunk),
+    /// so it is carried on without a copy or a new reservation.
+    kept: Option<Arc<OwnedSemaphorePermit>>,
+}
+
+/// What a range read past its `until`, as [`FetchSession::take_straddling`] gives it.
 #[derive(Debug)]
 pub(super) struct Straddling {
     pub(super) topic: String,
     pub(super) partition: i32,
     /// The range's `until`: where the next range starts to use it.
     pub(super) from: i64,
-    pub(super) batch: RecordBatch,
+    /// Where the read that brought the batches stopped.
+    pub(super) until: i64,
+    pub(super) batches: Vec<RecordBatch>,
     pub(super) broker: BrokerName,
     /// The leader epoch the range was last asked under.
     pub(super) leader_epoch: i32,
+    /// For data carried in already: its share of the budget (the batches are in buffers of
+    /// their own, or in a long-poll's answer, already).
+    pub(super) kept: Option<Arc<OwnedSemaphorePermit>>,
 }
 
 /// Diverging-epoch answers one range may have in a session before the session stops moving
@@ -168,16 +186,18 @@ impl FetchSession {
             start_epoch,
             asked_epoch: vec![-1; ranges.len()],
             divergences: vec![0; ranges.len()],
-            straddling: vec![None; ranges.len()],
+            straddling: ranges.iter().map(|_| None).collect(),
             inner: vec![false; ranges.len()],
         }
     }
 
-    /// Starts each range whose partition's last range ended inside a stored batch that is
-    /// still `carried` with that batch, when the range starts where the last one ended and
-    /// the partition's leader epoch in `view` is the one the batch was read under; the
-    /// range's fetching goes on from the batch's end. Carried batches no range uses are
-    /// dropped (their bytes of the budget freed).
+    /// Starts each range with what was `carried` for its partition (see
+    /// [`super::Carried`]), when the range starts where that starts and the partition's
+    /// leader epoch in `view` is the one it was read under; the range's fetching goes on from
+    /// where the carried read stopped. A range that the carried data covers is read from it
+    /// alone, with no Fetch (its data reports no ends: see [`RangeData::observed`]), and what
+    /// is left past its `until` is carried on to the partition's next range. Carried data no
+    /// range uses is dropped (its bytes of the budget freed).
     pub(super) fn start_with(
         &mut self,
         mut carried: HashMap<(String, i32), super::Carried>,
@@ -196,39 +216,54 @@ impl FetchSession {
             let Some(c) = carried.remove(&(r.topic.clone(), r.partition)) else {
                 continue;
             };
-            let header = *c.batch.header();
             let same_leader = view
                 .leader(&r.topic, r.partition)
                 .is_ok_and(|(_, epoch)| epoch == c.leader_epoch);
-            // A range wholly inside the batch is fetched anyway: its answer reports the
-            // partition's ends, which plan the next batch without a ListOffsets round (ends
-            // carried from an older answer could be older than ones a plan already used, and
-            // would look like the log's end moving back).
-            if c.from != r.from
-                || !same_leader
-                || header.base_offset > r.from
-                || header.next_offset() >= r.until
-            {
+            if c.from != r.from || !same_leader || c.until <= r.from {
                 continue;
             }
-            let batch = c.batch.bounded(r.from, r.until);
-            let next = header.next_offset();
-            let bytes = batch.bytes().len();
+            let (mut used, mut rest) = (Vec::new(), Vec::new());
+            for b in c.batches {
+                let h = b.header();
+                if h.next_offset() <= r.from {
+                    continue;
+                }
+                if h.base_offset < r.until {
+                    used.push(b.bounded(r.from, r.until));
+                }
+                if h.next_offset() > r.until {
+                    rest.push(b);
+                }
+            }
+            if c.until > r.until && !rest.is_empty() {
+                // Whoever drops last of the chunk and the data carried on frees the bytes.
+                if let Some(s) = self.straddling.get_mut(i) {
+                    *s = Some(Leftover {
+                        batches: rest,
+                        until: c.until,
+                        broker: c.broker.clone(),
+                        kept: Some(c.permit.clone()),
+                    });
+                }
+            }
+            let bytes: usize = used.iter().map(|b| b.bytes().len()).sum();
+            if let Some(e) = self.last_epoch.get_mut(i) {
+                if let Some(b) = used.last() {
+                    *e = b.header().partition_leader_epoch;
+                }
+            }
             if let Some(out) = self.out.get_mut(i) {
                 out.chunks.push(Chunk {
                     fetch_offset: r.from,
-                    next_offset: next,
+                    next_offset: c.until.min(r.until),
                     broker: c.broker,
-                    batches: vec![batch],
+                    batches: used,
                     bytes,
-                    _budget: Some(Arc::new(c.permit)),
+                    _budget: Some(c.permit),
                 });
             }
             if let Some(p) = self.pos.get_mut(i) {
-                *p = next;
-            }
-            if let Some(e) = self.last_epoch.get_mut(i) {
-                *e = header.partition_leader_epoch;
+                *p = c.until;
             }
             if let Some(e) = self.asked_epoch.get_mut(i) {
                 *e = c.leader_epoch;
@@ -250,7 +285,7 @@ impl FetchSession {
     pub(super) fn take_straddling(&mut self) -> Vec<Straddling> {
         let mut out = Vec::new();
         for (i, s) in self.straddling.iter_mut().enumerate() {
-            let (Some((batch, broker)), Some(r)) = (s.take(), self.ranges.get(i)) else {
+            let (Some(left), Some(r)) = (s.take(), self.ranges.get(i)) else {
                 continue;
             };
             if self.inner.get(i).copied().unwrap_or(false) {
@@ -260,9 +295,11 @@ impl FetchSession {
                 topic: r.topic.clone(),
                 partition: r.partition,
                 from: r.until,
-                batch,
-                broker,
+                until: left.until,
+                batches: left.batches,
+                broker: left.broker,
                 leader_epoch: self.asked_epoch.get(i).copied().unwrap_or(-1),
+                kept: left.kept,
             });
         }
         out
@@ -610,7 +647,12 @@ impl FetchSession {
                     *s = batches
                         .last()
                         .filter(|b| next >= r.until && b.header().next_offset() > r.until)
-                        .map(|b| (b.clone(), broker.clone()));
+                        .map(|b| Leftover {
+                            batches: vec![b.clone()],
+                            until: b.header().next_offset(),
+                            broker: broker.clone(),
+                            kept: None,
+                        });
                 }
                 if let Some(out) = self.out.get_mut(i) {
                     out.chunks.push(Chunk {
