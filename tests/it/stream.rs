@@ -1872,3 +1872,77 @@ fn ends_a_list_offsets_round_replaced_are_not_used_again() {
         assert_eq!(next, 1_500, "read to the end seen at the start");
     });
 }
+
+/// A read_committed stream that has caught up gets transactions in its long-poll's answer:
+/// the aborted ones are dropped and the committed ones delivered once, in order, from the
+/// answer as from a batch's Fetch (the answer's records are walked the same way: control
+/// batches, the aborted transactions list, the last stable offset).
+#[test]
+fn transactions_that_end_a_long_poll_are_read_committed() {
+    rt().block_on(async {
+        let fake = FakeCluster::builder()
+            .topic("ptx", 2)
+            .build()
+            .await
+            .unwrap();
+        let mut s = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["ptx"])
+            .start(StartPolicy::Earliest)
+            .isolation(IsolationLevel::ReadCommitted)
+            .fetch_max_wait(Duration::from_millis(200))
+            .build()
+            .await
+            .unwrap();
+        let before = requests(&fake, 1);
+        let mut want: Vec<(i32, i64, String)> = Vec::new();
+        let mut got: Vec<(i32, i64, String)> = Vec::new();
+        for round in 0..12 {
+            let abort = round % 3 == 1;
+            let mut txn = fake.begin_transaction();
+            for p in 0..2 {
+                let recs: Vec<FakeRecord> = (0..3)
+                    .map(|i| FakeRecord::value(Bytes::from(format!("t{round}-{i}"))))
+                    .collect();
+                let base = fake
+                    .append_transactional(&mut txn, "ptx", p, &recs, Codec::None)
+                    .unwrap();
+                if !abort {
+                    want.extend((0..3).map(|i| (p, base + i, format!("t{round}-{i}"))));
+                }
+            }
+            if abort {
+                fake.abort_transaction(txn).unwrap();
+            } else {
+                fake.commit_transaction(txn).unwrap();
+            }
+            // Read until this round's committed records are all in (an aborted round adds
+            // none: one batch, over its offsets and with no records, is read).
+            let target = want.len();
+            loop {
+                let b = s.next_batch().await.unwrap().unwrap();
+                b.for_each_record(|r, rec| {
+                    got.push((
+                        r.partition,
+                        rec.offset(),
+                        String::from_utf8_lossy(rec.value().unwrap()).into_owned(),
+                    ))
+                })
+                .unwrap();
+                s.done(b);
+                if got.len() >= target {
+                    break;
+                }
+            }
+        }
+        let fetches = requests(&fake, 1) - before;
+        // Each round's records come in one long-poll's answer (two round trips each before).
+        assert!(
+            fetches <= 14,
+            "{fetches} Fetch requests for 12 transactions"
+        );
+        got.sort();
+        want.sort();
+        assert_eq!(got, want);
+    });
+}
