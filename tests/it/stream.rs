@@ -1946,3 +1946,29 @@ fn transactions_that_end_a_long_poll_are_read_committed() {
         assert_eq!(got, want);
     });
 }
+
+/// `close` closes the fetch sessions the stream opened with each broker (epoch -1), so that a
+/// consumer that restarts often does not fill the brokers' session slots until they evict.
+#[test]
+fn close_closes_the_fetch_sessions() {
+    let rt = rt();
+    let fake = fake_topic(&rt, "closing", 4, 2_000);
+    let open = || fake.stats(1).unwrap().fetch_sessions_open;
+    rt.block_on(async {
+        let mut s = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["closing"])
+            .start(StartPolicy::Earliest)
+            .max_offsets_per_trigger(1_000)
+            .until_latest(true)
+            .build()
+            .await
+            .unwrap();
+        while let Some(b) = s.next_batch().await.unwrap() {
+            s.done(b);
+        }
+        assert!(open() > 0, "the stream read in fetch sessions");
+        s.close().await.unwrap();
+        assert_eq!(open(), 0, "sessions left open after close");
+    });
+}

@@ -2486,14 +2486,28 @@ impl DirectStream {
 
     /// Stops the stream: the batch in the making is dropped, and a group member leaves its
     /// group (LeaveGroup), so that its partitions go to the other members at once instead of
-    /// after `session.timeout.ms` (a static member sends nothing: its partitions wait for it).
+    /// after `session.timeout.ms` (a static member sends nothing: its partitions wait for it),
+    /// and the fetch sessions (KIP-227) the stream holds with the brokers are closed, so that
+    /// they do not take the brokers' session slots until evicted (best effort, within
+    /// `request.timeout.ms` or 5 s, whichever is less).
     pub async fn close(mut self) -> Result<(), Error> {
         if let Some(t) = self.pending.take() {
             t.abort();
+            // The prefetch's fetch sessions go back to the pool once it is gone.
+            let _ = t.await;
         }
-        if let Some(m) = self.member.take() {
-            m.leave().await?;
-        }
+        let left = match self.member.take() {
+            Some(m) => m.leave().await,
+            None => Ok(()),
+        };
+        let timeout = self
+            .driver
+            .cluster
+            .config()
+            .request_timeout
+            .min(Duration::from_secs(5));
+        kdirect_engine::fetch::close_sessions(&self.driver.cluster, timeout).await;
+        left?;
         Ok(())
     }
 

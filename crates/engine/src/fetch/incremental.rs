@@ -366,6 +366,22 @@ impl SessionPool {
         inner.entry(node).or_default().idle.push(session);
     }
 
+    /// Takes every idle session out of the pool, as (broker, session id) for those a broker
+    /// holds open, to close them.
+    pub(crate) fn drain_open(&self) -> Vec<(i32, i32)> {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out = Vec::new();
+        for (node, n) in inner.iter_mut() {
+            for s in n.idle.drain(..) {
+                n.open = n.open.saturating_sub(1);
+                if s.id != 0 {
+                    out.push((*node, s.id));
+                }
+            }
+        }
+        out
+    }
+
     /// Open sessions per broker, idle or lent (for tests and diagnostics).
     #[cfg(test)]
     pub(crate) fn open(&self, node: i32) -> usize {

@@ -1271,6 +1271,50 @@ fn keep_polled(
     }
 }
 
+/// Closes the fetch sessions (KIP-227) this client holds open with its brokers: one request
+/// per session naming it at epoch -1 with no partitions, so that the broker frees its slot
+/// now rather than when it evicts the session (a broker keeps
+/// `max.incremental.fetch.session.cache.slots`, 1,000 by default, for all its clients, and a
+/// consumer that restarts often would otherwise fill them). Best effort within `timeout`:
+/// returns how many the brokers answered; failures are logged at debug level.
+pub async fn close_sessions(cluster: &Cluster, timeout: Duration) -> usize {
+    let open = cluster.fetch_sessions().drain_open();
+    let closes = open.into_iter().map(|(node, id)| async move {
+        let conn = cluster.connection(node).await?;
+        let version = conn.version::<Fetch>()?;
+        let mut params = FetchParams::default();
+        params.max_wait_ms = 0;
+        params.min_bytes = 0;
+        params.max_bytes = 1;
+        let session = fetch::SessionFields { id, epoch: -1 };
+        let body = fetch::request_in_session(&params, &[], &[], "", session, version).map_err(
+            |source| {
+                Error::from(ErrorKind::Protocol {
+                    broker: conn.broker().clone(),
+                    source,
+                })
+            },
+        )?;
+        conn.round_trip::<Fetch>(&body, version).await?;
+        Ok::<_, Error>(())
+    });
+    match tokio::time::timeout(timeout, futures_join_all(closes)).await {
+        Ok(done) => done
+            .into_iter()
+            .filter(|r| {
+                if let Err(e) = r {
+                    tracing::debug!("closing a fetch session: {e}");
+                }
+                r.is_ok()
+            })
+            .count(),
+        Err(_) => {
+            tracing::debug!("closing the fetch sessions took longer than {timeout:?}");
+            0
+        }
+    }
+}
+
 /// Runs the futures concurrently and returns their outputs in order (without a dependency
 /// on the futures crate).
 async fn futures_join_all<F: std::future::Future>(
