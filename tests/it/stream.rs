@@ -1972,3 +1972,63 @@ fn close_closes_the_fetch_sessions() {
         assert_eq!(open(), 0, "sessions left open after close");
     });
 }
+
+/// Kafka answers a fetch session's request at once when the ends it last sent that session
+/// moved, with nothing new at the offsets asked. A caught-up stream whose long-poll is
+/// answered so polls again at once (the next poll is held, and a record appended then ends
+/// it); only a broker that keeps answering at once makes it poll at intervals (up to 200 ms
+/// apart: a record's latency), which `interval_polls` counts. Before, one such answer put the
+/// stream to sleep: 200 ms tails at 1,000 records/s on Kafka 4.1.
+#[test]
+fn a_long_poll_answered_at_once_polls_again_at_once() {
+    const FETCH: i16 = 1;
+    let rt = rt();
+    let fake = fake_topic(&rt, "quick", 2, 10);
+    rt.block_on(async {
+        let mut s = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["quick"])
+            .start(StartPolicy::Earliest)
+            .fetch_max_wait(Duration::from_secs(5))
+            .build()
+            .await
+            .unwrap();
+        let mut read = 0;
+        while read < 20 {
+            let b = s.next_batch().await.unwrap().unwrap();
+            read += b.offset_count();
+            s.done(b);
+        }
+        for (at_once, falls_back, offset) in [(2, false, 10), (6, true, 11)] {
+            let before = requests(&fake, FETCH);
+            fake.answer_fetches_at_once(1, at_once).unwrap();
+            let append = async {
+                // The answers at once, then one more poll (held): then a record arrives.
+                wait_until_async(Duration::from_secs(30), "the polls were sent", || {
+                    requests(&fake, FETCH) > before + u64::from(at_once)
+                })
+                .await;
+                fake.append_records(
+                    "quick",
+                    0,
+                    &[FakeRecord::value(Bytes::from_static(b"late"))],
+                    Codec::None,
+                )
+                .unwrap();
+            };
+            let (b, ()) = tokio::join!(s.next_batch(), append);
+            let b = b.unwrap().unwrap();
+            let mut got = Vec::new();
+            b.for_each_record(|r, rec| got.push((r.partition, rec.offset())))
+                .unwrap();
+            assert_eq!(got, [(0, offset)]);
+            s.done(b);
+            assert_eq!(
+                s.interval_polls() > 0,
+                falls_back,
+                "{at_once} answers at once: {} interval polls",
+                s.interval_polls()
+            );
+        }
+    });
+}

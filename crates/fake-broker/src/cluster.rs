@@ -159,6 +159,7 @@ impl FakeClusterBuilder {
                 sessions_expired: 0,
                 fetched_record_bytes: 0,
                 fetch_sessions_enabled: true,
+                fetches_at_once: 0,
                 fetch_sessions: Default::default(),
                 next_fetch_session: 1,
                 fetch_sessions_opened: 0,
@@ -681,6 +682,14 @@ impl FakeCluster {
             .lock()
             .broker_mut(broker)?
             .fetch_sessions_enabled = enabled;
+        Ok(())
+    }
+
+    /// Makes `broker` answer its next `n` Fetch requests at once, whatever their `min_bytes`
+    /// and `max_wait_ms` ask (Kafka answers a fetch session's request at once when the ends it
+    /// last sent that session moved, data for the asked offsets or not).
+    pub fn answer_fetches_at_once(&self, broker: i32, n: u32) -> Result<(), FakeError> {
+        self.shared.lock().broker_mut(broker)?.fetches_at_once = n;
         Ok(())
     }
 

@@ -56,6 +56,9 @@ pub(crate) struct BrokerState {
     pub fetched_record_bytes: u64,
     /// KIP-227: whether this broker opens fetch sessions (else it answers session id 0).
     pub fetch_sessions_enabled: bool,
+    /// Fetch requests still to be answered at once, whatever `min_bytes` and `max_wait_ms`
+    /// ask (as Kafka answers a session's request whose partitions' ends moved since).
+    pub fetches_at_once: u32,
     /// The fetch sessions it holds, by id.
     pub fetch_sessions: std::collections::HashMap<i32, FetchSessionState>,
     /// The id of the next session it opens.

@@ -23,6 +23,7 @@ use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -1202,6 +1203,8 @@ impl DirectStreamBuilder {
             joined_topics: Mutex::new(BTreeMap::new()),
             subscription_changed: tokio::sync::watch::channel(false).0,
             planner_config: planner_cfg,
+            quick_polls: AtomicU32::new(0),
+            interval_polls: AtomicU64::new(0),
             config: c,
         });
         Ok(DirectStream {
@@ -1337,7 +1340,15 @@ struct Driver {
     subscription_changed: tokio::sync::watch::Sender<bool>,
     /// The planner's settings, for a new planner per assignment.
     planner_config: PlannerConfig,
+    /// Long-polls in a row answered at once with nothing new (see `long_poll`).
+    quick_polls: AtomicU32,
+    /// Times the stream fell back to polling at intervals (`DirectStream::interval_polls`).
+    interval_polls: AtomicU64,
 }
+
+/// Long-polls in a row that may be answered at once with nothing new before the stream polls
+/// at intervals instead (a broker that does not hold fetches).
+const QUICK_POLLS: u32 = 3;
 
 impl std::fmt::Debug for Driver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -1961,16 +1972,29 @@ impl Driver {
         )
         .await
         {
-            // A broker that answers at once with nothing new does not hold fetches: poll at
-            // intervals rather than spin.
+            // An answer at once with nothing new: a broker that does not hold fetches, or one
+            // that answered because something else changed (Kafka answers a fetch session's
+            // request at once when the ends it last sent that session moved, which with
+            // several sessions per broker happens while records arrive). The first few such
+            // answers in a row poll again at once (the next one is held); after that the
+            // stream polls at intervals rather than spin.
             Ok(ends)
                 if started.elapsed().as_millis() * 2
                     < u128::try_from(self.config.fetch.params.max_wait_ms).unwrap_or(0)
-                    && ends.iter().all(|(tp, e)| nothing_new(tp, e)) =>
+                    && ends.iter().all(|(tp, e)| nothing_new(tp, e))
+                    && self.quick_polls.fetch_add(1, Ordering::Relaxed) >= QUICK_POLLS =>
             {
+                self.interval_polls.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("kdirect_interval_polls_total").increment(1);
                 false
             }
             Ok(ends) if !ends.is_empty() => {
+                if started.elapsed().as_millis() * 2
+                    >= u128::try_from(self.config.fetch.params.max_wait_ms).unwrap_or(0)
+                    || !ends.iter().all(|(tp, e)| nothing_new(tp, e))
+                {
+                    self.quick_polls.store(0, Ordering::Relaxed);
+                }
                 let now = Instant::now();
                 let batch = self.planner().next_batch_id();
                 let mut seen = self.observed.lock().unwrap_or_else(PoisonError::into_inner);
@@ -2709,6 +2733,13 @@ impl DirectStream {
     /// Bytes of the memory budget in use (held batches plus the prefetch).
     pub fn memory_in_use(&self) -> usize {
         self.driver.budget.in_use()
+    }
+
+    /// How many times this caught-up stream fell back to polling at intervals (up to 200 ms
+    /// apart) because its long-polls were answered at once with nothing new, more than a few
+    /// times in a row: a broker that does not hold fetches (`fetch.max.wait.ms`).
+    pub fn interval_polls(&self) -> u64 {
+        self.driver.interval_polls.load(Ordering::Relaxed)
     }
 
     /// How many Fetch requests found the memory budget full and waited for room before being

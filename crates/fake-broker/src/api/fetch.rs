@@ -100,6 +100,16 @@ pub(crate) async fn handle(
         }
     };
     let req = &session.req;
+    let at_once = {
+        let mut st = shared.lock();
+        match st.broker_mut(ctx.broker) {
+            Ok(b) if b.fetches_at_once > 0 => {
+                b.fetches_at_once -= 1;
+                true
+            }
+            _ => false,
+        }
+    };
     let plan = loop {
         let changed = shared.data_changed.notified();
         tokio::pin!(changed);
@@ -108,6 +118,7 @@ pub(crate) async fn handle(
         let done = plan.any_error
             || plan.top_error != codes::NONE
             || plan.bytes >= req.min_bytes.max(0) as usize
+            || at_once
             || Instant::now() >= deadline;
         if done {
             let mut st = shared.lock();
