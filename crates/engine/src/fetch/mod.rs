@@ -1082,9 +1082,9 @@ fn oversized_error(
 ///
 /// The records the answer holds are kept, validated as a batch's fetch validates them (CRC,
 /// control batches, aborted transactions, the leader epoch of the last batch read), for the
-/// partitions' next ranges ([`Carried`]): the batch planned from the answer's ends is read
-/// from the answer, where a second Fetch would be one more round trip between a record's
-/// append and its delivery. Each leader's poll may bring back up to its share of a quarter of
+/// partitions' next ranges, as carried batches are: the batch planned from the answer's ends
+/// is read from the answer, where a second Fetch would be one more round trip between a
+/// record's append and its delivery. Each leader's poll may bring back up to its share of a quarter of
 /// the budget, reserved before it is sent; when that room is not free (the caller holds its
 /// batches), the poll asks for no data (1 byte) and the batch fetches its ranges. Partitions
 /// whose leader is unknown or whose answer carries an error are left out (the next snapshot
