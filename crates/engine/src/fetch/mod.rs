@@ -147,6 +147,9 @@ pub(crate) struct Carried {
     /// not used (an unclean election may have truncated what they hold past the old high
     /// watermark's reach), and the range fetches from the new leader.
     pub(crate) leader_epoch: i32,
+    /// The topic's id (KIP-516) when they were fetched: a topic deleted and re-created under
+    /// the same name (a new id, its leader epochs starting again) never gets them.
+    pub(crate) topic_id: [u8; 16],
     /// Their bytes of the memory budget (shared with the chunks of ranges that used them, and
     /// with other partitions' data from the same long-poll answer).
     pub(crate) permit: Arc<OwnedSemaphorePermit>,
@@ -667,6 +670,7 @@ pub async fn fetch_ranges_within(
             batches,
             broker: s.broker,
             leader_epoch: s.leader_epoch,
+            topic_id: view.topic(&s.topic).map_or([0; 16], |t| t.id),
             permit,
         };
         budget.sizing.put_carried(&s.topic, s.partition, carried);
@@ -1195,7 +1199,9 @@ pub async fn wait_for_data(
                     let plain = p.diverging_epoch.is_none()
                         && (p.preferred_read_replica < 0 || p.preferred_read_replica == leader);
                     if plain && !p.records.is_empty() {
-                        keep_polled(&p, pos, end, epoch, hold, conn.broker(), cfg, budget);
+                        let id = view.topic(&p.topic).map_or([0; 16], |t| t.id);
+                        let at = (pos, epoch, id);
+                        keep_polled(&p, at, end, hold, conn.broker(), cfg, budget);
                     }
                 }
                 ends.push((
@@ -1216,14 +1222,13 @@ pub async fn wait_for_data(
     Ok(out)
 }
 
-/// Keeps a long-poll's records of one partition, asked at `pos`, for its next range (see
-/// [`wait_for_data`]); records that do not decode are not kept.
-#[allow(clippy::too_many_arguments)]
+/// Keeps a long-poll's records of one partition, asked at `pos` under `leader_epoch` of the
+/// topic `topic_id`, for its next range (see [`wait_for_data`]); records that do not decode
+/// are not kept.
 fn keep_polled(
     p: &fetch::FetchedPartition,
-    pos: i64,
+    (pos, leader_epoch, topic_id): (i64, i32, [u8; 16]),
     end: i64,
-    leader_epoch: i32,
     hold: &Arc<OwnedSemaphorePermit>,
     broker: &BrokerName,
     cfg: &FetchConfig,
@@ -1265,6 +1270,7 @@ fn keep_polled(
                 batches,
                 broker: broker.clone(),
                 leader_epoch,
+                topic_id,
                 permit: hold.clone(),
             },
         );

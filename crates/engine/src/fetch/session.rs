@@ -193,7 +193,7 @@ impl FetchSession {
 
     /// Starts each range with what was `carried` for its partition (see
     /// [`super::Carried`]), when the range starts where that starts and the partition's
-    /// leader epoch in `view` is the one it was read under; the range's fetching goes on from
+    /// leader epoch and the topic's id in `view` are the ones it was read under; the range's fetching goes on from
     /// where the carried read stopped. A range that the carried data covers is read from it
     /// alone, with no Fetch (its data reports no ends: see [`RangeData::observed`]), and what
     /// is left past its `until` is carried on to the partition's next range. Carried data no
@@ -219,7 +219,8 @@ impl FetchSession {
             let same_leader = view
                 .leader(&r.topic, r.partition)
                 .is_ok_and(|(_, epoch)| epoch == c.leader_epoch);
-            if c.from != r.from || !same_leader || c.until <= r.from {
+            let same_topic = view.topic(&r.topic).is_ok_and(|t| t.id == c.topic_id);
+            if c.from != r.from || !same_leader || !same_topic || c.until <= r.from {
                 continue;
             }
             let (mut used, mut rest) = (Vec::new(), Vec::new());

@@ -791,3 +791,52 @@ fn each_leaders_partitions_are_dealt_among_the_requests_in_flight() {
     budget.sizing.learn(10 << 20, 1000, 10 << 20);
     assert_eq!(super::pipeline_groups(&v, &rs, 2, &budget).len(), 1);
 }
+
+/// Data carried for a partition's next range (the stored batch a range ended inside of, or a
+/// long-poll's answer) is used only under the topic id and the leader epoch it was read
+/// under: a topic deleted and re-created under the same name has a new id and starts its
+/// leader epochs again, so its ranges fetch rather than get the old topic's records.
+#[test]
+fn carried_data_needs_the_same_topic_id_and_leader_epoch() {
+    let budget = MemoryBudget::new(64 << 20);
+    let v = view(&[1]);
+    let mut s = FetchSession::new(&ranges(&[(0, 0, 50)]), &FetchConfig::default(), &budget);
+    let reqs = s.next_requests(&v).unwrap();
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![part(0, 100, batch(0, 100))]),
+        500,
+        None,
+    )
+    .unwrap();
+    assert!(matches!(s.end_round(), RoundEnd::Done));
+    let left = s.take_straddling();
+    assert_eq!((left.len(), left[0].from, left[0].until), (1, 50, 100));
+    let carried = |topic_id: [u8; 16], leader_epoch: i32| {
+        let c = super::Carried {
+            from: 50,
+            until: left[0].until,
+            batches: left[0].batches.clone(),
+            broker: broker(1),
+            leader_epoch,
+            topic_id,
+            permit: std::sync::Arc::new(budget.try_reserve(1).unwrap()),
+        };
+        std::collections::HashMap::from([(("t".to_owned(), 0), c)])
+    };
+    for (id, epoch, used) in [
+        (TOPIC_ID, 5, true),
+        ([8; 16], 5, false),
+        (TOPIC_ID, 6, false),
+    ] {
+        let mut next =
+            FetchSession::new(&ranges(&[(0, 50, 100)]), &FetchConfig::default(), &budget);
+        next.start_with(carried(id, epoch), &v);
+        assert_eq!(
+            next.is_done(),
+            used,
+            "topic id {id:?}, leader epoch {epoch}"
+        );
+    }
+}
