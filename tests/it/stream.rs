@@ -1876,7 +1876,10 @@ fn ends_a_list_offsets_round_replaced_are_not_used_again() {
 /// A read_committed stream that has caught up gets transactions in its long-poll's answer:
 /// the aborted ones are dropped and the committed ones delivered once, in order, from the
 /// answer as from a batch's Fetch (the answer's records are walked the same way: control
-/// batches, the aborted transactions list, the last stable offset).
+/// batches, the aborted transactions list, the last stable offset). How many Fetches a round
+/// takes depends on where the prefetch's poll falls among the transaction's appends and
+/// markers, so it is not asserted here (see
+/// `a_record_that_ends_a_long_poll_is_delivered_from_the_poll_answer`).
 #[test]
 fn transactions_that_end_a_long_poll_are_read_committed() {
     rt().block_on(async {
@@ -1894,7 +1897,6 @@ fn transactions_that_end_a_long_poll_are_read_committed() {
             .build()
             .await
             .unwrap();
-        let before = requests(&fake, 1);
         let mut want: Vec<(i32, i64, String)> = Vec::new();
         let mut got: Vec<(i32, i64, String)> = Vec::new();
         for round in 0..12 {
@@ -1935,12 +1937,6 @@ fn transactions_that_end_a_long_poll_are_read_committed() {
                 }
             }
         }
-        let fetches = requests(&fake, 1) - before;
-        // Each round's records come in one long-poll's answer (two round trips each before).
-        assert!(
-            fetches <= 14,
-            "{fetches} Fetch requests for 12 transactions"
-        );
         got.sort();
         want.sort();
         assert_eq!(got, want);
