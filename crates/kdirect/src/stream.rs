@@ -1964,35 +1964,35 @@ impl Driver {
         let nothing_new =
             |tp: &TopicPartition, e: &ObservedEnds| asked_at.get(tp).is_some_and(|p| e.end <= *p);
         let started = Instant::now();
-        match kdirect_engine::fetch::wait_for_data(
+        let answer = kdirect_engine::fetch::wait_for_data(
             &self.cluster,
             &asked,
             &self.config.fetch,
             &self.budget,
         )
-        .await
-        {
-            // An answer at once with nothing new: a broker that does not hold fetches, or one
-            // that answered because something else changed (Kafka answers a fetch session's
-            // request at once when the ends it last sent that session moved, which with
-            // several sessions per broker happens while records arrive). The first few such
-            // answers in a row poll again at once (the next one is held); after that the
-            // stream polls at intervals rather than spin.
-            Ok(ends)
-                if started.elapsed().as_millis() * 2
+        .await;
+        match answer {
+            Ok(ends) => {
+                // An answer at once with nothing new: a broker that does not hold fetches, or
+                // one that answered because something else changed (Kafka answers a fetch
+                // session's request at once when the ends it last sent that session moved,
+                // which with several sessions per broker happens while records arrive). The
+                // first few such answers in a row poll again at once (the next one is held);
+                // after that the stream polls at intervals rather than spin.
+                let quick_and_empty = started.elapsed().as_millis() * 2
                     < u128::try_from(self.config.fetch.params.max_wait_ms).unwrap_or(0)
-                    && ends.iter().all(|(tp, e)| nothing_new(tp, e))
-                    && self.quick_polls.fetch_add(1, Ordering::Relaxed) >= QUICK_POLLS =>
-            {
-                self.interval_polls.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("kdirect_interval_polls_total").increment(1);
-                false
-            }
-            Ok(ends) if !ends.is_empty() => {
-                if started.elapsed().as_millis() * 2
-                    >= u128::try_from(self.config.fetch.params.max_wait_ms).unwrap_or(0)
-                    || !ends.iter().all(|(tp, e)| nothing_new(tp, e))
+                    && ends.iter().all(|(tp, e)| nothing_new(tp, e));
+                if quick_and_empty
+                    && self.quick_polls.fetch_add(1, Ordering::Relaxed) >= QUICK_POLLS
                 {
+                    self.interval_polls.fetch_add(1, Ordering::Relaxed);
+                    metrics::counter!("kdirect_interval_polls_total").increment(1);
+                    return false;
+                }
+                if ends.is_empty() {
+                    return false;
+                }
+                if !quick_and_empty {
                     self.quick_polls.store(0, Ordering::Relaxed);
                 }
                 let now = Instant::now();
@@ -2022,7 +2022,6 @@ impl Driver {
                 }
                 true
             }
-            Ok(_) => false,
             Err(e) => {
                 tracing::debug!("long-poll failed, polling at intervals instead: {e}");
                 false

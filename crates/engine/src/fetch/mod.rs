@@ -394,6 +394,44 @@ impl ScratchPool {
     }
 }
 
+/// What [`walk_answer`] read of one partition's records in a Fetch answer.
+struct Walked {
+    /// The data batches, in offset order.
+    batches: Vec<RecordBatch>,
+    /// Where the walk stopped: the next offset to fetch.
+    next: i64,
+    /// The `partition_leader_epoch` of the last batch read (-1: none).
+    last_epoch: i32,
+}
+
+/// The one walk over a partition's records in a Fetch answer, a batch's or a long-poll's:
+/// CRCs, control batches, aborted transactions, as `opts` say (the fetch offset, the end,
+/// the isolation). The batches it keeps are what consumption iterates.
+fn walk_answer(
+    p: &fetch::FetchedPartition,
+    opts: DecodeOptions,
+    scratch: &ScratchPool,
+) -> Result<Walked, DecodeError> {
+    let mut reader = crate::record::RecordBatchReader::new(p.records.clone(), opts)
+        .with_aborted_transactions(p.aborted_transactions.iter().copied())
+        .with_scratch(scratch.take());
+    let mut batches = Vec::new();
+    let walked = loop {
+        match reader.next_batch() {
+            Ok(Some(b)) => batches.push(b),
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e),
+        }
+    };
+    let (next, last_epoch) = (reader.next_offset(), reader.last_epoch());
+    scratch.give(reader.into_scratch());
+    walked.map(|()| Walked {
+        batches,
+        next,
+        last_epoch,
+    })
+}
+
 /// A range read whole.
 #[derive(Debug, Clone)]
 pub struct RangeData {
@@ -1102,17 +1140,21 @@ pub async fn wait_for_data(
     budget: &MemoryBudget,
 ) -> Result<Vec<(TopicPartition, ObservedEnds)>, Error> {
     let view = cluster.view();
-    let mut by_leader: std::collections::BTreeMap<i32, Vec<(&TopicPartition, i64, i32)>> =
-        Default::default();
+    // Per leader, each partition asked: its position, leader epoch and topic id.
+    type Part<'p> = (&'p TopicPartition, i64, i32, [u8; 16]);
+    let mut by_leader: std::collections::BTreeMap<i32, Vec<Part<'_>>> = Default::default();
     for (tp, pos) in positions {
         if let Ok((leader, epoch)) = view.leader(&tp.topic, tp.partition) {
-            by_leader.entry(leader).or_default().push((tp, *pos, epoch));
+            let id = view.topic(&tp.topic).map_or([0; 16], |t| t.id);
+            by_leader
+                .entry(leader)
+                .or_default()
+                .push((tp, *pos, epoch, id));
         }
     }
     let iso = cfg.params.isolation;
     let leaders = by_leader.len().max(1);
     let polls = by_leader.into_iter().map(|(leader, parts)| {
-        let view = view.clone();
         async move {
             let conn = cluster.connection(leader).await?;
             let part_max = usize::try_from(cfg.partition_max_bytes.max(1)).unwrap_or(1);
@@ -1131,14 +1173,13 @@ pub async fn wait_for_data(
             let mut topics: std::collections::BTreeMap<&str, fetch::TopicFetch> =
                 Default::default();
             let mut names = std::collections::HashMap::new();
-            for (tp, pos, epoch) in &parts {
-                let id = view.topic(&tp.topic).map(|t| t.id).unwrap_or([0; 16]);
+            for &(tp, pos, epoch, id) in &parts {
                 names.insert(id, tp.topic.clone());
                 // KIP-320: the records kept are validated as the batch's fetch would be.
                 let last_fetched_epoch = budget
                     .sizing
                     .last_fetched(&tp.topic, tp.partition)
-                    .filter(|f| f.position == *pos)
+                    .filter(|f| f.position == pos)
                     .map_or(-1, |f| f.epoch);
                 topics
                     .entry(tp.topic.as_str())
@@ -1150,9 +1191,9 @@ pub async fn wait_for_data(
                     .partitions
                     .push(fetch::PartitionFetch {
                         partition: tp.partition,
-                        fetch_offset: *pos,
+                        fetch_offset: pos,
                         partition_max_bytes: part_bytes,
-                        current_leader_epoch: *epoch,
+                        current_leader_epoch: epoch,
                         last_fetched_epoch,
                     });
             }
@@ -1183,9 +1224,9 @@ pub async fn wait_for_data(
                 }
             }
             let hold = hold.map(Arc::new);
-            let epochs: std::collections::HashMap<(&str, i32), (i64, i32)> = parts
+            let asked_at: std::collections::HashMap<(&str, i32), (i64, i32, [u8; 16])> = parts
                 .iter()
-                .map(|(tp, pos, epoch)| ((tp.topic.as_str(), tp.partition), (*pos, *epoch)))
+                .map(|&(tp, pos, epoch, id)| ((tp.topic.as_str(), tp.partition), (pos, epoch, id)))
                 .collect();
             let mut ends = Vec::with_capacity(answer.partitions.len());
             for p in answer.partitions {
@@ -1193,14 +1234,12 @@ pub async fn wait_for_data(
                     continue;
                 }
                 let end = session::partition_end(&p, iso);
-                if let (Some(hold), Some(&(pos, epoch))) =
-                    (&hold, epochs.get(&(p.topic.as_str(), p.partition)))
+                if let (Some(hold), Some(&at)) =
+                    (&hold, asked_at.get(&(p.topic.as_str(), p.partition)))
                 {
                     let plain = p.diverging_epoch.is_none()
                         && (p.preferred_read_replica < 0 || p.preferred_read_replica == leader);
                     if plain && !p.records.is_empty() {
-                        let id = view.topic(&p.topic).map_or([0; 16], |t| t.id);
-                        let at = (pos, epoch, id);
                         keep_polled(&p, at, end, hold, conn.broker(), cfg, budget);
                     }
                 }
@@ -1240,34 +1279,25 @@ fn keep_polled(
         .fetch_offset(pos)
         .until(end)
         .isolation(cfg.params.isolation);
-    let mut reader = crate::record::RecordBatchReader::new(p.records.clone(), opts)
-        .with_aborted_transactions(p.aborted_transactions.iter().copied())
-        .with_scratch(budget.scratch.take());
-    let mut batches = Vec::new();
-    let walked = loop {
-        match reader.next_batch() {
-            Ok(Some(b)) => batches.push(b),
-            Ok(None) => break true,
-            Err(e) => {
-                tracing::debug!(
-                    "long-poll answer of {}-{} at {pos} not kept: {e}",
-                    p.topic,
-                    p.partition
-                );
-                break false;
-            }
+    let walked = match walk_answer(p, opts, &budget.scratch) {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::debug!(
+                "long-poll answer of {}-{} at {pos} not kept: {e}",
+                p.topic,
+                p.partition
+            );
+            return;
         }
     };
-    let until = reader.next_offset();
-    budget.scratch.give(reader.into_scratch());
-    if walked && until > pos {
+    if walked.next > pos {
         budget.sizing.put_carried(
             &p.topic,
             p.partition,
             Carried {
                 from: pos,
-                until,
-                batches,
+                until: walked.next,
+                batches: walked.batches,
                 broker: broker.clone(),
                 leader_epoch,
                 topic_id,

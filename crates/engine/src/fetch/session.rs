@@ -25,7 +25,7 @@ use super::{Chunk, FetchConfig, MemoryBudget, ObservedEnds, RangeData, ScratchPo
 use crate::cluster::ClusterView;
 use crate::error::{BrokerName, Error, ErrorKind};
 use crate::plan::OffsetRange;
-use crate::record::{DecodeOptions, RecordBatch, RecordBatchReader};
+use crate::record::{DecodeOptions, RecordBatch};
 
 /// One Fetch request to one leader (or to the replica a leader pointed at, KIP-392), as the
 /// session planned it.
@@ -601,35 +601,17 @@ impl FetchSession {
                     }
                 }
             }
-            let mut reader = RecordBatchReader::new(p.records.clone(), opts)
-                .with_aborted_transactions(p.aborted_transactions.iter().copied())
-                .with_scratch(self.scratch.take());
-            // The one walk over the response: CRCs, control batches, aborted transactions.
-            // The batches it keeps are what consumption iterates.
-            let (mut max_batch, mut used) = (0, 0);
-            let mut batches = Vec::new();
-            let walked = loop {
-                match reader.next_batch() {
-                    Ok(Some(b)) => {
-                        max_batch = max_batch.max(b.bytes().len());
-                        used += b.bytes().len();
-                        batches.push(b);
-                    }
-                    Ok(None) => break Ok(()),
-                    Err(source) => {
-                        break Err(Error::from(ErrorKind::Decode {
-                            broker: broker.clone(),
-                            topic: r.topic.clone(),
-                            partition: r.partition,
-                            source,
-                        }))
-                    }
-                }
-            };
-            let next = reader.next_offset();
-            let next_epoch = reader.last_epoch();
-            self.scratch.give(reader.into_scratch());
-            walked?;
+            let walked = super::walk_answer(&p, opts, &self.scratch).map_err(|source| {
+                Error::from(ErrorKind::Decode {
+                    broker: broker.clone(),
+                    topic: r.topic.clone(),
+                    partition: r.partition,
+                    source,
+                })
+            })?;
+            let (batches, next, next_epoch) = (walked.batches, walked.next, walked.last_epoch);
+            let max_batch = batches.iter().map(|b| b.bytes().len()).max().unwrap_or(0);
+            let used: usize = batches.iter().map(|b| b.bytes().len()).sum();
             if next > at {
                 // The bytes are whole stored batches, which may start before the position and
                 // end past the range (a range inside a batch): count the offsets the batches
