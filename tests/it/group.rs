@@ -848,6 +848,61 @@ fn held_past_max_poll(test: &str, protocol: &str) {
     });
 }
 
+/// A member on a current-thread runtime whose thread is busy with a batch for longer than
+/// `session.timeout.ms` (processing that does not yield, within `max.poll.interval.ms`) stays in
+/// the group: its heartbeats go on from kdirect's network thread, as the Java consumer's go on
+/// from its heartbeat thread. The batch then commits, and the next batch follows it.
+#[test]
+fn a_member_busy_with_a_batch_past_the_session_timeout_stays_in_the_group() {
+    let Some(kafka) =
+        Kafka::single("a_member_busy_with_a_batch_past_the_session_timeout_stays_in_the_group")
+    else {
+        return;
+    };
+    let t = topic("busy");
+    kafka.create(&t, 2, &[]);
+    kafka.produce(&t, 2, 1000, &[]);
+    let current = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    current.block_on(async {
+        let mut s = DirectStream::builder()
+            .bootstrap(&kafka.bootstrap)
+            .group(&format!("{t}-g"))
+            .subscribe(&[&t])
+            .start(StartPolicy::Earliest)
+            .max_offsets_per_trigger(100)
+            .set("max.poll.interval.ms", "60000")
+            .unwrap()
+            .set("heartbeat.interval.ms", "500")
+            .unwrap()
+            .set("session.timeout.ms", "6000")
+            .unwrap()
+            .build()
+            .await
+            .unwrap();
+        let b1 = s.next_batch().await.unwrap().unwrap();
+        let b1_ranges = b1.ranges().to_vec();
+        // Busy for 9 s without yielding to the runtime: 1.5 session timeouts.
+        std::thread::sleep(Duration::from_secs(9));
+        s.commit(b1)
+            .await
+            .expect("the member kept its partitions while busy");
+        let b2 = s.next_batch().await.unwrap().unwrap();
+        for r in b2.ranges().iter().filter(|r| !r.is_empty()) {
+            if let Some(r1) = b1_ranges
+                .iter()
+                .find(|r1| r1.topic_partition() == r.topic_partition())
+            {
+                assert_eq!(r.from, r1.until, "b2 follows b1: {r:?} after {r1:?}");
+            }
+        }
+        s.commit(b2).await.unwrap();
+        s.close().await.unwrap();
+    });
+}
+
 /// A checkpoint directory has one writer: group mode refuses it by name, before joining.
 #[test]
 fn a_checkpoint_store_refuses_group_mode() {

@@ -872,6 +872,90 @@ fn a_bad_record_names_broker_partition_and_offset() {
     });
 }
 
+/// The batch after the one handed out is fetched while the caller works through it, even on a
+/// current-thread runtime whose one thread is busy with the batch and does not yield: kdirect
+/// fetches on its own network thread there. (Before, the prefetch ran only when the caller
+/// awaited the next batch: a Fetch was never sent while the caller processed.)
+#[test]
+fn the_next_batch_is_fetched_while_a_current_thread_caller_is_busy() {
+    // The fake broker runs on its own runtime; the stream on this one. Stored batches of 500
+    // records; `logged[k]` is the log's size in bytes through stored batch k.
+    let fake = rt()
+        .block_on(FakeCluster::builder().topic("busy", 1).build())
+        .unwrap();
+    let mut logged = Vec::new();
+    for k in 0..20u64 {
+        let recs: Vec<FakeRecord> = (k * 500..(k + 1) * 500)
+            .map(|o| FakeRecord::value(Bytes::from(format!("0-{o:096}"))))
+            .collect();
+        let batch = kdirect_fake_broker::encode_batch(
+            &recs,
+            &kdirect_fake_broker::BatchOptions::codec(Codec::None),
+        )
+        .unwrap();
+        logged.push(logged.last().copied().unwrap_or(0) + batch.len() as u64);
+        fake.append_batch("busy", 0, batch).unwrap();
+    }
+    let fetched = || fake.stats(1).unwrap().fetched_record_bytes;
+    let current = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    current.block_on(async {
+        let mut s = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["busy"])
+            .start(StartPolicy::Earliest)
+            .until_latest(true)
+            // Ranges of 4 whole stored batches: each batch is fetched, none is carried, and
+            // no Fetch brings more than a batch's 4 stored batches.
+            .max_offsets_per_trigger(2000)
+            .set("max.partition.fetch.bytes", &logged[3].to_string())
+            .unwrap()
+            .build()
+            .await
+            .unwrap();
+        let mut seen = 0i64;
+        let mut fetched_while_busy = 0;
+        while let Some(b) = s.next_batch().await.unwrap() {
+            for r in b.ranges() {
+                assert_eq!(r.from, seen, "{r:?}");
+                seen = r.until;
+            }
+            let mut n = 0;
+            b.for_each_record(|_, r| {
+                assert_eq!(
+                    r.value().unwrap(),
+                    format!("0-{:096}", r.offset()).as_bytes()
+                );
+                n += 1;
+            })
+            .unwrap();
+            assert_eq!(n, b.offset_count());
+            if seen < 10_000 {
+                // Busy with the batch, not yielding: the broker still sends the next batch's
+                // records (through offset `seen + 2000`).
+                let want = logged[(seen as usize + 2000) / 500 - 1];
+                let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                while fetched() < want {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "the next batch was not fetched in 30 s while the caller's thread was \
+                         busy with batch {}: {} of {want} bytes",
+                        b.id(),
+                        fetched()
+                    );
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                fetched_while_busy += 1;
+            }
+            s.done(b);
+        }
+        assert_eq!(seen, 10_000);
+        assert_eq!(fetched_while_busy, 4);
+    });
+}
+
 /// A fake broker in this process with topic `topic`: `partitions` × `records` of 100 B.
 /// Requests broker 1 of `fake` received with API key `api`.
 fn requests(fake: &FakeCluster, api: i16) -> u64 {

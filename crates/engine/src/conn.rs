@@ -434,7 +434,20 @@ impl BrokerConnection {
         !self.is_closed() && !self.needs_renewal()
     }
 
+    /// Opens the socket (and TLS) on the runtime that runs kdirect's network tasks
+    /// ([`crate::io`]), where its read loop runs: a socket is driven by the runtime that
+    /// opened it.
     async fn open(
+        broker: &BrokerName,
+        config: &ConnConfig,
+        tls: Option<Arc<rustls::ClientConfig>>,
+        versions: BrokerVersions,
+    ) -> Result<BrokerConnection, Error> {
+        let (broker, config) = (broker.clone(), config.clone());
+        crate::io::run(async move { Self::open_here(&broker, &config, tls, versions).await }).await
+    }
+
+    async fn open_here(
         broker: &BrokerName,
         config: &ConnConfig,
         tls: Option<Arc<rustls::ClientConfig>>,

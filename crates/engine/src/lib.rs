@@ -15,6 +15,8 @@
 //!   [`fetch::fetch_ranges_within`] (sockets, tasks, permits, backoff).
 //! - [`group`]: consumer-group membership, classic protocol (JoinGroup, SyncGroup, Heartbeat,
 //!   LeaveGroup; the `range` and `roundrobin` assignors): a pure state machine and its driver.
+//! - [`io`]: where the network tasks run (the caller's multi-thread runtime, or kdirect's own
+//!   thread under a current-thread runtime, so that fetching goes on while a batch is processed).
 //! - [`record`]: the zero-copy record-batch decoder, the hot path (sans-IO: no tokio in it).
 //!
 //! What it does not do: it never knows where offsets are stored (that is `kdirect-commit`, which
@@ -31,6 +33,7 @@ pub mod conn;
 pub mod error;
 pub mod fetch;
 pub mod group;
+pub mod io;
 pub mod plan;
 pub mod record;
 pub mod sasl;

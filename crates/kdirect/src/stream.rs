@@ -2361,7 +2361,7 @@ impl DirectStream {
                 let driver = self.driver.clone();
                 let task = self
                     .pending
-                    .get_or_insert_with(|| tokio::spawn(driver.next()));
+                    .get_or_insert_with(|| kdirect_engine::io::spawn(driver.next()));
                 task.await
             }
             Some(member) => loop {
@@ -2375,7 +2375,7 @@ impl DirectStream {
                 let driver = self.driver.clone();
                 let task = self
                     .pending
-                    .get_or_insert_with(|| tokio::spawn(driver.next()));
+                    .get_or_insert_with(|| kdirect_engine::io::spawn(driver.next()));
                 let mut changed = self.driver.subscription_changed.subscribe();
                 tokio::select! {
                     r = task => break r,
@@ -2406,7 +2406,7 @@ impl DirectStream {
             if let Some(m) = &self.member {
                 m.handed_out();
             }
-            self.pending = Some(tokio::spawn(self.driver.clone().next()));
+            self.pending = Some(kdirect_engine::io::spawn(self.driver.clone().next()));
         }
         Ok(batch)
     }

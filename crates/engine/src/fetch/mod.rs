@@ -682,26 +682,53 @@ pub async fn fetch_ranges_within(
         }
     }
     // Keep the stored batches the ranges ended inside of, for the partitions' next ranges,
-    // while they fit their share of the budget (copied: the response frames they came in are
-    // freed with the ranges' data).
+    // while they fit their share of the budget.
     let mut room = budget.total() / CARRY_SHARE;
+    let shared = frames_to_share(&straddling);
+    let mut charged: Vec<*const OwnedSemaphorePermit> = Vec::new();
     for s in straddling {
         let n: usize = s.batches.iter().map(|b| b.bytes().len()).sum();
-        if n > room {
-            continue;
-        }
-        let (batches, permit) = match s.kept {
+        let frame = s
+            .frame
+            .filter(|f| shared.contains(&Arc::as_ptr(f)))
+            .filter(|f| {
+                // A frame is charged once, whole, however many batches are carried out of it.
+                let at = Arc::as_ptr(f);
+                if charged.contains(&at) {
+                    return true;
+                }
+                let size = f.num_permits();
+                if size > room {
+                    return false;
+                }
+                room -= size;
+                charged.push(at);
+                true
+            });
+        let (batches, permit) = match (s.kept, frame) {
             // Carried in already and on again: the same buffers and reservation.
-            Some(permit) => (s.batches, permit),
-            None => {
+            (Some(permit), _) => {
+                if n > room {
+                    continue;
+                }
+                room -= n;
+                (s.batches, permit)
+            }
+            // Views of the response frame, which the carry keeps (with its reservation).
+            (None, Some(frame)) => (s.batches, frame),
+            // Copied, so that the response frame is freed with the ranges' data.
+            (None, None) => {
+                if n > room {
+                    continue;
+                }
                 let Some(permit) = budget.try_reserve(n) else {
                     continue;
                 };
+                room -= n;
                 let copies = s.batches.iter().map(RecordBatch::detached).collect();
                 (copies, Arc::new(permit))
             }
         };
-        room -= n;
         let carried = Carried {
             from: s.from,
             until: s.until,
@@ -714,6 +741,34 @@ pub async fn fetch_ranges_within(
         budget.sizing.put_carried(&s.topic, s.partition, carried);
     }
     Ok(out.into_iter().flatten().collect())
+}
+
+/// A frame's carried batches are kept as views of it (the frame kept whole) when they are at
+/// least 1/`SHARE_FRAME_FRACTION` of its bytes; below that, a copy of them holds less memory.
+const SHARE_FRAME_FRACTION: usize = 4;
+
+/// The response frames (by their budget reservations) whose straddling batches are carried as
+/// views rather than copies: those the carried batches make up a large part of. When every
+/// range ends inside a stored batch (ranges of a stored batch or two, as a wide topic's are),
+/// copying them would copy a third to a half of all the bytes read.
+fn frames_to_share(straddling: &[session::Straddling]) -> Vec<*const OwnedSemaphorePermit> {
+    let mut per_frame: Vec<(*const OwnedSemaphorePermit, usize, usize)> = Vec::new();
+    for s in straddling {
+        let Some(f) = s.frame.as_ref().filter(|_| s.kept.is_none()) else {
+            continue;
+        };
+        let n: usize = s.batches.iter().map(|b| b.bytes().len()).sum();
+        let at = Arc::as_ptr(f);
+        match per_frame.iter_mut().find(|(p, _, _)| *p == at) {
+            Some((_, _, carried)) => *carried += n,
+            None => per_frame.push((at, f.num_permits(), n)),
+        }
+    }
+    per_frame
+        .into_iter()
+        .filter(|&(_, size, carried)| carried.saturating_mul(SHARE_FRAME_FRACTION) >= size)
+        .map(|(at, _, _)| at)
+        .collect()
 }
 
 /// Reads `pieces` in `groups` (indices into `pieces`) at the same time, each group within its

@@ -105,6 +105,9 @@ struct Leftover {
     /// For data carried in already: its share of the budget (shared with the range's chunk),
     /// so it is carried on without a copy or a new reservation.
     kept: Option<Arc<OwnedSemaphorePermit>>,
+    /// For a batch of a response just read: the response's share of the budget (the whole
+    /// frame's bytes), for carrying the batch as a view of the frame instead of a copy.
+    frame: Option<Arc<OwnedSemaphorePermit>>,
 }
 
 /// What a range read past its `until`, as [`FetchSession::take_straddling`] gives it.
@@ -123,6 +126,9 @@ pub(super) struct Straddling {
     /// For data carried in already: its share of the budget (the batches are in buffers of
     /// their own, or in a long-poll's answer, already).
     pub(super) kept: Option<Arc<OwnedSemaphorePermit>>,
+    /// For a batch of a response just read: the response's share of the budget; the batch
+    /// can be carried as a view of the response's frame, which keeps the whole frame.
+    pub(super) frame: Option<Arc<OwnedSemaphorePermit>>,
 }
 
 /// Diverging-epoch answers one range may have in a session before the session stops moving
@@ -244,6 +250,7 @@ impl FetchSession {
                         until: c.until,
                         broker: c.broker.clone(),
                         kept: Some(c.permit.clone()),
+                        frame: None,
                     });
                 }
             }
@@ -301,6 +308,7 @@ impl FetchSession {
                 broker: left.broker,
                 leader_epoch: self.asked_epoch.get(i).copied().unwrap_or(-1),
                 kept: left.kept,
+                frame: left.frame,
             });
         }
         out
@@ -635,6 +643,7 @@ impl FetchSession {
                             until: b.header().next_offset(),
                             broker: broker.clone(),
                             kept: None,
+                            frame: hold.clone(),
                         });
                 }
                 if let Some(out) = self.out.get_mut(i) {

@@ -840,3 +840,51 @@ fn carried_data_needs_the_same_topic_id_and_leader_epoch() {
         );
     }
 }
+
+/// A stored batch a range ends inside of is carried as a view of the response frame (no copy)
+/// when the carried batches are a large part of that frame: the straddle holds the frame's
+/// reservation, and `frames_to_share` picks the frame. A frame the carried batch is a small
+/// part of is not kept whole for it (the batch is copied instead).
+#[test]
+fn a_straddled_batch_is_carried_in_its_frame_when_it_is_a_large_part_of_it() {
+    let budget = MemoryBudget::new(64 << 20);
+    let v = view(&[1]);
+    let straddle = |frame_bytes: usize| {
+        let mut s = FetchSession::new(&ranges(&[(0, 0, 50)]), &FetchConfig::default(), &budget);
+        let reqs = s.next_requests(&v).unwrap();
+        let batch_len = batch(0, 100).len();
+        let hold = std::sync::Arc::new(budget.try_reserve(frame_bytes.max(batch_len)).unwrap());
+        s.on_response(
+            &reqs[0],
+            &broker(1),
+            answer(vec![part(0, 100, batch(0, 100))]),
+            frame_bytes,
+            Some(hold.clone()),
+        )
+        .unwrap();
+        assert!(matches!(s.end_round(), RoundEnd::Done));
+        let left = s.take_straddling();
+        assert_eq!(left.len(), 1);
+        assert!(
+            left[0]
+                .frame
+                .as_ref()
+                .is_some_and(|f| std::sync::Arc::ptr_eq(f, &hold)),
+            "the straddle holds the response's reservation"
+        );
+        (super::frames_to_share(&left), hold, batch_len)
+    };
+    let len = batch(0, 100).len();
+    // The carried batch is the whole frame, or a quarter of it: kept in the frame.
+    for frame in [len, 4 * len] {
+        let (shared, hold, _) = straddle(frame);
+        assert_eq!(
+            shared,
+            vec![std::sync::Arc::as_ptr(&hold)],
+            "frame of {frame} bytes"
+        );
+    }
+    // A frame 10 times the batch: copied rather than keeping 10 times its bytes.
+    let (shared, _, _) = straddle(10 * len);
+    assert!(shared.is_empty());
+}

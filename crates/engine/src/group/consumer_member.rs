@@ -83,7 +83,8 @@ fn new_member_id() -> String {
 
 impl ConsumerMember {
     /// A member of `config.group` on `cluster`; it joins on the first [`join`](Self::join).
-    /// Starts the heartbeat task (on the current tokio runtime).
+    /// Starts the heartbeat task (on [`crate::io::handle`]: it beats while the caller's thread
+    /// is busy with a batch, even on a current-thread runtime).
     pub fn new(cluster: Arc<Cluster>, config: GroupConfig) -> Result<ConsumerMember, Error> {
         config.validate().map_err(ErrorKind::Config)?;
         let (changed, _) = watch::channel(0);
@@ -97,7 +98,7 @@ impl ConsumerMember {
             last_answer: Mutex::new(Instant::now()),
             fatal: Mutex::new(None),
         });
-        let heartbeat = tokio::spawn(heartbeats(Arc::downgrade(&inner)));
+        let heartbeat = crate::io::spawn(heartbeats(Arc::downgrade(&inner)));
         Ok(ConsumerMember { inner, heartbeat })
     }
 

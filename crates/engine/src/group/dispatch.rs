@@ -34,7 +34,8 @@ macro_rules! each {
 
 impl GroupMember {
     /// A member of `config.group` on `cluster`; it joins on the first [`join`](Self::join).
-    /// Starts the heartbeat task (on the current tokio runtime).
+    /// Starts the heartbeat task (on [`crate::io::handle`]: it beats while the caller's thread
+    /// is busy with a batch, even on a current-thread runtime).
     pub fn new(cluster: Arc<Cluster>, config: GroupConfig) -> Result<GroupMember, Error> {
         Ok(match config.protocol {
             GroupProtocol::Classic => GroupMember::Classic(ClassicMember::new(cluster, config)?),

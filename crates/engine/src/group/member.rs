@@ -82,7 +82,8 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl ClassicMember {
     /// A member of `config.group` on `cluster`; it joins on the first [`join`](Self::join).
-    /// Starts the heartbeat task (on the current tokio runtime).
+    /// Starts the heartbeat task (on [`crate::io::handle`]: it beats while the caller's thread
+    /// is busy with a batch, even on a current-thread runtime).
     pub fn new(cluster: Arc<Cluster>, config: GroupConfig) -> Result<ClassicMember, Error> {
         config.validate().map_err(ErrorKind::Config)?;
         let (changed, _) = watch::channel(0);
@@ -96,7 +97,7 @@ impl ClassicMember {
             last_answer: Mutex::new(Instant::now()),
             fatal: Mutex::new(None),
         });
-        let heartbeat = tokio::spawn(heartbeats(Arc::downgrade(&inner)));
+        let heartbeat = crate::io::spawn(heartbeats(Arc::downgrade(&inner)));
         Ok(ClassicMember { inner, heartbeat })
     }
 
