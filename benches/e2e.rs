@@ -20,7 +20,7 @@
 //!
 //! `--broker kafka` reads from Apache Kafka instead (the 1-node KRaft broker of
 //! `tests/kafka/kafka.sh`, started if it is not up): the data is written once by Kafka's Java
-//! producer into a topic named after the run (`bench-<records>-<size>-<partitions>-<codec>`,
+//! producer into a topic named after the run (`bench-<records>-<size>-<partitions>-<codec>-b<batch size>`,
 //! reused by later runs), and the clients are kdirect, librdkafka and Kafka's Java consumer
 //! (`KTool perf`, `check.crcs` on). Each row also gives the broker's CPU seconds while that
 //! client read. `--suite kafka` runs 10M × 100 B over 8 partitions and 1M × 1 KB.
@@ -565,9 +565,14 @@ fn ktool(classpath: &str, args: &[&str]) -> Result<String, String> {
 /// The run's topic on Apache Kafka, written by Kafka's Java producer unless a topic of that
 /// name already holds exactly the run's records.
 fn kafka_topic(o: &Opts, bootstrap: &str, classpath: &str) -> Result<String, String> {
+    // Stored batches of up to 1 MB, as a producer batching well writes them. The producer's
+    // buffer.memory (32 MiB) must hold a batch per partition: with 1 MB batches over 64
+    // partitions it ran out and wrote one record per stored batch (78,125 batches of 178 B
+    // per partition), which measured per-batch overhead, not a wide topic.
+    let batch_size = 1_000_000usize.min((24usize << 20) / o.partitions.max(1) as usize);
     let topic = format!(
-        "bench-{}-{}-{}-{}",
-        o.records, o.value_size, o.partitions, o.codec
+        "bench-{}-{}-{}-{}-b{}",
+        o.records, o.value_size, o.partitions, o.codec, batch_size
     );
     let have: Option<u64> = Command::new("java")
         .args([
@@ -634,7 +639,7 @@ fn kafka_topic(o: &Opts, bootstrap: &str, classpath: &str) -> Result<String, Str
             "--codec",
             &o.codec,
             "--batch-size",
-            "1000000",
+            &batch_size.to_string(),
             "--linger-ms",
             "20",
         ],
