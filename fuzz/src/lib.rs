@@ -82,11 +82,18 @@ pub fn check_codec(codec: Compression, data: &[u8], reference: Option<Reference>
             out.len()
         );
     }
-    // Reuse: the scratch now holds the first output (and a used zstd context).
+    // Reuse: the scratch now holds the first output (and a used zstd context). The outcome
+    // must be the same; a refusal's wording may differ, since the reused buffer starts larger
+    // and the C zstd library names the same corrupt input by where its output window ended
+    // ("Data corruption detected" or "Destination buffer is too small").
     let second = inflate(&mut scratch, codec, deflated, cap);
-    assert_eq!(
-        first, second,
-        "{codec}: a reused Scratch answers differently"
+    let same = match (&first, &second) {
+        (Inflated::Failed(_), Inflated::Failed(_)) => true,
+        (a, b) => a == b,
+    };
+    assert!(
+        same,
+        "{codec}: a reused Scratch answers differently: {first:?} then {second:?}"
     );
     let Inflated::Ok(out) = first else {
         return;
