@@ -862,11 +862,7 @@ fn a_member_busy_with_a_batch_past_the_session_timeout_stays_in_the_group() {
     let t = topic("busy");
     kafka.create(&t, 2, &[]);
     kafka.produce(&t, 2, 1000, &[]);
-    let current = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    current.block_on(async {
+    crate::support::current_thread_rt().block_on(async {
         let mut s = DirectStream::builder()
             .bootstrap(&kafka.bootstrap)
             .group(&format!("{t}-g"))

@@ -897,11 +897,7 @@ fn the_next_batch_is_fetched_while_a_current_thread_caller_is_busy() {
         fake.append_batch("busy", 0, batch).unwrap();
     }
     let fetched = || fake.stats(1).unwrap().fetched_record_bytes;
-    let current = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    current.block_on(async {
+    crate::support::current_thread_rt().block_on(async {
         let mut s = DirectStream::builder()
             .bootstrap(&fake.bootstrap())
             .topics(&["busy"])

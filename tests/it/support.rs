@@ -135,6 +135,15 @@ pub fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// A current-thread runtime, as the CLI's and `#[tokio::test]`'s: nothing else runs on it while
+/// its one thread is busy.
+pub fn current_thread_rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// A loopback address nobody listens on.
 pub fn dead_addr() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -26,11 +26,10 @@ use tokio::task::JoinHandle;
 /// Outside a tokio runtime, or when the operating system refuses a new thread the first time
 /// kdirect's own thread is needed.
 pub fn handle() -> Handle {
-    let current = Handle::current();
-    if current.runtime_flavor() == RuntimeFlavor::CurrentThread {
+    if elsewhere() {
         own().clone()
     } else {
-        current
+        Handle::current()
     }
 }
 
@@ -74,13 +73,9 @@ where
     if !elsewhere() {
         return task.await;
     }
-    let mut guard = AbortOnDrop(Some(own().spawn(task)));
-    let joined = match guard.0.as_mut() {
-        Some(h) => h.await,
-        None => unreachable!("the handle is taken only on drop"),
-    };
-    guard.0 = None;
-    match joined {
+    // Aborting a task that has finished does nothing.
+    let mut guard = AbortOnDrop(own().spawn(task));
+    match (&mut guard.0).await {
         Ok(out) => out,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         // Only this guard aborts the task, and the runtime is never shut down.
@@ -88,13 +83,11 @@ where
     }
 }
 
-struct AbortOnDrop<T>(Option<JoinHandle<T>>);
+struct AbortOnDrop<T>(JoinHandle<T>);
 
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
-        if let Some(h) = self.0.take() {
-            h.abort();
-        }
+        self.0.abort();
     }
 }
 
