@@ -10,7 +10,9 @@
 //! reused scratch buffer answers as a fresh one; an output of n bytes is accepted at cap n and
 //! refused as too large (`DecompressedTooLarge`) at cap n - 1 — or, for a block lz4_flex calls
 //! corrupt but the C decoder accepts (a match offset of 0, `regression-match-offset-0`),
-//! refused as corrupt.
+//! refused as corrupt. lz4_flex vouches for an input only if it decodes all of the engine's
+//! output: its reader stops after a block that decodes to nothing and never reads what follows
+//! (`empty-block-then-match-offset-0`).
 //!
 //! Input: two bytes of cap (little-endian, times 16: 0 to just under 1 MiB), then the compressed
 //! bytes.
