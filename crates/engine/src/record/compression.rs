@@ -368,6 +368,7 @@ impl Scratch {
                 .map_err(|c| Self::fail(codec, get_error_name(c)))?;
             let mut input = InBuffer::around(src);
             let mut frame_done = false;
+            let mut frame = FrameSize::at(src, 0);
             loop {
                 if self.used >= self.buf.len().min(cap) {
                     if self.used >= cap {
@@ -388,8 +389,11 @@ impl Scratch {
                             if out.pos() > 0 {
                                 return Err(Self::too_large(codec, cap));
                             }
-                            if hint == 0 && input.pos() >= src.len() {
-                                return Ok(());
+                            if hint == 0 {
+                                frame = frame.end(src, input.pos(), self.used)?;
+                                if input.pos() >= src.len() {
+                                    return Ok(());
+                                }
                             }
                             if input.pos() == before_in {
                                 // Room for a byte, none produced, no input taken: the input
@@ -414,6 +418,9 @@ impl Scratch {
                 let progressed = out.pos() > self.used || input.pos() > before_in;
                 self.used = out.pos();
                 frame_done = hint == 0;
+                if frame_done {
+                    frame = frame.end(src, input.pos(), self.used)?;
+                }
                 if frame_done && input.pos() >= src.len() {
                     return Ok(());
                 }
@@ -425,6 +432,51 @@ impl Scratch {
         })();
         self.zstd = Some(dctx);
         res
+    }
+}
+
+/// The content size a zstd frame's header declares, and where its output began: checked when
+/// the frame ends, so that a frame is refused for what it is whatever the output buffer's size.
+/// The C library checks the declared size when it decodes a frame in one pass (the output
+/// buffer holds all of it) but not when it streams one whose last block is empty, so without
+/// this a frame declaring more than its blocks hold was accepted into a small buffer and
+/// refused by a larger one (found by the `codec_zstd` fuzz target).
+#[derive(Clone, Copy)]
+struct FrameSize {
+    declared: Option<u64>,
+    out_start: usize,
+}
+
+impl FrameSize {
+    /// The frame starting at `src[at..]`, its output starting at `out_start`. A header that
+    /// cannot be read declares nothing: the decoder refuses it itself.
+    fn at(src: &[u8], at: usize) -> FrameSize {
+        let declared = src
+            .get(at..)
+            .and_then(|rest| zstd::zstd_safe::get_frame_content_size(rest).ok().flatten());
+        FrameSize {
+            declared,
+            out_start: 0,
+        }
+    }
+
+    /// The frame ended with the input at `in_pos` and the output at `used`: an error if it
+    /// produced other than it declared; else the next frame's.
+    fn end(self, src: &[u8], in_pos: usize, used: usize) -> CodecResult<FrameSize> {
+        let produced = used.saturating_sub(self.out_start) as u64;
+        if let Some(declared) = self.declared {
+            if produced != declared {
+                return Err(Scratch::fail(
+                    Compression::Zstd,
+                    format_args!(
+                        "frame declares {declared} bytes of content but its blocks hold {produced}"
+                    ),
+                ));
+            }
+        }
+        let mut next = FrameSize::at(src, in_pos);
+        next.out_start = used;
+        Ok(next)
     }
 }
 
@@ -580,5 +632,50 @@ mod tests {
         let found = [0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x3a, 0x01, 0x00, 0x00];
         let twice = [&found[..], &found[..]].concat();
         assert_eq!(s.inflate(Compression::Zstd, &twice, 0).unwrap(), b"");
+    }
+
+    /// Found by the `codec_zstd` fuzz target: a frame declaring 68,143 bytes of content whose
+    /// blocks hold 65,601 (one RLE block, then an empty last block) was accepted by a fresh
+    /// Scratch, whose buffer is too small for the C library's one-pass decode, and refused by
+    /// a reused one, whose buffer was not. Refused either way, and the same with a second frame
+    /// after a good one.
+    #[test]
+    fn zstd_frame_holding_other_than_its_declared_size_is_refused_whatever_the_buffer() {
+        let found: &[u8] = &[
+            0x28, 0xb5, 0x2f, 0xfd, 0x80, 0x3a, 0x2f, 0x0a, 0x01, 0x00, 0x0a, 0x02, 0x08, 0x0a,
+            0x01, 0x00, 0x00,
+        ];
+        let cap = 627_264;
+        let declares = |e: DecodeErrorKind| {
+            let text = e.to_string();
+            assert!(
+                text.contains("declares 68143 bytes") && text.contains("hold 65601"),
+                "{text}"
+            );
+        };
+        declares(
+            Scratch::new()
+                .inflate(Compression::Zstd, found, cap)
+                .unwrap_err(),
+        );
+        let mut reused = Scratch::new();
+        reused.inflate(Compression::Zstd, found, cap).unwrap_err();
+        assert!(reused.inflate(Compression::Zstd, found, cap).is_err());
+        assert!(reused
+            .inflate(Compression::Zstd, found, usize::MAX)
+            .is_err());
+        let abc = zstd::bulk::compress(b"abc", 3).unwrap();
+        let second = [&abc[..], found].concat();
+        declares(
+            Scratch::new()
+                .inflate(Compression::Zstd, &second, cap)
+                .unwrap_err(),
+        );
+        // Frames that declare their size and hold it still decode, one after another.
+        let two = [&abc[..], &abc[..]].concat();
+        assert_eq!(
+            Scratch::new().inflate(Compression::Zstd, &two, 6).unwrap(),
+            b"abcabc"
+        );
     }
 }
