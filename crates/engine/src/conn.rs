@@ -31,6 +31,7 @@ use kdirect_proto::api::sasl_handshake::{self, SaslHandshake};
 use kdirect_proto::frame::{FrameDecoder, SIZE_PREFIX_LEN};
 use kdirect_proto::message::{decode_response, encode_request, Api};
 use kdirect_proto::{BrokerVersions, ErrorCode};
+use memmap2::MmapMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
@@ -66,6 +67,9 @@ pub struct ConnConfig {
     pub reconnect_timeout: Option<Duration>,
     /// `security.protocol`, `sasl.*`, `ssl.*` (plaintext by default).
     pub security: Security,
+    /// The buffers large response frames are read into, shared by the connections made with
+    /// this configuration (a [`Cluster`](crate::cluster::Cluster)'s).
+    pub(crate) frame_pool: Arc<FramePool>,
 }
 
 impl Default for ConnConfig {
@@ -78,6 +82,7 @@ impl Default for ConnConfig {
             retry_timeout: Duration::from_secs(60),
             reconnect_timeout: None,
             security: Security::default(),
+            frame_pool: Arc::default(),
         }
     }
 }
@@ -474,11 +479,19 @@ impl BrokerConnection {
             close_tls: Mutex::new(None),
         });
         let frames = FrameDecoder::new(config.max_frame_size);
+        let pool = config.frame_pool.clone();
         let sasl = config.security.protocol.sasl();
         let (task, writer) = match tls {
             None => {
                 let (read, write) = stream.into_split();
-                let task = tokio::spawn(read_loop(read, shared.clone(), frames, false, sasl));
+                let task = tokio::spawn(read_loop(
+                    read,
+                    shared.clone(),
+                    frames,
+                    pool.clone(),
+                    false,
+                    sasl,
+                ));
                 (task, Writer::Plain(write))
             }
             Some(tls) => {
@@ -498,7 +511,14 @@ impl BrokerConnection {
                     }
                 };
                 let (read, write) = tokio::io::split(stream);
-                let task = tokio::spawn(read_loop(read, shared.clone(), frames, true, sasl));
+                let task = tokio::spawn(read_loop(
+                    read,
+                    shared.clone(),
+                    frames,
+                    pool.clone(),
+                    true,
+                    sasl,
+                ));
                 (task, Writer::Tls(write))
             }
         };
@@ -662,75 +682,160 @@ impl BrokerConnection {
 
 /// Frames at least this large are read straight into a reusable buffer (see [`FramePool`]).
 const POOLED_FRAME_MIN: usize = 64 * 1024;
-/// Idle pooled buffers a connection keeps, in bytes of capacity.
+/// A transparent huge page (x86-64 and most arm64 kernels): maps at least this large ask for
+/// them.
+#[cfg(target_os = "linux")]
+const HUGE_PAGE: usize = 2 << 20;
+/// Idle pooled buffers kept, in bytes, at most (less while the memory budget the frames are
+/// charged to has less room).
 const POOL_MAX_IDLE_BYTES: usize = 32 << 20;
 
-/// Reusable buffers for large response frames (Fetch responses).
+/// Reusable buffers for large response frames (Fetch responses), shared by a cluster's
+/// connections.
 ///
 /// A fetch response lives as long as the user holds the batch made of it, so a fresh buffer
 /// per response means fresh pages every time: the kernel zeroes and maps each page on first
 /// touch, which cost a quarter of the consumer's CPU in the end-to-end benchmark (page faults
 /// under the socket read's copy). A frame read into a pooled buffer hands the buffer back when
 /// its last `Bytes` view drops ([`Bytes::from_owner`]), and the next large response reuses
-/// the already-mapped pages. Idle buffers are bounded by [`POOL_MAX_IDLE_BYTES`]; a buffer is
-/// never kept when a larger one is needed (it is freed instead), so buffers live plus idle
-/// never exceed the largest set of responses held at once.
+/// the already-mapped pages.
+///
+/// The buffers are anonymous memory maps, not heap allocations, and what the pool holds counts
+/// against the memory budget the fetches charge their frames to ([`FramePool::make_room`]), so
+/// that the resident memory of frames is what the budget allows:
+/// - idle buffers are kept only while the budget has room for them (and at most
+///   [`POOL_MAX_IDLE_BYTES`]), and are freed, largest first, when a fetch needs the room;
+/// - a buffer freed is unmapped, its pages back to the system at once (a heap allocator keeps
+///   freed multi-MiB blocks on its free lists, resident);
+/// - a buffer is handed out only for a frame of at least two thirds of its size, so a live
+///   frame's resident size stays close to what it is charged.
+///
+/// (With heap buffers and an idle pool bounded only by size, peak RSS on Kafka at 64
+/// partitions reached budget + 70 MiB once the prefetch kept its whole share of the budget
+/// while the caller processed a batch; docs/bench.md.)
 #[derive(Default)]
-struct FramePool {
-    idle: Mutex<Vec<Vec<u8>>>,
+pub(crate) struct FramePool {
+    idle: Mutex<Vec<MmapMut>>,
+    /// The budget the frames are charged to: idle buffers fit in its free room.
+    budget: Mutex<Option<Arc<tokio::sync::Semaphore>>>,
+}
+
+impl std::fmt::Debug for FramePool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FramePool")
+            .field("idle_bytes", &self.idle_bytes())
+            .finish()
+    }
 }
 
 impl FramePool {
-    /// An empty buffer with room for `size` bytes: the smallest idle one that fits, else new
-    /// (freeing the largest idle buffer that is too small, so the pool does not grow).
-    fn take(&self, size: usize) -> Vec<u8> {
+    /// A zeroed-or-reused buffer of at least `size` bytes: the smallest idle one that fits
+    /// without more than half of `size` to spare, else a new map (freeing the largest idle
+    /// buffer that is too small, so the pool does not grow). The error is the system's refusal
+    /// to map `size` bytes.
+    fn take(&self, size: usize) -> std::io::Result<MmapMut> {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let fit = idle
             .iter()
             .enumerate()
-            .filter(|(_, b)| b.capacity() >= size)
-            .min_by_key(|(_, b)| b.capacity())
+            .filter(|(_, b)| b.len() >= size && b.len() - size <= size / 2)
+            .min_by_key(|(_, b)| b.len())
             .map(|(i, _)| i);
         if let Some(i) = fit {
-            return idle.swap_remove(i);
+            return Ok(idle.swap_remove(i));
         }
+
         if let Some(i) = idle
             .iter()
             .enumerate()
-            .max_by_key(|(_, b)| b.capacity())
+            .filter(|(_, b)| b.len() < size)
+            .max_by_key(|(_, b)| b.len())
             .map(|(i, _)| i)
         {
             drop(idle.swap_remove(i));
         }
         drop(idle);
-        Vec::with_capacity(size)
+        let map = MmapMut::map_anon(size)?;
+        // Transparent huge pages where the system leaves them to the program (`madvise`
+        // mode): a multi-MiB frame then costs a few page faults instead of hundreds (halved
+        // the faults of the 64-partition run from Kafka). A refusal only costs those faults.
+        #[cfg(target_os = "linux")]
+        if size >= HUGE_PAGE {
+            let _ = map.advise(memmap2::Advice::HugePage);
+        }
+        Ok(map)
     }
 
-    fn give(&self, mut buf: Vec<u8>) {
-        buf.clear();
+    /// Keeps `buf` for reuse if it fits the idle bound and the budget's free room; else
+    /// unmaps it.
+    fn give(&self, buf: MmapMut) {
+        let limit = POOL_MAX_IDLE_BYTES.min(self.free_room());
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        let held: usize = idle.iter().map(Vec::capacity).sum();
-        if held + buf.capacity() <= POOL_MAX_IDLE_BYTES {
+        let held: usize = idle.iter().map(|b| b.len()).sum();
+        if held.saturating_add(buf.len()) <= limit {
             idle.push(buf);
         }
     }
+
+    /// Before a fetch charges `n` bytes to `budget`: from now on idle buffers fit in that
+    /// budget's free room, and those beyond the room left after `n` are freed, largest first.
+    pub(crate) fn make_room(&self, budget: &Arc<tokio::sync::Semaphore>, n: usize) {
+        {
+            let mut b = self.budget.lock().unwrap_or_else(PoisonError::into_inner);
+            if !b.as_ref().is_some_and(|b| Arc::ptr_eq(b, budget)) {
+                *b = Some(budget.clone());
+            }
+        }
+        let keep = budget.available_permits().saturating_sub(n);
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut held: usize = idle.iter().map(|b| b.len()).sum();
+        if held <= keep {
+            return;
+        }
+        idle.sort_unstable_by_key(|b| b.len());
+        while held > keep {
+            let Some(largest) = idle.pop() else { break };
+            held -= largest.len();
+        }
+    }
+
+    /// The free room of the budget the frames are charged to (unbounded before any fetch).
+    fn free_room(&self) -> usize {
+        self.budget
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map_or(usize::MAX, |b| b.available_permits())
+    }
+
+    fn idle_bytes(&self) -> usize {
+        let idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        idle.iter().map(|b| b.len()).sum()
+    }
 }
 
-/// A frame body in a pooled buffer; goes back to the pool when the last view drops.
+/// A frame body in a pooled buffer (its first `len` bytes); goes back to the pool when the
+/// last view drops.
 struct PooledFrame {
-    body: Vec<u8>,
+    body: Option<MmapMut>,
+    len: usize,
     pool: Arc<FramePool>,
 }
 
 impl AsRef<[u8]> for PooledFrame {
     fn as_ref(&self) -> &[u8] {
-        &self.body
+        self.body
+            .as_ref()
+            .and_then(|b| b.get(..self.len))
+            .unwrap_or(&[])
     }
 }
 
 impl Drop for PooledFrame {
     fn drop(&mut self) {
-        self.pool.give(std::mem::take(&mut self.body));
+        if let Some(body) = self.body.take() {
+            self.pool.give(body);
+        }
     }
 }
 
@@ -767,10 +872,10 @@ async fn read_loop<R: AsyncRead + Unpin>(
     mut read: R,
     shared: Arc<Shared>,
     frames: FrameDecoder,
+    pool: Arc<FramePool>,
     tls: bool,
     sasl: bool,
 ) {
-    use bytes::BufMut;
     let host = crate::tls::host_of(&shared.broker.addr).to_owned();
     let tls_problem = |e: &std::io::Error| {
         if tls {
@@ -780,7 +885,6 @@ async fn read_loop<R: AsyncRead + Unpin>(
         }
     };
 
-    let pool = Arc::new(FramePool::default());
     let mut buf = BytesMut::with_capacity(64 * 1024);
     // Responses handed over: a broker that closes right after the first one (ApiVersions) is
     // most likely a SASL listener refusing an unauthenticated request.
@@ -820,22 +924,29 @@ async fn read_loop<R: AsyncRead + Unpin>(
         if let Some(size) = large {
             // The rest of a large frame goes straight into a pooled buffer: one copy from the
             // socket, into pages that are already mapped.
-            let mut body = pool.take(size);
-            body.extend_from_slice(&buf[SIZE_PREFIX_LEN..]);
+            let mut body = match pool.take(size) {
+                Ok(b) => b,
+                Err(e) => break format!("cannot map {size} bytes for a response: {e}"),
+            };
+            let mut len = buf.len() - SIZE_PREFIX_LEN;
+            if let (Some(to), Some(from)) = (body.get_mut(..len), buf.get(SIZE_PREFIX_LEN..)) {
+                to.copy_from_slice(from);
+            }
             buf.clear();
             let mut failed = None;
-            while body.len() < size {
-                let want = size - body.len();
-                match read.read_buf(&mut (&mut body).limit(want)).await {
+            while len < size {
+                let Some(room) = body.get_mut(len..size) else {
+                    break;
+                };
+                match read.read(room).await {
                     Ok(0) => {
                         failed = Some(format!(
-                            "closed by the broker in the middle of a response ({} of {} bytes read)",
-                            body.len(),
-                            size
+                            "closed by the broker in the middle of a response ({len} of {size} \
+                             bytes read)"
                         ));
                         break;
                     }
-                    Ok(_) => {}
+                    Ok(n) => len += n,
                     Err(e) => {
                         if let Some(problem) = tls_problem(&e) {
                             shared.fail_all_tls(problem);
@@ -850,7 +961,8 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 break reason;
             }
             let frame = Bytes::from_owner(PooledFrame {
-                body,
+                body: Some(body),
+                len: size,
                 pool: pool.clone(),
             });
             if !deliver(&shared, frame) {
@@ -918,40 +1030,85 @@ fn timed_out(broker: &BrokerName, what: &str, after: Duration) -> Error {
 mod pool_tests {
     use super::*;
 
+    fn map(n: usize) -> MmapMut {
+        MmapMut::map_anon(n).unwrap()
+    }
+
     #[test]
     fn a_frame_buffer_goes_back_to_the_pool_and_is_reused() {
         let pool = Arc::new(FramePool::default());
-        let mut body = pool.take(100_000);
+        let mut body = pool.take(100_000).unwrap();
         let ptr = body.as_ptr();
-        body.extend_from_slice(&[7u8; 100_000]);
+        body.fill(7);
         let frame = Bytes::from_owner(PooledFrame {
-            body,
+            body: Some(body),
+            len: 99_000,
             pool: pool.clone(),
         });
+        assert_eq!(
+            frame.len(),
+            99_000,
+            "the frame is the buffer's first len bytes"
+        );
         let view = frame.slice(10..20);
         drop(frame);
         // A view still holds the buffer.
-        assert!(pool.idle.lock().unwrap().is_empty());
+        assert_eq!(pool.idle_bytes(), 0);
         assert_eq!(&view[..], &[7u8; 10]);
         drop(view);
-        let again = pool.take(90_000);
+        let again = pool.take(90_000).unwrap();
         assert_eq!(again.as_ptr(), ptr, "the idle buffer is reused");
-        assert!(again.is_empty() && again.capacity() >= 100_000);
+        assert_eq!(again.len(), 100_000);
     }
 
     #[test]
     fn the_pool_frees_a_buffer_too_small_and_bounds_idle_bytes() {
         let pool = FramePool::default();
-        pool.give(Vec::with_capacity(1000));
-        let big = pool.take(5000);
-        assert!(big.capacity() >= 5000);
-        assert!(
-            pool.idle.lock().unwrap().is_empty(),
-            "the small one was freed"
-        );
+        pool.give(map(1000));
+        let big = pool.take(5000).unwrap();
+        assert_eq!(big.len(), 5000);
+        assert_eq!(pool.idle_bytes(), 0, "the small one was freed");
         for _ in 0..3 {
-            pool.give(Vec::with_capacity(POOL_MAX_IDLE_BYTES / 2));
+            pool.give(map(POOL_MAX_IDLE_BYTES / 2));
         }
         assert_eq!(pool.idle.lock().unwrap().len(), 2);
+    }
+
+    /// A pooled buffer far larger than the frame would be resident beyond what the frame is
+    /// charged: it stays idle and the frame gets a buffer of its own size.
+    #[test]
+    fn a_buffer_much_larger_than_the_frame_is_not_handed_out() {
+        let pool = FramePool::default();
+        pool.give(map(100_000));
+        let small = pool.take(60_000).unwrap();
+        assert_eq!(small.len(), 60_000);
+        assert_eq!(pool.idle_bytes(), 100_000);
+        let close = pool.take(70_000).unwrap();
+        assert_eq!(close.len(), 100_000, "within half of the frame: reused");
+        assert_eq!(pool.idle_bytes(), 0);
+    }
+
+    /// Idle buffers live within the free room of the budget the frames are charged to: a
+    /// buffer given back while the budget is full is freed, and a fetch about to charge the
+    /// budget frees idle buffers (largest first) down to the room it leaves.
+    #[test]
+    fn idle_buffers_fit_in_the_budgets_free_room() {
+        let pool = FramePool::default();
+        let budget = Arc::new(tokio::sync::Semaphore::new(1_000_000));
+        pool.make_room(&budget, 0);
+        pool.give(map(600_000));
+        pool.give(map(300_000));
+        pool.give(map(200_000));
+        assert_eq!(pool.idle_bytes(), 900_000, "the last one is past the room");
+        pool.make_room(&budget, 500_000);
+        assert_eq!(pool.idle_bytes(), 300_000, "the largest freed first");
+        let held = budget.clone().try_acquire_many_owned(900_000).unwrap();
+        pool.make_room(&budget, 0);
+        assert_eq!(pool.idle_bytes(), 0);
+        pool.give(map(200_000));
+        assert_eq!(pool.idle_bytes(), 0, "no room while the budget is held");
+        drop(held);
+        pool.give(map(200_000));
+        assert_eq!(pool.idle_bytes(), 200_000);
     }
 }

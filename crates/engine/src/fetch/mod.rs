@@ -1010,6 +1010,10 @@ async fn read_group(
                     continue;
                 }
             };
+            cluster
+                .config()
+                .frame_pool
+                .make_room(&budget.sem, req.reserve);
             let permit = budget.reserve(req.reserve).await?;
             let pool = cfg.sessions.then(|| cluster.fetch_sessions().clone());
             tasks.spawn(async move {
@@ -1053,7 +1057,9 @@ async fn read_group(
                 if needed > budget.total() {
                     return Err(oversized_error(&a.view, &session, needed, budget.total()));
                 }
-                a.permit.merge(budget.reserve(a.size - req.reserve).await?);
+                let more = a.size - req.reserve;
+                cluster.config().frame_pool.make_room(&budget.sem, more);
+                a.permit.merge(budget.reserve(more).await?);
             }
             // The permit is released when the last chunk keeping it is dropped: a response
             // whose data is all dropped gives its bytes back right away.
