@@ -688,23 +688,19 @@ pub async fn fetch_ranges_within(
     let mut charged: Vec<*const OwnedSemaphorePermit> = Vec::new();
     for s in straddling {
         let n: usize = s.batches.iter().map(|b| b.bytes().len()).sum();
-        let frame = s
-            .frame
-            .filter(|f| shared.contains(&Arc::as_ptr(f)))
-            .filter(|f| {
-                // A frame is charged once, whole, however many batches are carried out of it.
-                let at = Arc::as_ptr(f);
-                if charged.contains(&at) {
-                    return true;
-                }
-                let size = f.num_permits();
-                if size > room {
-                    return false;
-                }
-                room -= size;
+        // A shared frame is charged once, whole, however many batches are carried out of it;
+        // one that does not fit the room left has its batches copied instead.
+        let mut frame = None;
+        if let Some(f) = s.frame.filter(|f| shared.contains(&Arc::as_ptr(f))) {
+            let at = Arc::as_ptr(&f);
+            if charged.contains(&at) {
+                frame = Some(f);
+            } else if f.num_permits() <= room {
+                room -= f.num_permits();
                 charged.push(at);
-                true
-            });
+                frame = Some(f);
+            }
+        }
         let (batches, permit) = match (s.kept, frame) {
             // Carried in already and on again: the same buffers and reservation.
             (Some(permit), _) => {
