@@ -771,8 +771,7 @@ impl FramePool {
     fn give(&self, buf: MmapMut) {
         let limit = POOL_MAX_IDLE_BYTES.min(self.free_room());
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        let held: usize = idle.iter().map(|b| b.len()).sum();
-        if held.saturating_add(buf.len()) <= limit {
+        if bytes_of(&idle).saturating_add(buf.len()) <= limit {
             idle.push(buf);
         }
     }
@@ -788,7 +787,7 @@ impl FramePool {
         }
         let keep = budget.available_permits().saturating_sub(n);
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut held: usize = idle.iter().map(|b| b.len()).sum();
+        let mut held = bytes_of(&idle);
         if held <= keep {
             return;
         }
@@ -809,9 +808,13 @@ impl FramePool {
     }
 
     fn idle_bytes(&self) -> usize {
-        let idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        idle.iter().map(|b| b.len()).sum()
+        bytes_of(&self.idle.lock().unwrap_or_else(PoisonError::into_inner))
     }
+}
+
+/// The bytes `buffers` hold.
+fn bytes_of(buffers: &[MmapMut]) -> usize {
+    buffers.iter().map(|b| b.len()).sum()
 }
 
 /// A frame body in a pooled buffer (its first `len` bytes); goes back to the pool when the

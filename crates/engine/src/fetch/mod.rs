@@ -317,6 +317,17 @@ impl MemoryBudget {
         self.sem.clone().try_acquire_many_owned(n).ok()
     }
 
+    /// [`Self::reserve`] for `n` bytes of response frames read into `pool`'s buffers: first
+    /// frees the idle buffers the budget will no longer have room for.
+    async fn reserve_frames(
+        &self,
+        pool: &crate::conn::FramePool,
+        n: usize,
+    ) -> Result<OwnedSemaphorePermit, Error> {
+        pool.make_room(&self.sem, n);
+        self.reserve(n).await
+    }
+
     async fn reserve(&self, n: usize) -> Result<OwnedSemaphorePermit, Error> {
         let n = u32::try_from(n).unwrap_or(u32::MAX);
         if let Ok(permit) = self.sem.clone().try_acquire_many_owned(n) {
@@ -1006,11 +1017,9 @@ async fn read_group(
                     continue;
                 }
             };
-            cluster
-                .config()
-                .frame_pool
-                .make_room(&budget.sem, req.reserve);
-            let permit = budget.reserve(req.reserve).await?;
+            let permit = budget
+                .reserve_frames(&cluster.config().frame_pool, req.reserve)
+                .await?;
             let pool = cfg.sessions.then(|| cluster.fetch_sessions().clone());
             tasks.spawn(async move {
                 let answer = send(pool.as_ref(), &conn, &req, permit).await;
@@ -1053,9 +1062,10 @@ async fn read_group(
                 if needed > budget.total() {
                     return Err(oversized_error(&a.view, &session, needed, budget.total()));
                 }
-                let more = a.size - req.reserve;
-                cluster.config().frame_pool.make_room(&budget.sem, more);
-                a.permit.merge(budget.reserve(more).await?);
+                let more = budget
+                    .reserve_frames(&cluster.config().frame_pool, a.size - req.reserve)
+                    .await?;
+                a.permit.merge(more);
             }
             // The permit is released when the last chunk keeping it is dropped: a response
             // whose data is all dropped gives its bytes back right away.

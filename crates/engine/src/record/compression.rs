@@ -368,7 +368,7 @@ impl Scratch {
                 .map_err(|c| Self::fail(codec, get_error_name(c)))?;
             let mut input = InBuffer::around(src);
             let mut frame_done = false;
-            let mut frame = FrameSize::at(src, 0);
+            let mut frame = FrameSize::at(src, 0, 0);
             loop {
                 if self.used >= self.buf.len().min(cap) {
                     if self.used >= cap {
@@ -450,13 +450,13 @@ struct FrameSize {
 impl FrameSize {
     /// The frame starting at `src[at..]`, its output starting at `out_start`. A header that
     /// cannot be read declares nothing: the decoder refuses it itself.
-    fn at(src: &[u8], at: usize) -> FrameSize {
+    fn at(src: &[u8], at: usize, out_start: usize) -> FrameSize {
         let declared = src
             .get(at..)
             .and_then(|rest| zstd::zstd_safe::get_frame_content_size(rest).ok().flatten());
         FrameSize {
             declared,
-            out_start: 0,
+            out_start,
         }
     }
 
@@ -474,9 +474,7 @@ impl FrameSize {
                 ));
             }
         }
-        let mut next = FrameSize::at(src, in_pos);
-        next.out_start = used;
-        Ok(next)
+        Ok(FrameSize::at(src, in_pos, used))
     }
 }
 
