@@ -3,8 +3,9 @@
 //!
 //! Properties: no panic; an error names the file; a file that decodes re-encodes
 //! (`CheckpointFile::encode`, what the store writes) to text that decodes to the same file;
-//! its offsets are non-negative partitions and offsets, and an `offsets/N` plan never has a
-//! range that starts after it ends.
+//! its offsets are non-negative partitions and offsets, its leader epochs (`commits/N`'s
+//! `leaderEpochs`) are non-negative and each names a partition with an offset, and an
+//! `offsets/N` plan never has a range that starts after it ends.
 //!
 //! Input: the file's bytes (invalid UTF-8 is what `read_to_string` refuses before decode).
 #![no_main]
@@ -34,6 +35,11 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(again, file, "round trip changed the file");
     for (tp, off) in file.positions() {
         assert!(tp.partition >= 0 && off >= 0, "{tp} at {off}");
+    }
+    let positions = file.positions();
+    for (tp, epoch) in file.leader_epochs() {
+        assert!(epoch >= 0, "{tp} epoch {epoch}");
+        assert!(positions.contains_key(&tp), "{tp} has an epoch and no offset");
     }
     for r in file.ranges() {
         assert!(

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
+use kdirect::commit::checkpoint::CheckpointStore;
 use kdirect::engine::plan::{DataLossReason, PlanError, StartPolicy};
 use kdirect::engine::ErrorKind;
 use kdirect::DirectStream;
@@ -211,6 +212,214 @@ fn a_clean_leader_change_is_no_data_loss() {
     });
 }
 
+/// Where a resumed stream keeps its positions, for the restart tests.
+#[derive(Clone, Copy, Debug)]
+enum Kept {
+    /// A checkpoint directory (`leaderEpochs` in each commit file).
+    Checkpoint,
+    /// The Kafka group's offsets (OffsetCommit's committed leader epoch).
+    Group,
+}
+
+async fn stored_stream(
+    fake: &FakeCluster,
+    kept: Kept,
+    dir: &std::path::Path,
+    fail_on_data_loss: bool,
+) -> DirectStream {
+    let b = DirectStream::builder()
+        .bootstrap(&fake.bootstrap())
+        .topics(&["t"])
+        .start(StartPolicy::Earliest)
+        .fail_on_data_loss(fail_on_data_loss);
+    let b = match kept {
+        Kept::Checkpoint => b.store(CheckpointStore::open(dir, 10).unwrap()),
+        Kept::Group => b.group("kip320-resume").store_spec("kafka"),
+    };
+    b.build().await.unwrap()
+}
+
+/// Like [`read_to`], committing each batch to the stream's store.
+async fn read_and_commit_to(
+    s: &mut DirectStream,
+    until: i64,
+) -> Result<(Vec<(i64, String)>, Vec<kdirect::engine::plan::LostRange>), kdirect::Error> {
+    let mut got = Vec::new();
+    let mut lost = Vec::new();
+    let mut reached = 0;
+    while reached < until {
+        let b = s.next_batch().await?.expect("an unbounded stream");
+        lost.extend(b.lost().iter().cloned());
+        b.for_each_record(|_, r| {
+            got.push((
+                r.offset(),
+                String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned(),
+            ))
+        })
+        .unwrap();
+        reached = b.ranges().iter().map(|r| r.until).max().unwrap_or(reached);
+        s.commit(b).await?;
+    }
+    Ok((got, lost))
+}
+
+/// The stream reads [0, 15) (the last 5 under epoch 1), commits, and stops. While it is down,
+/// broker 1 comes back by an unclean election holding [0, 12) only, and 5 new records go to
+/// offsets [12, 17). Returns the fake and the checkpoint directory.
+async fn commit_then_truncate_while_down(kept: Kept, name: &str) -> (FakeCluster, TempDir) {
+    let fake = FakeCluster::builder()
+        .brokers(2)
+        .topic("t", 1)
+        .build()
+        .await
+        .unwrap();
+    let (first, _) = fake.leader("t", 0).unwrap();
+    let second = *fake.broker_ids().iter().find(|b| **b != first).unwrap();
+    append(&fake, "a", 10);
+    fake.move_leader("t", 0, second).unwrap();
+    append(&fake, "b", 5);
+    let dir = TempDir::new(name);
+    let mut s = stored_stream(&fake, kept, &dir.0, true).await;
+    let (got, lost) = read_and_commit_to(&mut s, 15).await.unwrap();
+    assert_eq!(got.len(), 15);
+    assert!(lost.is_empty());
+    let last = s.positions();
+    assert_eq!(last.values().copied().collect::<Vec<_>>(), vec![15]);
+    drop(s);
+    if let Kept::Checkpoint = kept {
+        // The commit file keeps the epoch of the last batch read before 15: broker 2's, 1.
+        let c = CheckpointStore::open(&dir.0, 10)
+            .unwrap()
+            .load_sync()
+            .unwrap();
+        assert_eq!(c.positions.values().copied().collect::<Vec<_>>(), vec![15]);
+        assert_eq!(
+            c.epochs.values().copied().collect::<Vec<_>>(),
+            vec![1],
+            "{c:?}"
+        );
+    }
+    fake.truncate_on_leader_change("t", 0, first, 12).unwrap();
+    append(&fake, "c", 5);
+    assert_eq!(fake.high_watermark("t", 0).unwrap(), 17);
+    (fake, dir)
+}
+
+/// A directory removed when dropped.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let d = std::env::temp_dir().join(format!("kdirect-it-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        TempDir(d)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A log truncated under the committed position while the stream was down: the resumed
+/// stream (failOnDataLoss=true) checks its stored epoch with the leader before its first
+/// plan and fails with the exact range, [12, 15) — it never reads 15.. as if nothing had
+/// happened (the records now at 12..15 are new, and 12..15 as read are gone).
+#[test]
+fn a_log_truncated_while_the_stream_was_down_fails_the_resumed_stream() {
+    for kept in [Kept::Checkpoint, Kept::Group] {
+        rt().block_on(async {
+            let (fake, dir) =
+                commit_then_truncate_while_down(kept, &format!("resume-fail-{kept:?}")).await;
+            let mut s = stored_stream(&fake, kept, &dir.0, true).await;
+            let e = match s.next_batch().await {
+                Err(e) => e,
+                Ok(b) => panic!("{kept:?}: a truncated log must fail the stream, got {b:?}"),
+            };
+            let kind = match &e {
+                kdirect::Error::Engine(en) => Some(en.root().kind()),
+                _ => None,
+            };
+            match kind {
+                Some(ErrorKind::Plan(PlanError::DataLoss {
+                    lost_from: 12,
+                    lost_until: 15,
+                    reason,
+                    ..
+                })) if truncated_at(reason, 1) => {}
+                other => panic!("{kept:?}: expected data loss [12, 15), got {other:?} ({e})"),
+            }
+        });
+    }
+}
+
+/// failOnDataLoss=false: the resumed stream reports [12, 15) as lost and reads the new
+/// leader's records from 12, each once; the next commit stores positions and epochs past
+/// them.
+#[test]
+fn a_log_truncated_while_the_stream_was_down_is_reported_and_read_on_after_resume() {
+    for kept in [Kept::Checkpoint, Kept::Group] {
+        rt().block_on(async {
+            let (fake, dir) =
+                commit_then_truncate_while_down(kept, &format!("resume-go-on-{kept:?}")).await;
+            let mut s = stored_stream(&fake, kept, &dir.0, false).await;
+            let (got, lost) = read_and_commit_to(&mut s, 17).await.unwrap();
+            assert_eq!(
+                lost.iter().map(|l| (l.from, l.until)).collect::<Vec<_>>(),
+                vec![(12, 15)],
+                "{kept:?}: {lost:?}"
+            );
+            assert!(truncated_at(&lost[0].reason, 1), "{lost:?}");
+            let want: Vec<(i64, String)> = (12..17).map(|o| (o, format!("c{o}"))).collect();
+            assert_eq!(
+                got, want,
+                "{kept:?}: the new leader's records at 12..17, once each"
+            );
+        });
+    }
+}
+
+/// A clean restart (nothing truncated, the leader moved while the stream was down): the
+/// stored epoch is checked and found valid; no loss, nothing read twice.
+#[test]
+fn a_clean_restart_with_stored_epochs_is_no_data_loss() {
+    for kept in [Kept::Checkpoint, Kept::Group] {
+        rt().block_on(async {
+            let fake = FakeCluster::builder()
+                .brokers(2)
+                .topic("t", 1)
+                .build()
+                .await
+                .unwrap();
+            let (first, _) = fake.leader("t", 0).unwrap();
+            let second = *fake.broker_ids().iter().find(|b| **b != first).unwrap();
+            append(&fake, "a", 10);
+            let dir = TempDir::new(&format!("resume-clean-{kept:?}"));
+            let mut s = stored_stream(&fake, kept, &dir.0, true).await;
+            read_and_commit_to(&mut s, 10).await.unwrap();
+            drop(s);
+            fake.move_leader("t", 0, second).unwrap();
+            append(&fake, "b", 5);
+            let mut s = stored_stream(&fake, kept, &dir.0, true).await;
+            let (got, lost) = read_and_commit_to(&mut s, 15).await.unwrap();
+            assert!(lost.is_empty(), "{kept:?}: {lost:?}");
+            assert_eq!(
+                got.iter().map(|(o, _)| *o).collect::<Vec<_>>(),
+                (10..15).collect::<Vec<_>>()
+            );
+        });
+    }
+}
+
+fn truncated_at(reason: &DataLossReason, last_fetched: i32) -> bool {
+    matches!(
+        reason,
+        DataLossReason::Truncated { last_fetched_epoch, .. } if *last_fetched_epoch == last_fetched
+    )
+}
+
 /// Starts the nodes it holds when dropped (a failed assertion included): the trio is left
 /// with every node running.
 struct Restart<'a>(&'a crate::real_kafka::Kafka, Vec<u32>);
@@ -302,5 +511,98 @@ fn an_unclean_election_on_the_trio_is_reported_with_the_exact_range() {
         assert_eq!(got, want, "the new leader's records at 10..17, once each");
     });
     // Both nodes back (the guard started them); the old leader truncates to the new one's log.
+    k.tool("wait-isr", &["--topic", &t, "--replicas", "2"]);
+}
+
+/// The restart case on the 3-node Kafka 4.1.1 cluster, with the Kafka group's offsets as the
+/// store (OffsetCommit keeps the committed leader epoch, OffsetFetch gives it back): kdirect
+/// reads 15 records (the last 5 written to the leader alone), commits and stops; while it is
+/// down the leader is killed, the stale follower elected uncleanly (its log ends at 10), and 7
+/// new records written. The restarted stream (failOnDataLoss=false) must report exactly
+/// [10, 15) as lost before reading, and hand out the 7 new records at 10..17, each once —
+/// without the stored epoch it would resume at 15 and silently skip 10..15's new records.
+#[test]
+fn a_truncation_while_the_stream_was_down_is_found_on_restart_on_the_trio() {
+    use crate::real_kafka::{topic, Kafka};
+    let Some(k) =
+        Kafka::trio("a_truncation_while_the_stream_was_down_is_found_on_restart_on_the_trio")
+    else {
+        return;
+    };
+    let t = topic("kip320-restart");
+    let group = format!("{t}-g");
+    k.tool("create", &["--topic", &t, "--partitions", "1", "--rf", "2"]);
+    let out = k.tool("describe", &["--topic", &t]);
+    let line = out.lines().find(|l| l.starts_with("0 ")).unwrap();
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let leader: u32 = fields[1].parse().unwrap();
+    let follower: u32 = fields[2]
+        .split(',')
+        .map(|r| r.parse::<u32>().unwrap())
+        .find(|r| *r != leader)
+        .unwrap();
+    k.tool("wait-isr", &["--topic", &t, "--replicas", "2"]);
+    k.produce(&t, 1, 10, &[]);
+    let open = || async {
+        DirectStream::builder()
+            .bootstrap(&k.bootstrap)
+            .topics(&[t.as_str()])
+            .start(StartPolicy::Earliest)
+            .fail_on_data_loss(false)
+            .group(&group)
+            .store_spec("kafka")
+            .build()
+            .await
+            .unwrap()
+    };
+    let _restart = Restart(&k, vec![follower, leader]);
+    rt().block_on(async {
+        let mut s = open().await;
+        let (got, _) = read_and_commit_to(&mut s, 10).await.unwrap();
+        assert_eq!(got.len(), 10);
+        k.node("stop", follower);
+        k.produce(&t, 1, 5, &["--from", "10"]);
+        let (got, lost) = read_and_commit_to(&mut s, 15).await.unwrap();
+        assert_eq!(
+            got.iter().map(|(o, _)| *o).collect::<Vec<_>>(),
+            (10..15).collect::<Vec<_>>()
+        );
+        assert!(lost.is_empty());
+    });
+    // kdirect is down from here.
+    k.node("kill", leader);
+    k.node("start", follower);
+    let leader_s = leader.to_string();
+    let elected = k.tool("elect-unclean", &["--topic", &t, "--not", &leader_s]);
+    assert_eq!(
+        elected.lines().last().map(str::trim),
+        Some(follower.to_string().as_str()),
+        "the stale follower leads"
+    );
+    assert_eq!(
+        k.end_offsets(&t),
+        vec![10],
+        "the new leader's log ends at 10"
+    );
+    k.produce(&t, 1, 7, &["--from", "100"]);
+    rt().block_on(async {
+        let mut s = open().await;
+        assert_eq!(s.stored_positions().values().copied().collect::<Vec<_>>(), vec![15]);
+        let (got, lost) = read_and_commit_to(&mut s, 17).await.unwrap();
+        assert_eq!(
+            lost.iter().map(|l| (l.from, l.until)).collect::<Vec<_>>(),
+            vec![(10, 15)],
+            "{lost:?}"
+        );
+        assert!(
+            matches!(lost[0].reason, DataLossReason::Truncated { broker, .. } if broker == follower as i32),
+            "{lost:?}"
+        );
+        let want: Vec<(i64, String)> = (0..7)
+            .map(|i| (10 + i, format!("value 0-{}", 100 + i)))
+            .collect();
+        assert_eq!(got, want, "the new leader's records at 10..17, once each");
+    });
+    drop(_restart);
     k.tool("wait-isr", &["--topic", &t, "--replicas", "2"]);
 }

@@ -19,6 +19,11 @@
 //! carries the plan's `from`s, so the plan can be re-run exactly. In `commits/N` they are every
 //! partition's position after batch N (the whole state, not only the batch's partitions), so the
 //! latest commit file alone says where the stream stands, and `kdirect offsets set` can write one.
+//! A commit's metadata may also carry `"leaderEpochs":{"events":{"0":4}}`: per partition, the
+//! epoch of the last record batch read before its position (KIP-320), which a resumed stream
+//! checks with the partition's leader before reading on. A partition without one (a position
+//! set by hand, or written before kdirect kept them) is resumed unchecked; readers that do not
+//! know the key ignore it.
 //!
 //! Writes are atomic creates: a temp file (`.<N>.tmp-…`, ignored by readers), fsync, a hard
 //! link to the final name (which fails if the name exists: a batch file is never overwritten,
@@ -42,8 +47,8 @@ use serde_json::{Map, Value};
 
 use crate::error::io;
 use crate::{
-    check_from, CommitOutcome, Committed, OffsetRange, OffsetStore, PlannedBatch, Positions,
-    StoreError, StoreErrorKind, TopicPartition,
+    check_from, CommitOutcome, Committed, Epochs, OffsetRange, OffsetStore, PlannedBatch,
+    Positions, StoreError, StoreErrorKind, TopicPartition,
 };
 
 /// Batches whose files are kept by default.
@@ -54,6 +59,9 @@ pub const FORMAT_VERSION: u32 = 1;
 
 /// Offsets by topic, then partition, as the files hold them.
 pub type TopicOffsets = BTreeMap<String, BTreeMap<i32, i64>>;
+
+/// Leader epochs by topic, then partition, as a commit file's `leaderEpochs` holds them.
+pub type TopicEpochs = BTreeMap<String, BTreeMap<i32, i32>>;
 
 /// One batch file (`offsets/N` or `commits/N`), format `v1`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +74,9 @@ pub struct CheckpointFile {
     pub from: Option<TopicOffsets>,
     /// The next offset to read per partition.
     pub offsets: TopicOffsets,
+    /// `commits/N` only: the epoch of the last record batch read before each position, where
+    /// known (KIP-320; see the module docs). Written only when not empty.
+    pub epochs: TopicEpochs,
 }
 
 impl CheckpointFile {
@@ -76,6 +87,9 @@ impl CheckpointFile {
         meta.insert("timestampMs".to_owned(), Value::from(self.timestamp_ms));
         if let Some(from) = &self.from {
             meta.insert("from".to_owned(), offsets_json(from));
+        }
+        if !self.epochs.is_empty() {
+            meta.insert("leaderEpochs".to_owned(), epochs_json(&self.epochs));
         }
         format!(
             "v{FORMAT_VERSION}\n{}\n{}\n",
@@ -130,6 +144,12 @@ impl CheckpointFile {
             None => None,
             Some(v) => Some(parse_offsets(v).map_err(|r| corrupt(format!("line 2 'from': {r}")))?),
         };
+        let epochs = match meta.get("leaderEpochs") {
+            None => TopicEpochs::new(),
+            Some(v) => {
+                parse_epochs(v).map_err(|r| corrupt(format!("line 2 'leaderEpochs': {r}")))?
+            }
+        };
         let offsets: Value = serde_json::from_str(offsets_line)
             .map_err(|e| corrupt(format!("line 3 is not JSON ({e}): truncated or garbage?")))?;
         let offsets = parse_offsets(&offsets).map_err(|r| corrupt(format!("line 3: {r}")))?;
@@ -147,11 +167,21 @@ impl CheckpointFile {
                 }
             }
         }
+        for (topic, parts) in &epochs {
+            for p in parts.keys() {
+                if offsets.get(topic).and_then(|ps| ps.get(p)).is_none() {
+                    return Err(corrupt(format!(
+                        "{topic}-{p} has a leader epoch on line 2 but no offset on line 3"
+                    )));
+                }
+            }
+        }
         Ok(CheckpointFile {
             batch_id,
             timestamp_ms,
             from,
             offsets,
+            epochs,
         })
     }
 
@@ -179,6 +209,69 @@ impl CheckpointFile {
     pub fn positions(&self) -> Positions {
         to_positions(&self.offsets)
     }
+
+    /// The leader epochs, by partition.
+    pub fn leader_epochs(&self) -> Epochs {
+        self.epochs
+            .iter()
+            .flat_map(|(t, ps)| {
+                ps.iter()
+                    .map(move |(p, e)| (TopicPartition::new(t.clone(), *p), *e))
+            })
+            .collect()
+    }
+}
+
+fn epochs_json(o: &TopicEpochs) -> Value {
+    let mut topics = Map::new();
+    for (t, parts) in o {
+        let mut ps = Map::new();
+        for (p, e) in parts {
+            ps.insert(p.to_string(), Value::from(*e));
+        }
+        topics.insert(t.clone(), Value::Object(ps));
+    }
+    Value::Object(topics)
+}
+
+/// Parses `{"topic":{"partition":epoch}}`.
+fn parse_epochs(v: &Value) -> Result<TopicEpochs, String> {
+    let topics = v
+        .as_object()
+        .ok_or("expected a JSON object {\"topic\":{\"partition\":epoch}}")?;
+    let mut out = TopicEpochs::new();
+    for (t, parts) in topics {
+        let parts = parts
+            .as_object()
+            .ok_or_else(|| format!("topic '{t}': expected an object {{\"partition\":epoch}}"))?;
+        let mut ps = BTreeMap::new();
+        for (p, e) in parts {
+            let pn: i32 =
+                p.parse().ok().filter(|n| *n >= 0).ok_or_else(|| {
+                    format!("topic '{t}': partition '{p}' is not a partition number")
+                })?;
+            let e = e
+                .as_i64()
+                .and_then(|e| i32::try_from(e).ok())
+                .filter(|e| *e >= 0)
+                .ok_or_else(|| {
+                    format!("{t}-{p}: leader epoch {e} is not a non-negative 32-bit integer")
+                })?;
+            ps.insert(pn, e);
+        }
+        out.insert(t.clone(), ps);
+    }
+    Ok(out)
+}
+
+fn epochs_file(e: &Epochs) -> TopicEpochs {
+    let mut out = TopicEpochs::new();
+    for (tp, e) in e {
+        out.entry(tp.topic.clone())
+            .or_default()
+            .insert(tp.partition, *e);
+    }
+    out
 }
 
 fn offsets_json(o: &TopicOffsets) -> Value {
@@ -303,6 +396,8 @@ struct DiskState {
     oldest: Option<u64>,
     /// Latest commit: its id and the whole state.
     committed: Option<(u64, Positions)>,
+    /// The latest commit's leader epochs (KIP-320).
+    epochs: Epochs,
     /// Latest offsets file id.
     latest_offsets: Option<u64>,
     /// A logged, uncommitted batch.
@@ -605,6 +700,7 @@ impl CheckpointStore {
             batch_id: s.committed.as_ref().map(|(id, _)| *id),
             positions: s.committed.map(|(_, p)| p).unwrap_or_default(),
             pending: s.pending,
+            epochs: s.epochs,
         })
     }
 
@@ -830,6 +926,7 @@ impl Inner {
         for &id in &offsets {
             self.read_file(&self.offsets_path(id), id)?;
         }
+        let mut epochs = Epochs::new();
         let committed = match last_c {
             Some(c) => {
                 for &id in &commits[..commits.len() - 1] {
@@ -843,6 +940,7 @@ impl Inner {
                     }
                     .into());
                 }
+                epochs = f.leader_epochs();
                 Some((c, f.positions()))
             }
             None => None,
@@ -888,6 +986,7 @@ impl Inner {
         Ok(DiskState {
             oldest,
             committed,
+            epochs,
             latest_offsets: last_o,
             pending,
         })
@@ -929,6 +1028,7 @@ impl Inner {
             timestamp_ms: now_ms(),
             from: Some(froms(&batch.ranges)),
             offsets: untils(&batch.ranges),
+            epochs: Default::default(),
         };
         match self.write_batch_file(&path, file.encode().as_bytes()) {
             Ok(()) => Ok(true),
@@ -987,18 +1087,35 @@ impl Inner {
             }
         }
         let DiskState {
-            oldest, committed, ..
+            oldest,
+            committed,
+            mut epochs,
+            ..
         } = s;
         let mut state = committed.map(|(_, p)| p).unwrap_or_default();
         check_from(&self.describe(), &state, batch)?;
         for r in &batch.ranges {
-            state.insert(r.topic_partition(), r.until);
+            let tp = r.topic_partition();
+            // A partition the batch moved takes the batch's epoch, or none if the fetch did
+            // not know it (the old one is for an older position); an empty range keeps its
+            // partition's epoch unless the batch names one.
+            match batch.epochs.get(&tp) {
+                Some(&e) if e >= 0 => {
+                    epochs.insert(tp.clone(), e);
+                }
+                _ if !r.is_empty() => {
+                    epochs.remove(&tp);
+                }
+                _ => {}
+            }
+            state.insert(tp, r.until);
         }
         let file = CheckpointFile {
             batch_id: batch.id,
             timestamp_ms: now_ms(),
             from: None,
             offsets: positions_file(&state),
+            epochs: epochs_file(&epochs),
         };
         let path = self.commits_path(batch.id);
         match self.write_batch_file(&path, file.encode().as_bytes()) {
@@ -1013,6 +1130,7 @@ impl Inner {
             Some(DiskState {
                 oldest: Some(oldest.unwrap_or(batch.id)),
                 committed: Some((batch.id, state)),
+                epochs,
                 latest_offsets: Some(batch.id),
                 pending: None,
             }),
@@ -1098,20 +1216,26 @@ impl Inner {
             timestamp_ms: now_ms(),
             from: Some(froms(&batch.ranges)),
             offsets: untils(&batch.ranges),
+            epochs: Default::default(),
         };
         self.create(
             &self.dir.join("offsets"),
             &self.offsets_path(batch_id),
             file.encode().as_bytes(),
         )?;
+        // A position set by hand has no known epoch; the others keep theirs.
+        let mut epochs = s.epochs;
         for (tp, o) in positions {
-            state.insert(tp.clone(), *o);
+            if state.insert(tp.clone(), *o) != Some(*o) {
+                epochs.remove(tp);
+            }
         }
         let commit = CheckpointFile {
             batch_id,
             timestamp_ms: now_ms(),
             from: None,
             offsets: positions_file(&state),
+            epochs: epochs_file(&epochs),
         };
         self.create(
             &self.dir.join("commits"),
@@ -1362,6 +1486,7 @@ mod tests {
             timestamp_ms: 1,
             from: Some([("events".to_owned(), [(0, 1100)].into())].into()),
             offsets: [("events".to_owned(), [(0, 1200)].into())].into(),
+            epochs: TopicEpochs::new(),
         };
         let text = f.encode();
         assert_eq!(
@@ -1374,6 +1499,78 @@ mod tests {
             CheckpointFile::decode(text.trim_end(), Path::new("x")).unwrap(),
             f
         );
+    }
+
+    /// KIP-320: a commit file keeps the epoch of the last record batch read before each
+    /// position (line 2's `leaderEpochs`), for the whole state: a partition the batch did not
+    /// move keeps its epoch, one it moved without a known epoch loses it (it was for an older
+    /// position), and a position set by hand has none. Plans carry none.
+    #[test]
+    fn commit_files_keep_each_positions_leader_epoch() {
+        let d = tmpdir("epochs");
+        let s = CheckpointStore::open(&d, 10).unwrap();
+        let tp = |p| TopicPartition::new("events", p);
+        let with = |b: PlannedBatch, e: &[(i32, i32)]| {
+            b.with_epochs(e.iter().map(|&(p, e)| (tp(p), e)).collect())
+        };
+        s.commit_sync(&with(batch(0, 0, 10), &[(0, 3), (1, 4)]))
+            .unwrap();
+        let text = fs::read_to_string(s.commits_path(0)).unwrap();
+        assert!(
+            text.contains("\"leaderEpochs\":{\"events\":{\"0\":3,\"1\":4}}"),
+            "{text}"
+        );
+        let plan = fs::read_to_string(s.offsets_path(0)).unwrap();
+        assert!(!plan.contains("leaderEpochs"), "{plan}");
+        assert_eq!(
+            s.load_sync().unwrap().epochs,
+            [(tp(0), 3), (tp(1), 4)].into()
+        );
+        // Partition 0 moves with epoch 5; partition 1 stays (an empty range): it keeps 4.
+        let b = PlannedBatch::new(
+            1,
+            vec![
+                OffsetRange::new("events", 0, 10, 20),
+                OffsetRange::new("events", 1, 110, 110),
+            ],
+        );
+        s.commit_sync(&with(b, &[(0, 5)])).unwrap();
+        // Reopened: read from the file, not from this process's cache.
+        let s = CheckpointStore::open(&d, 10).unwrap();
+        assert_eq!(
+            s.load_sync().unwrap().epochs,
+            [(tp(0), 5), (tp(1), 4)].into()
+        );
+        // Partition 1 moves with no known epoch: its old one is dropped.
+        let b = PlannedBatch::new(
+            2,
+            vec![
+                OffsetRange::new("events", 0, 20, 30),
+                OffsetRange::new("events", 1, 110, 130),
+            ],
+        );
+        s.commit_sync(&with(b, &[(0, 5)])).unwrap();
+        assert_eq!(s.load_sync().unwrap().epochs, [(tp(0), 5)].into());
+        // `offsets set` moving partition 0: no epoch for it any more.
+        s.inner.set_positions(3, &[(tp(0), 7)].into()).unwrap();
+        let c = s.load_sync().unwrap();
+        assert_eq!(c.positions, [(tp(0), 7), (tp(1), 130)].into());
+        assert!(c.epochs.is_empty(), "{c:?}");
+        // A hand-edited file with an epoch for a partition it has no offset for is refused.
+        let bad = "v1\n{\"batchId\":7,\"leaderEpochs\":{\"e\":{\"1\":2}}}\n{\"e\":{\"0\":5}}\n";
+        let e = CheckpointFile::decode(bad, Path::new("/ck/commits/7"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("e-1 has a leader epoch") && e.contains("commits/7"),
+            "{e}"
+        );
+        let bad = "v1\n{\"batchId\":7,\"leaderEpochs\":{\"e\":{\"0\":-2}}}\n{\"e\":{\"0\":5}}\n";
+        let e = CheckpointFile::decode(bad, Path::new("x"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("leader epoch -2"), "{e}");
+        let _ = fs::remove_dir_all(&d);
     }
 
     /// Checkpoint files must be regular files under a size cap: a FIFO used to block the

@@ -33,7 +33,7 @@ use kdirect_proto::api::offset_fetch::{self, OffsetFetch};
 use kdirect_proto::ErrorCode;
 
 use crate::{
-    check_from, CommitOutcome, Committed, OffsetStore, PlannedBatch, Positions, StoreError,
+    check_from, CommitOutcome, Committed, Epochs, OffsetStore, PlannedBatch, Positions, StoreError,
     StoreErrorKind, TopicPartition,
 };
 
@@ -267,7 +267,7 @@ impl KafkaGroupStore {
     async fn fetch(
         &self,
         topics: &[(String, Vec<i32>)],
-    ) -> Result<(Positions, Option<u64>), StoreError> {
+    ) -> Result<(Positions, Option<u64>, Epochs), StoreError> {
         self.with_retry(|conn| async move {
             let version = conn
                 .version::<OffsetFetch>()
@@ -296,6 +296,7 @@ impl KafkaGroupStore {
                 );
             }
             let mut positions = Positions::new();
+            let mut epochs = Epochs::new();
             let mut batch: Option<u64> = None;
             for p in parts {
                 if let Some(code) = p.error.err() {
@@ -313,7 +314,12 @@ impl KafkaGroupStore {
                 if p.offset < 0 {
                     continue;
                 }
-                positions.insert(TopicPartition::new(p.topic.clone(), p.partition), p.offset);
+                let tp = TopicPartition::new(p.topic.clone(), p.partition);
+                // KIP-320: the committed leader epoch (OffsetFetch v5+; -1 when not kept).
+                if p.leader_epoch >= 0 {
+                    epochs.insert(tp.clone(), p.leader_epoch);
+                }
+                positions.insert(tp, p.offset);
                 if let Some(id) = p
                     .metadata
                     .as_deref()
@@ -323,7 +329,7 @@ impl KafkaGroupStore {
                     batch = Some(batch.map_or(id, |b| b.max(id)));
                 }
             }
-            Ok((positions, batch))
+            Ok((positions, batch, epochs))
         })
         .await
     }
@@ -350,6 +356,7 @@ impl KafkaGroupStore {
         &self,
         batch_id: u64,
         positions: &Positions,
+        epochs: &Epochs,
         as_member: bool,
     ) -> Result<(), StoreError> {
         // Checked before the first attempt, and again before each retry (the consumer
@@ -364,7 +371,8 @@ impl KafkaGroupStore {
                 .push(CommitEntry {
                     partition: tp.partition,
                     offset,
-                    leader_epoch: -1,
+                    // KIP-320: OffsetCommit v6+ keeps it (older versions drop it).
+                    leader_epoch: epochs.get(tp).copied().unwrap_or(-1),
                     metadata: Some(metadata.clone()),
                 });
         }
@@ -454,12 +462,14 @@ impl OffsetStore for KafkaGroupStore {
             return Ok(Committed::default());
         }
         let asked = self.partitions(&topics).await?;
-        let (mut positions, batch_id) = self.fetch(&asked).await?;
+        let (mut positions, batch_id, mut epochs) = self.fetch(&asked).await?;
         positions.retain(|tp, _| topics.contains(&tp.topic));
+        epochs.retain(|tp, _| positions.contains_key(tp));
         Ok(Committed {
             batch_id,
             positions,
             pending: None,
+            epochs,
         })
     }
 
@@ -475,7 +485,7 @@ impl OffsetStore for KafkaGroupStore {
         }
         let asked: Vec<(String, Vec<i32>)> = asked.into_iter().collect();
         if !asked.is_empty() {
-            let (stored, stored_batch) = self.fetch(&asked).await?;
+            let (stored, stored_batch, _) = self.fetch(&asked).await?;
             let already = stored_batch == Some(batch.id)
                 && batch
                     .ranges
@@ -486,12 +496,14 @@ impl OffsetStore for KafkaGroupStore {
             }
             check_from(&self.describe(), &stored, batch)?;
         }
-        self.commit_positions(batch.id, &batch.positions(), true)
+        self.commit_positions(batch.id, &batch.positions(), &batch.epochs, true)
             .await?;
         Ok(CommitOutcome::Committed)
     }
 
     async fn set_positions(&self, batch_id: u64, positions: &Positions) -> Result<(), StoreError> {
-        self.commit_positions(batch_id, positions, false).await
+        // A position set by hand has no known epoch.
+        self.commit_positions(batch_id, positions, &Epochs::new(), false)
+            .await
     }
 }

@@ -76,6 +76,13 @@ pub use error::{StoreError, StoreErrorKind, Stored};
 /// Positions: the next offset to read per partition.
 pub type Positions = BTreeMap<TopicPartition, i64>;
 
+/// KIP-320: per partition, the `partition_leader_epoch` of the last record batch read before
+/// its position. A stream resumed from a store that keeps them asks each partition's leader
+/// (OffsetForLeaderEpoch) whether its log still holds what was read up to the position before
+/// reading on, so a log truncated while the stream was down (an unclean leader election) is
+/// reported as data loss with its exact range instead of being read over silently.
+pub type Epochs = BTreeMap<TopicPartition, i32>;
+
 /// A batch as the stores see it: its id and its exact ranges.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedBatch {
@@ -83,12 +90,27 @@ pub struct PlannedBatch {
     pub id: u64,
     /// One range per partition, `[from, until)`.
     pub ranges: Vec<OffsetRange>,
+    /// KIP-320: the epoch of the last record batch read before each range's `until`, where
+    /// the fetch knew it. Filled when the batch is committed (its records were read); empty
+    /// in a plan logged before the batch runs. Stores that keep epochs (the checkpoint, the
+    /// Kafka group's offsets) write them beside the positions; the others ignore them.
+    pub epochs: Epochs,
 }
 
 impl PlannedBatch {
-    /// A batch.
+    /// A batch (with no epochs: see [`with_epochs`](Self::with_epochs)).
     pub fn new(id: u64, ranges: Vec<OffsetRange>) -> Self {
-        Self { id, ranges }
+        Self {
+            id,
+            ranges,
+            epochs: Epochs::new(),
+        }
+    }
+
+    /// The batch with the epochs of the last record batch read before its ranges' `until`s.
+    pub fn with_epochs(mut self, epochs: Epochs) -> Self {
+        self.epochs = epochs;
+        self
     }
 
     /// Each partition's position after the batch (its ranges' `until`).
@@ -116,6 +138,10 @@ pub struct Committed {
     /// A batch that was logged before it ran but never committed (stores that log plans
     /// only). Re-run it with exactly these ranges.
     pub pending: Option<PlannedBatch>,
+    /// KIP-320: the epoch of the last record batch read before each committed position,
+    /// where the store keeps it (the checkpoint, the Kafka group's offsets) and the commit
+    /// knew it. A position without one is resumed unchecked.
+    pub epochs: Epochs,
 }
 
 impl Committed {
@@ -134,6 +160,7 @@ impl Committed {
             return;
         }
         self.positions.retain(|tp, _| topics.contains(&tp.topic));
+        self.epochs.retain(|tp, _| topics.contains(&tp.topic));
     }
 }
 

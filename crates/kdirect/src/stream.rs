@@ -124,6 +124,10 @@ pub struct StreamConfig {
     pub timestamp_strategy: TimestampStrategy,
     /// Positions to resume from (next offset per partition), e.g. from an offset store.
     pub resume_positions: BTreeMap<TopicPartition, i64>,
+    /// KIP-320: per resumed position, the epoch of the last record batch read before it
+    /// ([`Batch::leader_epochs`] as committed): checked with the partition's leader before the
+    /// first plan, so a log truncated while the stream was down is reported as data loss.
+    pub resume_epochs: BTreeMap<TopicPartition, i32>,
     /// The batch id to resume at.
     pub resume_batch_id: u64,
     /// A batch to re-run first with exactly these ranges (a write-ahead-logged batch that was
@@ -273,6 +277,7 @@ impl Default for DirectStreamBuilder {
                 trigger: Trigger::AsFastAsPossible,
                 timestamp_strategy: TimestampStrategy::Latest,
                 resume_positions: BTreeMap::new(),
+                resume_epochs: BTreeMap::new(),
                 resume_batch_id: 0,
                 replay: None,
                 metadata_max_age: Duration::from_secs(5),
@@ -959,6 +964,17 @@ impl DirectStreamBuilder {
         self
     }
 
+    /// KIP-320, with [`resume`](Self::resume): the epochs stored with the positions (each
+    /// committed batch's [`Batch::leader_epochs`]). Before the first plan, each partition's
+    /// leader is asked whether its log still holds what was read up to the position; a log
+    /// truncated while the stream was down (an unclean leader election) is data loss, handled
+    /// by `failOnDataLoss` with its exact range. The stores that keep epochs (the checkpoint,
+    /// the Kafka group's offsets) do this by themselves.
+    pub fn resume_epochs(mut self, epochs: BTreeMap<TopicPartition, i32>) -> Self {
+        self.config.resume_epochs = epochs;
+        self
+    }
+
     /// Re-runs batch `id` with exactly `ranges` before planning anything new (a batch an
     /// offset store logged but never committed). The planner resumes after it: set
     /// [`resume`](Self::resume) to `id + 1` and positions that include the ranges' `until`s.
@@ -1081,8 +1097,16 @@ impl DirectStreamBuilder {
             c.resume_batch_id = committed.next_batch_id();
             stored.clone_from(&committed.positions);
             c.resume_positions = committed.positions;
+            c.resume_epochs = committed.epochs;
             c.replay = committed.pending.map(|p| (p.id, p.ranges));
         }
+        // The resumed positions that carry the epoch of the last batch read before them (the
+        // replayed batch, if any, starts at them).
+        let resumed_epochs: Vec<(TopicPartition, i64, i32)> = c
+            .resume_positions
+            .iter()
+            .filter_map(|(tp, &pos)| Some((tp.clone(), pos, *c.resume_epochs.get(tp)?)))
+            .collect();
         if let Some((id, ranges)) = &c.replay {
             // The planner continues after the replayed batch.
             c.resume_batch_id = c.resume_batch_id.max(id + 1);
@@ -1158,6 +1182,9 @@ impl DirectStreamBuilder {
             }
         }
         let budget = MemoryBudget::new(c.memory_budget);
+        for (tp, pos, epoch) in &resumed_epochs {
+            budget.resume_at(&tp.topic, tp.partition, *pos, *epoch);
+        }
         let planner_cfg = PlannerConfig::new(c.batch_interval)
             .with_trigger(c.trigger)
             .with_timestamp_strategy(c.timestamp_strategy)
@@ -1787,6 +1814,13 @@ impl Driver {
         let next_id = committed
             .next_batch_id()
             .max(self.planner().next_batch_id());
+        // KIP-320: positions another member committed (or this one, earlier) with their
+        // epochs are checked with their leaders before the first plan of the assignment.
+        for (tp, pos) in &positions {
+            if let Some(&epoch) = committed.epochs.get(tp) {
+                self.budget.resume_at(&tp.topic, tp.partition, *pos, epoch);
+            }
+        }
         let planner = Planner::resume(self.planner_config.clone(), next_id, positions)
             .map_err(EngineError::from)?;
         *self.planner() = planner;
@@ -1922,6 +1956,20 @@ impl Driver {
         Ok(())
     }
 
+    /// KIP-320: the epoch of the last record batch read before each range's `until`, as the
+    /// fetch that just read the ranges left them (batches are fetched one after the other,
+    /// and the next one's fetch starts after this call). An empty range's partition keeps the
+    /// epoch its last read (or the store) left at the position.
+    fn epochs_at(&self, ranges: &[OffsetRange]) -> BTreeMap<TopicPartition, i32> {
+        ranges
+            .iter()
+            .filter_map(|r| {
+                let e = self.budget.epoch_at(&r.topic, r.partition, r.until)?;
+                Some((r.topic_partition(), e))
+            })
+            .collect()
+    }
+
     /// `e` is "unknown topic" for a topic this stream has read before.
     fn was_known(&self, e: &EngineError) -> bool {
         let ErrorKind::UnknownTopic { topic } = e.root().kind() else {
@@ -2054,9 +2102,11 @@ impl Driver {
                 fetch_ranges_within(&self.cluster, &want, &self.config.fetch, &self.budget).await?;
             self.observe(&data);
             let now = self.now();
+            let epochs = self.epochs_at(&ranges);
             return Ok(Some(Batch {
                 id,
                 ranges,
+                epochs,
                 data,
                 lost: Vec::new(),
                 planned_at: now,
@@ -2261,8 +2311,10 @@ impl Driver {
                     );
                     lost.extend(plan.lost);
                     lost.extend(fetch_lost);
+                    let epochs = self.epochs_at(&plan.ranges);
                     return Ok(Some(Batch {
                         id: plan.batch_id,
+                        epochs,
                         ranges: plan.ranges,
                         data,
                         lost,
@@ -2775,6 +2827,8 @@ impl Drop for DirectStream {
 pub struct Batch {
     id: u64,
     ranges: Vec<OffsetRange>,
+    /// KIP-320: the epoch of the last record batch read before each range's `until`.
+    epochs: BTreeMap<TopicPartition, i32>,
     data: Vec<RangeData>,
     lost: Vec<LostRange>,
     planned_at: Duration,
@@ -2850,9 +2904,19 @@ impl Batch {
         }
     }
 
-    /// The batch as an offset store sees it: its id and ranges.
+    /// The batch as an offset store sees it: its id, its ranges and the epochs of the last
+    /// record batches read before their `until`s.
     pub fn planned(&self) -> PlannedBatch {
-        PlannedBatch::new(self.id, self.ranges.clone())
+        PlannedBatch::new(self.id, self.ranges.clone()).with_epochs(self.epochs.clone())
+    }
+
+    /// KIP-320: per partition, the `partition_leader_epoch` of the last record batch read
+    /// before its range's `until`, where the fetch knew it (an empty range: where the
+    /// partition's last read stopped). A store kept by the caller saves them with the
+    /// positions and gives them back with [`DirectStreamBuilder::resume_epochs`], so that a
+    /// restarted stream finds a log truncated under its positions while it was down.
+    pub fn leader_epochs(&self) -> &BTreeMap<TopicPartition, i32> {
+        &self.epochs
     }
 
     /// Calls `f` with every record, range by range, in offset order within each partition;

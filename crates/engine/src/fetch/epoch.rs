@@ -19,9 +19,12 @@
 //! diverge"). An undefined answer (epoch -1, offset -1: the leader has no epoch at or below the
 //! one asked) tells no end offset: the Java consumer resets with its reset policy.
 //!
-//! Committed positions carry no epoch here: none of kdirect's stores keeps one (the kafka
-//! store writes -1 as the committed leader epoch), so a position resumed from a store is not
-//! validated until the stream has read from it once.
+//! A position resumed from a store that kept its epoch (the checkpoint's `leaderEpochs`, the
+//! Kafka group's committed leader epoch) is checked the same way before the stream's first
+//! plan ([`MemoryBudget::resume_at`]), as the Java consumer validates a committed offset that
+//! carries an epoch: a log truncated while the stream was down is found. A position stored
+//! without one (the SQL, Redis, ZooKeeper and HBase stores keep none) is checked only once the
+//! stream has read from it.
 
 use std::collections::BTreeMap;
 

@@ -305,6 +305,43 @@ impl MemoryBudget {
         self.sizing.last_fetched(topic, partition)
     }
 
+    /// KIP-320: `topic`-`partition` resumes at `position` from a store that kept `epoch`, the
+    /// `partition_leader_epoch` of the last record batch read before it. The next
+    /// [`check_truncation`] asks the partition's leader whether its log still holds that
+    /// epoch up to the position (no leader epoch has checked it yet), and the first fetch
+    /// from it sends the epoch as its `last_fetched_epoch`. A fetch on this budget that left
+    /// the partition at `position` already knows as much and is kept; a negative epoch (none
+    /// kept) changes nothing.
+    pub fn resume_at(&self, topic: &str, partition: i32, position: i64, epoch: i32) {
+        if epoch < 0
+            || self
+                .sizing
+                .last_fetched(topic, partition)
+                .is_some_and(|f| f.position == position)
+        {
+            return;
+        }
+        self.sizing.set_last_fetched(
+            topic,
+            partition,
+            Some(LastFetched {
+                position,
+                epoch,
+                leader_epoch: -1,
+            }),
+        );
+    }
+
+    /// The `partition_leader_epoch` of the last record batch a fetch on this budget read
+    /// before `position` of `topic`-`partition`, if it was the last fetch's end there (or
+    /// resumed there with one: [`resume_at`](Self::resume_at)).
+    pub fn epoch_at(&self, topic: &str, partition: i32, position: i64) -> Option<i32> {
+        self.sizing
+            .last_fetched(topic, partition)
+            .filter(|f| f.position == position && f.epoch >= 0)
+            .map(|f| f.epoch)
+    }
+
     /// How many reservations found the budget full and waited for room (the prefetch waiting
     /// for the caller to release batches, mostly): backpressure, as a count.
     pub fn waits(&self) -> u64 {
