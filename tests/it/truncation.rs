@@ -29,6 +29,15 @@ fn append(fake: &FakeCluster, tag: &str, n: i64) {
     }
 }
 
+/// Appends `n` records valued `{tag}{offset}` to t-0 as one batch (a stream sees all or none).
+fn append_batch(fake: &FakeCluster, tag: &str, n: i64) {
+    let at = fake.high_watermark("t", 0).unwrap();
+    let records: Vec<FakeRecord> = (at..at + n)
+        .map(|o| FakeRecord::value(Bytes::from(format!("{tag}{o}"))))
+        .collect();
+    fake.append_records("t", 0, &records, Codec::None).unwrap();
+}
+
 async fn stream(fake: &FakeCluster, fail_on_data_loss: bool) -> DirectStream {
     DirectStream::builder()
         .bootstrap(&fake.bootstrap())
@@ -605,4 +614,201 @@ fn a_truncation_while_the_stream_was_down_is_found_on_restart_on_the_trio() {
     });
     drop(_restart);
     k.tool("wait-isr", &["--topic", &t, "--replicas", "2"]);
+}
+
+/// A batch logged before the crash (write-ahead, never committed) is re-run with exactly its
+/// ranges after the restart; if the log was truncated under its start meanwhile, the fetch
+/// (sending the stored epoch) finds it. failOnDataLoss=false: the re-run batch reports
+/// [12, 15) as lost and hands out the new records from 12 — the widened read the live path
+/// does — then commits as logged; failOnDataLoss=true: the restart fails with the range. Was:
+/// the re-run read [15, 20) as if nothing had happened (no epoch), and with the epoch but
+/// failOnDataLoss=false it failed on every restart.
+#[test]
+fn a_batch_re_run_after_a_crash_over_a_truncated_log_follows_the_data_loss_policy() {
+    for fail in [false, true] {
+        rt().block_on(async {
+            let fake = FakeCluster::builder()
+                .brokers(2)
+                .topic("t", 1)
+                .build()
+                .await
+                .unwrap();
+            let (first, _) = fake.leader("t", 0).unwrap();
+            let second = *fake.broker_ids().iter().find(|b| **b != first).unwrap();
+            append(&fake, "a", 10);
+            fake.move_leader("t", 0, second).unwrap();
+            append(&fake, "b", 5);
+            let dir = TempDir::new(&format!("replay-{fail}"));
+            let mut s = stored_stream(&fake, Kept::Checkpoint, &dir.0, true).await;
+            read_and_commit_to(&mut s, 15).await.unwrap();
+            append_batch(&fake, "b", 5);
+            // Handed out (its plan logged), never committed: a crash.
+            let b = s.next_batch().await.unwrap().unwrap();
+            assert_eq!(
+                b.ranges()
+                    .iter()
+                    .map(|r| (r.from, r.until))
+                    .collect::<Vec<_>>(),
+                vec![(15, 20)]
+            );
+            drop(b);
+            drop(s);
+            fake.truncate_on_leader_change("t", 0, first, 12).unwrap();
+            append_batch(&fake, "c", 10);
+            let mut s = stored_stream(&fake, Kept::Checkpoint, &dir.0, fail).await;
+            let first_batch = s.next_batch().await;
+            if fail {
+                let e = first_batch.expect_err("the re-run batch's log was truncated");
+                let msg = e.to_string();
+                assert!(msg.contains("offsets [12, 15)"), "{msg}");
+                return;
+            }
+            let b = first_batch.unwrap().unwrap();
+            assert!(b.is_replay());
+            assert_eq!(
+                b.ranges()
+                    .iter()
+                    .map(|r| (r.from, r.until))
+                    .collect::<Vec<_>>(),
+                vec![(15, 20)],
+                "the logged ranges"
+            );
+            assert_eq!(
+                b.lost()
+                    .iter()
+                    .map(|l| (l.from, l.until))
+                    .collect::<Vec<_>>(),
+                vec![(12, 15)]
+            );
+            let mut got = Vec::new();
+            b.for_each_record(|_, r| {
+                got.push((
+                    r.offset(),
+                    String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned(),
+                ))
+            })
+            .unwrap();
+            s.commit(b).await.unwrap();
+            let (rest, lost) = read_and_commit_to(&mut s, 22).await.unwrap();
+            assert!(lost.is_empty(), "{lost:?}");
+            got.extend(rest);
+            let want: Vec<(i64, String)> = (12..22).map(|o| (o, format!("c{o}"))).collect();
+            assert_eq!(got, want, "the new leader's records from 12, once each");
+        });
+    }
+}
+
+/// The stream finds a truncation (failOnDataLoss=false) and widens its next batch back to
+/// the truncation point: the batch's plan, logged as [15, 20), hands out 12..20. A crash
+/// before its commit re-runs it: the re-run finds the same truncation with the committed
+/// epoch and hands out the same records, 12..20, not 15..20 (which would skip the new records
+/// at 12..15 for good once committed). (The truncation happens while the stream is down, so
+/// that the stream never sees the log ending below its position: see
+/// `a_log_now_ending_below_the_position_is_checked_with_offset_for_leader_epoch`.)
+#[test]
+fn a_widened_batch_re_run_after_a_crash_hands_out_the_same_records() {
+    rt().block_on(async {
+        let fake = FakeCluster::builder()
+            .brokers(2)
+            .topic("t", 1)
+            .build()
+            .await
+            .unwrap();
+        let (first, _) = fake.leader("t", 0).unwrap();
+        let second = *fake.broker_ids().iter().find(|b| **b != first).unwrap();
+        append(&fake, "a", 10);
+        fake.move_leader("t", 0, second).unwrap();
+        append(&fake, "b", 5);
+        let dir = TempDir::new("replay-widened");
+        let mut s = stored_stream(&fake, Kept::Checkpoint, &dir.0, false).await;
+        read_and_commit_to(&mut s, 15).await.unwrap();
+        drop(s);
+        fake.truncate_on_leader_change("t", 0, first, 12).unwrap();
+        append_batch(&fake, "c", 8);
+        let mut s = stored_stream(&fake, Kept::Checkpoint, &dir.0, false).await;
+        let records = |b: &kdirect::Batch| {
+            let mut got = Vec::new();
+            b.for_each_record(|_, r| {
+                got.push((
+                    r.offset(),
+                    String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned(),
+                ))
+            })
+            .unwrap();
+            got
+        };
+        let b = s.next_batch().await.unwrap().unwrap();
+        let live = (
+            b.ranges()
+                .iter()
+                .map(|r| (r.from, r.until))
+                .collect::<Vec<_>>(),
+            b.lost()
+                .iter()
+                .map(|l| (l.from, l.until))
+                .collect::<Vec<_>>(),
+            records(&b),
+        );
+        assert_eq!(live.0, vec![(15, 20)], "{live:?}");
+        assert_eq!(live.1, vec![(12, 15)], "{live:?}");
+        let want: Vec<(i64, String)> = (12..20).map(|o| (o, format!("c{o}"))).collect();
+        assert_eq!(live.2, want);
+        drop(b);
+        drop(s);
+        let mut s = stored_stream(&fake, Kept::Checkpoint, &dir.0, false).await;
+        let b = s.next_batch().await.unwrap().unwrap();
+        assert!(b.is_replay());
+        let again = (
+            b.ranges()
+                .iter()
+                .map(|r| (r.from, r.until))
+                .collect::<Vec<_>>(),
+            b.lost()
+                .iter()
+                .map(|l| (l.from, l.until))
+                .collect::<Vec<_>>(),
+            records(&b),
+        );
+        assert_eq!(again, live, "the re-run hands out what the crashed run did");
+        s.commit(b).await.unwrap();
+    });
+}
+
+/// Retention removed records below the committed position while the stream was down
+/// (failOnDataLoss=false): the resumed stream reports [10, 15) lost and reads on from the log
+/// start, and its batch commits — its range starts at the stored position, so the store's
+/// compare-and-set on `from` holds (was: the range started at the log start, and every
+/// commit failed with a conflict, on every restart). With the checkpoint and the group store.
+#[test]
+fn records_removed_below_the_committed_position_are_skipped_and_the_batch_commits() {
+    for kept in [Kept::Checkpoint, Kept::Group] {
+        rt().block_on(async {
+            let fake = FakeCluster::builder().topic("t", 1).build().await.unwrap();
+            append(&fake, "a", 10);
+            let dir = TempDir::new(&format!("below-start-{kept:?}"));
+            let mut s = stored_stream(&fake, kept, &dir.0, false).await;
+            read_and_commit_to(&mut s, 10).await.unwrap();
+            drop(s);
+            append(&fake, "a", 10);
+            fake.set_log_start("t", 0, 15).unwrap();
+            let mut s = stored_stream(&fake, kept, &dir.0, false).await;
+            let (got, lost) = read_and_commit_to(&mut s, 20).await.unwrap();
+            assert_eq!(
+                lost.iter()
+                    .map(|l| (l.from, l.until, l.reason))
+                    .collect::<Vec<_>>(),
+                vec![(10, 15, DataLossReason::BelowLogStart)],
+                "{kept:?}"
+            );
+            let want: Vec<(i64, String)> = (15..20).map(|o| (o, format!("a{o}"))).collect();
+            assert_eq!(got, want, "{kept:?}");
+            drop(s);
+            let s = stored_stream(&fake, kept, &dir.0, false).await;
+            assert_eq!(
+                s.stored_positions().values().copied().collect::<Vec<_>>(),
+                vec![20],
+                "{kept:?}"
+            );
+        });
+    }
 }

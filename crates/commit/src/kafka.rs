@@ -27,7 +27,6 @@ use std::time::Duration;
 use kdirect_engine::cluster::Cluster;
 use kdirect_engine::conn::BrokerConnection;
 use kdirect_engine::group::{Generation, GroupMember};
-use kdirect_proto::api::find_coordinator::{self, FindCoordinator};
 use kdirect_proto::api::offset_commit::{self, CommitEntry, Committer, OffsetCommit};
 use kdirect_proto::api::offset_fetch::{self, OffsetFetch};
 use kdirect_proto::ErrorCode;
@@ -150,61 +149,20 @@ impl KafkaGroupStore {
                 return Ok(c.clone());
             }
         }
-        let mut view = self.cluster.view();
-        if view.brokers.is_empty() {
-            view = self
-                .cluster
-                .refresh(Some(&[]))
-                .await
-                .map_err(|e| self.engine_attempt(e))?;
-        }
-        let Some(&any) = view.brokers.keys().next() else {
-            return Err(Attempt::Retry(self.code_err(
-                "FindCoordinator",
-                None,
-                ErrorCode::COORDINATOR_NOT_AVAILABLE,
-            )));
-        };
-        let conn = self
+        // FindCoordinator through any live connection: a broker that went down is closed and
+        // the next one asked on the retry (was: always the lowest node id of the cached
+        // metadata, so a stopped broker failed every attempt of a commit).
+        let (node_id, addr) = self
             .cluster
-            .connection(any)
+            .find_coordinator(&self.group)
             .await
             .map_err(|e| self.engine_attempt(e))?;
-        let version = conn
-            .version::<FindCoordinator>()
-            .map_err(|e| self.engine_attempt(e))?;
-        let resp = conn
-            .request_at::<FindCoordinator>(
-                &find_coordinator::request(&self.group, version),
-                version,
-            )
-            .await
-            .map_err(|e| self.engine_attempt(e))?;
-        let found = find_coordinator::view(&resp, &self.group, version).ok_or_else(|| {
-            Attempt::Retry(self.code_err(
-                "FindCoordinator",
-                None,
-                ErrorCode::COORDINATOR_NOT_AVAILABLE,
-            ))
-        })?;
-        if let Some(code) = found.error.err() {
-            let e = self.code_err("FindCoordinator", None, code);
-            return Err(if code.is_retriable() {
-                Attempt::Retry(e)
-            } else {
-                Attempt::Fatal(e)
-            });
-        }
         // A connection of the store's own: a broker answers one request per connection at a
         // time, and the stream's connection to this broker may be holding a long-poll Fetch
         // (fetch.max.wait.ms) that a commit must not wait behind.
-        let conn = BrokerConnection::connect(
-            &format!("{}:{}", found.host, found.port),
-            Some(found.node_id),
-            self.cluster.config(),
-        )
-        .await
-        .map_err(|e| self.engine_attempt(e))?;
+        let conn = BrokerConnection::connect(&addr, Some(node_id), self.cluster.config())
+            .await
+            .map_err(|e| self.engine_attempt(e))?;
         *cached = Some(conn.clone());
         Ok(conn)
     }

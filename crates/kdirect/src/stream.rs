@@ -1956,6 +1956,104 @@ impl Driver {
         Ok(())
     }
 
+    /// Fetches the ranges of a batch whose plan is made (the planner's positions moved): a
+    /// fetch that ran out of retries while the brokers are away is tried again, the same
+    /// ranges; data lost between the plan and the fetch is handled by the data-loss policy
+    /// (`failOnDataLoss=false`: a range truncated under records an earlier batch handed out
+    /// widens back to where the new leader's log stops agreeing, KIP-320; one whose start
+    /// retention removed goes on from the log start). Returns the data and what was lost.
+    async fn fetch_planned(
+        &self,
+        want: &mut Vec<OffsetRange>,
+        reconnect: &mut Reconnect,
+    ) -> Result<(Vec<RangeData>, Vec<LostRange>), EngineError> {
+        let mut fetch_lost: Vec<LostRange> = Vec::new();
+        let data = loop {
+            match fetch_ranges_within(&self.cluster, want, &self.config.fetch, &self.budget).await {
+                Ok(d) => break d,
+                Err(e) if e.is_retriable() => {
+                    self.forget();
+                    reconnect.wait(e, &self.config).await?
+                }
+                Err(e) => match (self.config.data_loss, e.root().kind()) {
+                    // KIP-320: records an earlier batch handed out are no longer
+                    // in the log (the fetch's diverging epoch). Read on from
+                    // where the new leader's log stops agreeing: the range
+                    // widens back to it, and the batch reports what was lost.
+                    (
+                        DataLossPolicy::Earliest,
+                        ErrorKind::Plan(PlanError::DataLoss {
+                            topic,
+                            partition,
+                            lost_from,
+                            lost_until,
+                            reason: reason @ DataLossReason::Truncated { .. },
+                        }),
+                    ) => {
+                        let Some(r) = want
+                            .iter_mut()
+                            .find(|r| r.topic == *topic && r.partition == *partition)
+                        else {
+                            return Err(e);
+                        };
+                        // Each step moves the range's start back: finite.
+                        if *lost_from >= r.from || *lost_from < 0 {
+                            return Err(e);
+                        }
+                        tracing::warn!(
+                            "{e} (failOnDataLoss=false: {topic}-{partition} goes \
+                         on at {lost_from})"
+                        );
+                        fetch_lost.push(LostRange {
+                            topic: topic.clone(),
+                            partition: *partition,
+                            from: *lost_from,
+                            until: *lost_until,
+                            reason: *reason,
+                        });
+                        r.from = *lost_from;
+                        self.forget();
+                    }
+                    (
+                        DataLossPolicy::Earliest,
+                        ErrorKind::Plan(PlanError::DataLoss {
+                            topic,
+                            partition,
+                            lost_from,
+                            lost_until,
+                            reason,
+                        }),
+                    ) => {
+                        let Some(r) = want
+                            .iter_mut()
+                            .find(|r| r.topic == *topic && r.partition == *partition)
+                        else {
+                            return Err(e);
+                        };
+                        let until = (*lost_until).min(r.until);
+                        if until <= r.from {
+                            return Err(e);
+                        }
+                        // The whole range up to the log start: a failed
+                        // fetch keeps none of what it read.
+                        fetch_lost.push(LostRange {
+                            topic: topic.clone(),
+                            partition: *partition,
+                            from: r.from.min(*lost_from),
+                            until,
+                            reason: *reason,
+                        });
+                        r.from = until;
+                        want.retain(|r| !r.is_empty());
+                        self.forget();
+                    }
+                    _ => return Err(e),
+                },
+            }
+        };
+        Ok((data, fetch_lost))
+    }
+
     /// KIP-320: the epoch of the last record batch read before each range's `until`, as the
     /// fetch that just read the ranges left them (batches are fetched one after the other,
     /// and the next one's fetch starts after this call). An empty range's partition keeps the
@@ -2097,9 +2195,14 @@ impl Driver {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         if let Some((id, ranges)) = replay {
-            let want: Vec<OffsetRange> = ranges.iter().filter(|r| !r.is_empty()).cloned().collect();
-            let data =
-                fetch_ranges_within(&self.cluster, &want, &self.config.fetch, &self.budget).await?;
+            let mut want: Vec<OffsetRange> =
+                ranges.iter().filter(|r| !r.is_empty()).cloned().collect();
+            // The logged ranges, as they were planned; data lost since (a log truncated under
+            // the committed position, which the fetch finds with the stored epoch; records
+            // removed by retention) goes by the data-loss policy as in any batch.
+            let (data, lost) = self
+                .fetch_planned(&mut want, &mut Reconnect::default())
+                .await?;
             self.observe(&data);
             let now = self.now();
             let epochs = self.epochs_at(&ranges);
@@ -2108,7 +2211,7 @@ impl Driver {
                 ranges,
                 epochs,
                 data,
-                lost: Vec::new(),
+                lost,
                 planned_at: now,
                 handed_at: now,
                 replay: true,
@@ -2168,13 +2271,31 @@ impl Driver {
             let now = self.now();
             let outcome = self.planner().plan(now, &snap)?;
             match outcome {
-                PlanOutcome::Batch(plan) => {
+                PlanOutcome::Batch(mut plan) => {
                     let mut want: Vec<OffsetRange> = plan
                         .ranges
                         .iter()
                         .filter(|r| !r.is_empty())
                         .cloned()
                         .collect();
+                    // Offsets retention removed below the position (failOnDataLoss=false): the
+                    // fetch starts at the log start, but the batch's range starts where the
+                    // partition stood, so that an offset store's compare-and-set on `from`
+                    // (the stored position) holds, the lost offsets are inside the committed
+                    // range, and a re-run of the logged plan finds the same loss.
+                    for l in &plan.lost {
+                        if l.reason != DataLossReason::BelowLogStart {
+                            continue;
+                        }
+                        if let Some(r) = plan.ranges.iter_mut().find(|r| {
+                            r.topic == l.topic
+                                && r.partition == l.partition
+                                && r.from == l.until
+                                && l.from < r.from
+                        }) {
+                            r.from = l.from;
+                        }
+                    }
                     // Truncations found before the plan (KIP-320): read again from where the
                     // new leader's log stops agreeing with what was read.
                     let rewinds = std::mem::take(
@@ -2195,102 +2316,8 @@ impl Driver {
                             want.push(OffsetRange::new(tp.topic, tp.partition, from, p.until));
                         }
                     }
-                    // Records retention removed between the plan and the fetch: under
-                    // failOnDataLoss=false the range goes on from the log start, and the batch
-                    // reports what was lost.
-                    let mut fetch_lost: Vec<LostRange> = Vec::new();
                     let fetch_started = Instant::now();
-                    // The plan is made (the planner's positions moved): a fetch that ran out of
-                    // retries while the brokers are away is tried again, the same ranges.
-                    let data =
-                        loop {
-                            match fetch_ranges_within(
-                                &self.cluster,
-                                &want,
-                                &self.config.fetch,
-                                &self.budget,
-                            )
-                            .await
-                            {
-                                Ok(d) => break d,
-                                Err(e) if e.is_retriable() => {
-                                    self.forget();
-                                    reconnect.wait(e, &self.config).await?
-                                }
-                                Err(e) => match (self.config.data_loss, e.root().kind()) {
-                                    // KIP-320: records an earlier batch handed out are no longer
-                                    // in the log (the fetch's diverging epoch). Read on from
-                                    // where the new leader's log stops agreeing: the range
-                                    // widens back to it, and the batch reports what was lost.
-                                    (
-                                        DataLossPolicy::Earliest,
-                                        ErrorKind::Plan(PlanError::DataLoss {
-                                            topic,
-                                            partition,
-                                            lost_from,
-                                            lost_until,
-                                            reason: reason @ DataLossReason::Truncated { .. },
-                                        }),
-                                    ) => {
-                                        let Some(r) = want.iter_mut().find(|r| {
-                                            r.topic == *topic && r.partition == *partition
-                                        }) else {
-                                            return Err(e);
-                                        };
-                                        // Each step moves the range's start back: finite.
-                                        if *lost_from >= r.from || *lost_from < 0 {
-                                            return Err(e);
-                                        }
-                                        tracing::warn!(
-                                            "{e} (failOnDataLoss=false: {topic}-{partition} goes \
-                                         on at {lost_from})"
-                                        );
-                                        fetch_lost.push(LostRange {
-                                            topic: topic.clone(),
-                                            partition: *partition,
-                                            from: *lost_from,
-                                            until: *lost_until,
-                                            reason: *reason,
-                                        });
-                                        r.from = *lost_from;
-                                        self.forget();
-                                    }
-                                    (
-                                        DataLossPolicy::Earliest,
-                                        ErrorKind::Plan(PlanError::DataLoss {
-                                            topic,
-                                            partition,
-                                            lost_from,
-                                            lost_until,
-                                            reason,
-                                        }),
-                                    ) => {
-                                        let Some(r) = want.iter_mut().find(|r| {
-                                            r.topic == *topic && r.partition == *partition
-                                        }) else {
-                                            return Err(e);
-                                        };
-                                        let until = (*lost_until).min(r.until);
-                                        if until <= r.from {
-                                            return Err(e);
-                                        }
-                                        // The whole range up to the log start: a failed
-                                        // fetch keeps none of what it read.
-                                        fetch_lost.push(LostRange {
-                                            topic: topic.clone(),
-                                            partition: *partition,
-                                            from: r.from.min(*lost_from),
-                                            until,
-                                            reason: *reason,
-                                        });
-                                        r.from = until;
-                                        want.retain(|r| !r.is_empty());
-                                        self.forget();
-                                    }
-                                    _ => return Err(e),
-                                },
-                            }
-                        };
+                    let (data, fetch_lost) = self.fetch_planned(&mut want, &mut reconnect).await?;
                     self.observe(&data);
                     let offsets: u64 = want.iter().map(OffsetRange::len).sum();
                     let bytes: usize = data.iter().map(RangeData::bytes).sum();
