@@ -143,3 +143,57 @@ fn without_a_store_commit_only_releases_the_batch() {
         assert_eq!(n, 50);
     });
 }
+
+/// The Kafka group store with a broker down that is not the group's coordinator: the store
+/// asks any live broker where the coordinator is. Was: FindCoordinator always went to the
+/// lowest node id of the cached metadata, so with that broker down every attempt of a commit
+/// failed (seen on the 3-node Kafka cluster with a node stopped).
+#[test]
+fn the_group_store_commits_with_the_lowest_broker_down() {
+    rt().block_on(async {
+        let fake = FakeCluster::builder()
+            .brokers(3)
+            .topic("s", 1)
+            .build()
+            .await
+            .unwrap();
+        let lowest = *fake.broker_ids().iter().min().unwrap();
+        let group = (0..100)
+            .map(|i| format!("g{i}"))
+            .find(|g| fake.group_coordinator(g) != lowest)
+            .unwrap();
+        // The topic's leader must not be the stopped broker either.
+        let leader = fake.leader("s", 0).unwrap().0;
+        if leader == lowest {
+            let other = *fake.broker_ids().iter().find(|b| **b != lowest).unwrap();
+            fake.move_leader("s", 0, other).unwrap();
+        }
+        let recs: Vec<FakeRecord> = (0..10)
+            .map(|i| FakeRecord::value(bytes::Bytes::from(format!("v{i}"))))
+            .collect();
+        fake.append_records("s", 0, &recs, Codec::None).unwrap();
+        let open = || async {
+            DirectStream::builder()
+                .bootstrap(&fake.bootstrap())
+                .topics(&["s"])
+                .start(StartPolicy::Earliest)
+                .group(&group)
+                .store_spec("kafka")
+                .build()
+                .await
+                .unwrap()
+        };
+        let mut s = open().await;
+        // Every broker is in the stream's metadata; then the lowest id stops.
+        fake.stop_broker(lowest).unwrap();
+        let b = s.next_batch().await.unwrap().unwrap();
+        assert_eq!(b.ranges()[0].until, 10);
+        assert_eq!(s.commit(b).await.unwrap(), CommitOutcome::Committed);
+        drop(s);
+        let s = open().await;
+        assert_eq!(
+            s.stored_positions().values().copied().collect::<Vec<_>>(),
+            vec![10]
+        );
+    });
+}

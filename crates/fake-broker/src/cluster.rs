@@ -304,6 +304,12 @@ impl FakeCluster {
         self.shared.lock().brokers.iter().map(|b| b.id).collect()
     }
 
+    /// The coordinator of consumer group `group` (a hash of the name over the brokers, stopped
+    /// ones included: it does not move).
+    pub fn group_coordinator(&self, group: &str) -> i32 {
+        self.shared.lock().coordinator(group).id
+    }
+
     /// A broker's listening address.
     pub fn broker_addr(&self, broker: i32) -> Result<SocketAddr, FakeError> {
         let st = self.shared.lock();
