@@ -768,7 +768,7 @@ fn partitions_added_while_consuming_are_read_from_their_start() {
 }
 
 /// The failover tests stop and start the trio's nodes: one at a time.
-static TRIO: std::sync::Mutex<()> = std::sync::Mutex::new(());
+pub static TRIO: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
 fn brokers_stopped_killed_and_restarted_mid_consume_lose_and_duplicate_nothing() {

@@ -456,6 +456,10 @@ fn an_unclean_election_on_the_trio_is_reported_with_the_exact_range() {
     else {
         return;
     };
+    // It stops and starts nodes: one such test at a time.
+    let _one_at_a_time = crate::real_kafka::TRIO
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let t = topic("kip320-unclean");
     k.tool("create", &["--topic", &t, "--partitions", "1", "--rf", "2"]);
     // The tools' own log lines may come first on stdout.
@@ -538,6 +542,9 @@ fn a_truncation_while_the_stream_was_down_is_found_on_restart_on_the_trio() {
     else {
         return;
     };
+    let _one_at_a_time = crate::real_kafka::TRIO
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let t = topic("kip320-restart");
     let group = format!("{t}-g");
     k.tool("create", &["--topic", &t, "--partitions", "1", "--rf", "2"]);
