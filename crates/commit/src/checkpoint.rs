@@ -86,15 +86,15 @@ impl CheckpointFile {
         meta.insert("batchId".to_owned(), Value::from(self.batch_id));
         meta.insert("timestampMs".to_owned(), Value::from(self.timestamp_ms));
         if let Some(from) = &self.from {
-            meta.insert("from".to_owned(), offsets_json(from));
+            meta.insert("from".to_owned(), topics_json(from));
         }
         if !self.epochs.is_empty() {
-            meta.insert("leaderEpochs".to_owned(), epochs_json(&self.epochs));
+            meta.insert("leaderEpochs".to_owned(), topics_json(&self.epochs));
         }
         format!(
             "v{FORMAT_VERSION}\n{}\n{}\n",
             Value::Object(meta),
-            offsets_json(&self.offsets)
+            topics_json(&self.offsets)
         )
     }
 
@@ -207,120 +207,97 @@ impl CheckpointFile {
 
     /// The offsets as positions.
     pub fn positions(&self) -> Positions {
-        to_positions(&self.offsets)
+        by_partition(&self.offsets)
     }
 
     /// The leader epochs, by partition.
     pub fn leader_epochs(&self) -> Epochs {
-        self.epochs
-            .iter()
-            .flat_map(|(t, ps)| {
-                ps.iter()
-                    .map(move |(p, e)| (TopicPartition::new(t.clone(), *p), *e))
-            })
-            .collect()
+        by_partition(&self.epochs)
     }
 }
 
-fn epochs_json(o: &TopicEpochs) -> Value {
+/// `{"topic":{"partition":value}}`: the shape of the offsets and of the leader epochs.
+fn topics_json<V: Copy + Into<Value>>(o: &BTreeMap<String, BTreeMap<i32, V>>) -> Value {
     let mut topics = Map::new();
     for (t, parts) in o {
         let mut ps = Map::new();
-        for (p, e) in parts {
-            ps.insert(p.to_string(), Value::from(*e));
+        for (p, v) in parts {
+            ps.insert(p.to_string(), (*v).into());
         }
         topics.insert(t.clone(), Value::Object(ps));
     }
     Value::Object(topics)
 }
 
-/// Parses `{"topic":{"partition":epoch}}`.
-fn parse_epochs(v: &Value) -> Result<TopicEpochs, String> {
+/// Parses `{"topic":{"partition":value}}`; `what` names the value in the expected shape
+/// (`offset`, `epoch`), `name` in the message about a bad one (`offset`, `leader epoch`), and
+/// `value` reads one, or says what it must be.
+fn parse_topics<V>(
+    v: &Value,
+    (what, name): (&str, &str),
+    value: impl Fn(&Value) -> Result<V, &'static str>,
+) -> Result<BTreeMap<String, BTreeMap<i32, V>>, String> {
     let topics = v
         .as_object()
-        .ok_or("expected a JSON object {\"topic\":{\"partition\":epoch}}")?;
-    let mut out = TopicEpochs::new();
+        .ok_or_else(|| format!("expected a JSON object {{\"topic\":{{\"partition\":{what}}}}}"))?;
+    let mut out = BTreeMap::new();
     for (t, parts) in topics {
         let parts = parts
             .as_object()
-            .ok_or_else(|| format!("topic '{t}': expected an object {{\"partition\":epoch}}"))?;
+            .ok_or_else(|| format!("topic '{t}': expected an object {{\"partition\":{what}}}"))?;
         let mut ps = BTreeMap::new();
-        for (p, e) in parts {
+        for (p, x) in parts {
             let pn: i32 =
                 p.parse().ok().filter(|n| *n >= 0).ok_or_else(|| {
                     format!("topic '{t}': partition '{p}' is not a partition number")
                 })?;
-            let e = e
-                .as_i64()
-                .and_then(|e| i32::try_from(e).ok())
-                .filter(|e| *e >= 0)
-                .ok_or_else(|| {
-                    format!("{t}-{p}: leader epoch {e} is not a non-negative 32-bit integer")
-                })?;
-            ps.insert(pn, e);
+            let x = value(x).map_err(|must| format!("{t}-{p}: {name} {x} {must}"))?;
+            ps.insert(pn, x);
         }
         out.insert(t.clone(), ps);
     }
     Ok(out)
-}
-
-fn epochs_file(e: &Epochs) -> TopicEpochs {
-    let mut out = TopicEpochs::new();
-    for (tp, e) in e {
-        out.entry(tp.topic.clone())
-            .or_default()
-            .insert(tp.partition, *e);
-    }
-    out
-}
-
-fn offsets_json(o: &TopicOffsets) -> Value {
-    let mut topics = Map::new();
-    for (t, parts) in o {
-        let mut ps = Map::new();
-        for (p, off) in parts {
-            ps.insert(p.to_string(), Value::from(*off));
-        }
-        topics.insert(t.clone(), Value::Object(ps));
-    }
-    Value::Object(topics)
 }
 
 /// Parses `{"topic":{"partition":offset}}` (Spark's Kafka offsets JSON; also read by
 /// [`crate::spark`]).
 pub(crate) fn parse_offsets(v: &Value) -> Result<TopicOffsets, String> {
-    let topics = v
-        .as_object()
-        .ok_or("expected a JSON object {\"topic\":{\"partition\":offset}}")?;
-    let mut out = TopicOffsets::new();
-    for (t, parts) in topics {
-        let parts = parts
-            .as_object()
-            .ok_or_else(|| format!("topic '{t}': expected an object {{\"partition\":offset}}"))?;
-        let mut ps = BTreeMap::new();
-        for (p, off) in parts {
-            let pn: i32 =
-                p.parse().ok().filter(|n| *n >= 0).ok_or_else(|| {
-                    format!("topic '{t}': partition '{p}' is not a partition number")
-                })?;
-            let off = off
-                .as_i64()
-                .filter(|o| *o >= 0)
-                .ok_or_else(|| format!("{t}-{p}: offset {off} is not a non-negative integer"))?;
-            ps.insert(pn, off);
-        }
-        out.insert(t.clone(), ps);
-    }
-    Ok(out)
+    parse_topics(v, ("offset", "offset"), |x| {
+        x.as_i64()
+            .filter(|o| *o >= 0)
+            .ok_or("is not a non-negative integer")
+    })
 }
 
-fn to_positions(o: &TopicOffsets) -> Positions {
+/// Parses a commit file's `leaderEpochs`, `{"topic":{"partition":epoch}}`.
+fn parse_epochs(v: &Value) -> Result<TopicEpochs, String> {
+    parse_topics(v, ("epoch", "leader epoch"), |x| {
+        x.as_i64()
+            .and_then(|e| i32::try_from(e).ok())
+            .filter(|e| *e >= 0)
+            .ok_or("is not a non-negative 32-bit integer")
+    })
+}
+
+/// Topic → partition → value as partition → value.
+fn by_partition<V: Copy>(o: &BTreeMap<String, BTreeMap<i32, V>>) -> BTreeMap<TopicPartition, V> {
     o.iter()
         .flat_map(|(t, ps)| {
             ps.iter()
-                .map(move |(p, off)| (TopicPartition::new(t.clone(), *p), *off))
+                .map(move |(p, v)| (TopicPartition::new(t.clone(), *p), *v))
         })
         .collect()
+}
+
+/// Partition → value as topic → partition → value (what the files hold).
+fn by_topic<V: Copy>(o: &BTreeMap<TopicPartition, V>) -> BTreeMap<String, BTreeMap<i32, V>> {
+    let mut out: BTreeMap<String, BTreeMap<i32, V>> = BTreeMap::new();
+    for (tp, v) in o {
+        out.entry(tp.topic.clone())
+            .or_default()
+            .insert(tp.partition, *v);
+    }
+    out
 }
 
 fn to_topic_offsets(it: impl IntoIterator<Item = (String, i32, i64)>) -> TopicOffsets {
@@ -345,10 +322,6 @@ fn untils(ranges: &[OffsetRange]) -> TopicOffsets {
             .iter()
             .map(|r| (r.topic.clone(), r.partition, r.until)),
     )
-}
-
-fn positions_file(p: &Positions) -> TopicOffsets {
-    to_topic_offsets(p.iter().map(|(tp, o)| (tp.topic.clone(), tp.partition, *o)))
 }
 
 fn now_ms() -> i64 {
@@ -1114,8 +1087,8 @@ impl Inner {
             batch_id: batch.id,
             timestamp_ms: now_ms(),
             from: None,
-            offsets: positions_file(&state),
-            epochs: epochs_file(&epochs),
+            offsets: by_topic(&state),
+            epochs: by_topic(&epochs),
         };
         let path = self.commits_path(batch.id);
         match self.write_batch_file(&path, file.encode().as_bytes()) {
@@ -1234,8 +1207,8 @@ impl Inner {
             batch_id,
             timestamp_ms: now_ms(),
             from: None,
-            offsets: positions_file(&state),
-            epochs: epochs_file(&epochs),
+            offsets: by_topic(&state),
+            epochs: by_topic(&epochs),
         };
         self.create(
             &self.dir.join("commits"),
@@ -1569,7 +1542,27 @@ mod tests {
         let e = CheckpointFile::decode(bad, Path::new("x"))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("leader epoch -2"), "{e}");
+        assert!(
+            e.contains("e-0: leader epoch -2 is not a non-negative 32-bit integer"),
+            "{e}"
+        );
+        // Offsets and epochs are read by one parser: the offsets' messages are as they were.
+        let bad = "v1\n{\"batchId\":7}\n{\"e\":{\"0\":-5}}\n";
+        let e = CheckpointFile::decode(bad, Path::new("x"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("e-0: offset -5 is not a non-negative integer"),
+            "{e}"
+        );
+        let bad = "v1\n{\"batchId\":7}\n[1]\n";
+        let e = CheckpointFile::decode(bad, Path::new("x"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("expected a JSON object {\"topic\":{\"partition\":offset}}"),
+            "{e}"
+        );
         let _ = fs::remove_dir_all(&d);
     }
 
