@@ -1975,46 +1975,8 @@ impl Driver {
                     self.forget();
                     reconnect.wait(e, &self.config).await?
                 }
-                Err(e) => match (self.config.data_loss, e.root().kind()) {
-                    // KIP-320: records an earlier batch handed out are no longer
-                    // in the log (the fetch's diverging epoch). Read on from
-                    // where the new leader's log stops agreeing: the range
-                    // widens back to it, and the batch reports what was lost.
-                    (
-                        DataLossPolicy::Earliest,
-                        ErrorKind::Plan(PlanError::DataLoss {
-                            topic,
-                            partition,
-                            lost_from,
-                            lost_until,
-                            reason: reason @ DataLossReason::Truncated { .. },
-                        }),
-                    ) => {
-                        let Some(r) = want
-                            .iter_mut()
-                            .find(|r| r.topic == *topic && r.partition == *partition)
-                        else {
-                            return Err(e);
-                        };
-                        // Each step moves the range's start back: finite.
-                        if *lost_from >= r.from || *lost_from < 0 {
-                            return Err(e);
-                        }
-                        tracing::warn!(
-                            "{e} (failOnDataLoss=false: {topic}-{partition} goes \
-                         on at {lost_from})"
-                        );
-                        fetch_lost.push(LostRange {
-                            topic: topic.clone(),
-                            partition: *partition,
-                            from: *lost_from,
-                            until: *lost_until,
-                            reason: *reason,
-                        });
-                        r.from = *lost_from;
-                        self.forget();
-                    }
-                    (
+                Err(e) => {
+                    let (
                         DataLossPolicy::Earliest,
                         ErrorKind::Plan(PlanError::DataLoss {
                             topic,
@@ -2023,32 +1985,52 @@ impl Driver {
                             lost_until,
                             reason,
                         }),
-                    ) => {
-                        let Some(r) = want
-                            .iter_mut()
-                            .find(|r| r.topic == *topic && r.partition == *partition)
-                        else {
+                    ) = (self.config.data_loss, e.root().kind())
+                    else {
+                        return Err(e);
+                    };
+                    let Some(r) = want
+                        .iter_mut()
+                        .find(|r| r.topic == *topic && r.partition == *partition)
+                    else {
+                        return Err(e);
+                    };
+                    let lost = if let DataLossReason::Truncated { .. } = reason {
+                        // KIP-320: records an earlier batch handed out are no longer in the
+                        // log (the fetch's diverging epoch). Read on from where the new
+                        // leader's log stops agreeing: the range widens back to it, and the
+                        // batch reports what was lost. Each step moves the range's start
+                        // back: finite.
+                        if *lost_from >= r.from || *lost_from < 0 {
                             return Err(e);
-                        };
+                        }
+                        tracing::warn!(
+                            "{e} (failOnDataLoss=false: {topic}-{partition} goes on at \
+                             {lost_from})"
+                        );
+                        r.from = *lost_from;
+                        (*lost_from, *lost_until)
+                    } else {
+                        // Retention removed records of the range: the whole range up to the
+                        // log start is lost (a failed fetch keeps none of what it read).
                         let until = (*lost_until).min(r.until);
                         if until <= r.from {
                             return Err(e);
                         }
-                        // The whole range up to the log start: a failed
-                        // fetch keeps none of what it read.
-                        fetch_lost.push(LostRange {
-                            topic: topic.clone(),
-                            partition: *partition,
-                            from: r.from.min(*lost_from),
-                            until,
-                            reason: *reason,
-                        });
+                        let lost = (r.from.min(*lost_from), until);
                         r.from = until;
-                        want.retain(|r| !r.is_empty());
-                        self.forget();
-                    }
-                    _ => return Err(e),
-                },
+                        lost
+                    };
+                    fetch_lost.push(LostRange {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        from: lost.0,
+                        until: lost.1,
+                        reason: *reason,
+                    });
+                    want.retain(|r| !r.is_empty());
+                    self.forget();
+                }
             }
         };
         Ok((data, fetch_lost))
