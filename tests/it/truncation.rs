@@ -5,15 +5,17 @@
 //! never skipped and never handed out twice at one offset without that report.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use bytes::Bytes;
 use kdirect::commit::checkpoint::CheckpointStore;
+use kdirect::engine::plan::LostRange;
 use kdirect::engine::plan::{DataLossReason, PlanError, StartPolicy};
 use kdirect::engine::ErrorKind;
-use kdirect::DirectStream;
+use kdirect::{Batch, DirectStream, Error};
 use kdirect_fake_broker::{Codec, FakeCluster, FakeRecord};
 
-use crate::support::rt;
+use crate::support::{rt, tempdir};
 
 /// Appends `n` single-record batches valued `{tag}{offset}` to t-0.
 fn append(fake: &FakeCluster, tag: &str, n: i64) {
@@ -49,35 +51,56 @@ async fn stream(fake: &FakeCluster, fail_on_data_loss: bool) -> DirectStream {
         .unwrap()
 }
 
-/// Reads batches until `until` is reached on t-0: (offset, value) of every record, and the
-/// lost ranges the batches reported.
-async fn read_to(
-    s: &mut DirectStream,
-    until: i64,
-) -> Result<(Vec<(i64, String)>, Vec<kdirect::engine::plan::LostRange>), kdirect::Error> {
+/// (offset, value) of every record of a batch.
+fn records(b: &Batch) -> Vec<(i64, String)> {
+    let mut got = Vec::new();
+    b.for_each_record(|_, r| {
+        got.push((
+            r.offset(),
+            String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned(),
+        ))
+    })
+    .unwrap();
+    got
+}
+
+type Read = (Vec<(i64, String)>, Vec<LostRange>);
+
+/// Reads batches until `until` is reached on t-0, committing each to the stream's store
+/// (`commit`) or only releasing it: (offset, value) of every record, and the lost ranges the
+/// batches reported.
+async fn read_batches(s: &mut DirectStream, until: i64, commit: bool) -> Result<Read, Error> {
     let mut got = Vec::new();
     let mut lost = Vec::new();
     let mut reached = 0;
     while reached < until {
         let b = s.next_batch().await?.expect("an unbounded stream");
         lost.extend(b.lost().iter().cloned());
-        b.for_each_record(|_, r| {
-            got.push((
-                r.offset(),
-                String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned(),
-            ))
-        })
-        .unwrap();
+        got.extend(records(&b));
         reached = b.ranges().iter().map(|r| r.until).max().unwrap_or(reached);
-        s.done(b);
+        if commit {
+            s.commit(b).await?;
+        } else {
+            s.done(b);
+        }
     }
     Ok((got, lost))
 }
 
-/// Broker 1 leads at epoch 0 for [0, 10); broker 2 at epoch 1 for [10, 15); the stream reads
-/// all 15. Then broker 1 comes back as leader by an unclean election with only [0, 12), at
-/// epoch 2. Returns the fake.
-async fn read_then_truncate(fail: bool) -> (FakeCluster, DirectStream) {
+/// [`read_batches`], releasing each batch.
+async fn read_to(s: &mut DirectStream, until: i64) -> Result<Read, Error> {
+    read_batches(s, until, false).await
+}
+
+/// [`read_batches`], committing each batch.
+async fn read_and_commit_to(s: &mut DirectStream, until: i64) -> Result<Read, Error> {
+    read_batches(s, until, true).await
+}
+
+/// Two brokers, t-0 led by the first at epoch 0 for [0, 10) (`a0`..`a9`), then by the second
+/// at epoch 1 for [10, 15) (`b10`..`b14`), in single-record batches. Returns the fake and the
+/// first broker.
+async fn led_by_two() -> (FakeCluster, i32) {
     let fake = FakeCluster::builder()
         .brokers(2)
         .topic("t", 1)
@@ -89,6 +112,14 @@ async fn read_then_truncate(fail: bool) -> (FakeCluster, DirectStream) {
     append(&fake, "a", 10);
     fake.move_leader("t", 0, second).unwrap();
     append(&fake, "b", 5);
+    (fake, first)
+}
+
+/// Broker 1 leads at epoch 0 for [0, 10); broker 2 at epoch 1 for [10, 15); the stream reads
+/// all 15. Then broker 1 comes back as leader by an unclean election with only [0, 12), at
+/// epoch 2. Returns the fake.
+async fn read_then_truncate(fail: bool) -> (FakeCluster, DirectStream) {
+    let (fake, first) = led_by_two().await;
     let mut s = stream(&fake, fail).await;
     let (got, lost) = read_to(&mut s, 15).await.unwrap();
     assert_eq!(got.len(), 15);
@@ -248,47 +279,13 @@ async fn stored_stream(
     b.build().await.unwrap()
 }
 
-/// Like [`read_to`], committing each batch to the stream's store.
-async fn read_and_commit_to(
-    s: &mut DirectStream,
-    until: i64,
-) -> Result<(Vec<(i64, String)>, Vec<kdirect::engine::plan::LostRange>), kdirect::Error> {
-    let mut got = Vec::new();
-    let mut lost = Vec::new();
-    let mut reached = 0;
-    while reached < until {
-        let b = s.next_batch().await?.expect("an unbounded stream");
-        lost.extend(b.lost().iter().cloned());
-        b.for_each_record(|_, r| {
-            got.push((
-                r.offset(),
-                String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned(),
-            ))
-        })
-        .unwrap();
-        reached = b.ranges().iter().map(|r| r.until).max().unwrap_or(reached);
-        s.commit(b).await?;
-    }
-    Ok((got, lost))
-}
-
 /// The stream reads [0, 15) (the last 5 under epoch 1), commits, and stops. While it is down,
 /// broker 1 comes back by an unclean election holding [0, 12) only, and 5 new records go to
 /// offsets [12, 17). Returns the fake and the checkpoint directory.
-async fn commit_then_truncate_while_down(kept: Kept, name: &str) -> (FakeCluster, TempDir) {
-    let fake = FakeCluster::builder()
-        .brokers(2)
-        .topic("t", 1)
-        .build()
-        .await
-        .unwrap();
-    let (first, _) = fake.leader("t", 0).unwrap();
-    let second = *fake.broker_ids().iter().find(|b| **b != first).unwrap();
-    append(&fake, "a", 10);
-    fake.move_leader("t", 0, second).unwrap();
-    append(&fake, "b", 5);
-    let dir = TempDir::new(name);
-    let mut s = stored_stream(&fake, kept, &dir.0, true).await;
+async fn commit_then_truncate_while_down(kept: Kept, name: &str) -> (FakeCluster, PathBuf) {
+    let (fake, first) = led_by_two().await;
+    let dir = tempdir(name);
+    let mut s = stored_stream(&fake, kept, &dir, true).await;
     let (got, lost) = read_and_commit_to(&mut s, 15).await.unwrap();
     assert_eq!(got.len(), 15);
     assert!(lost.is_empty());
@@ -297,7 +294,7 @@ async fn commit_then_truncate_while_down(kept: Kept, name: &str) -> (FakeCluster
     drop(s);
     if let Kept::Checkpoint = kept {
         // The commit file keeps the epoch of the last batch read before 15: broker 2's, 1.
-        let c = CheckpointStore::open(&dir.0, 10)
+        let c = CheckpointStore::open(&dir, 10)
             .unwrap()
             .load_sync()
             .unwrap();
@@ -314,24 +311,6 @@ async fn commit_then_truncate_while_down(kept: Kept, name: &str) -> (FakeCluster
     (fake, dir)
 }
 
-/// A directory removed when dropped.
-struct TempDir(std::path::PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let d = std::env::temp_dir().join(format!("kdirect-it-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        TempDir(d)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// A log truncated under the committed position while the stream was down: the resumed
 /// stream (failOnDataLoss=true) checks its stored epoch with the leader before its first
 /// plan and fails with the exact range, [12, 15) — it never reads 15.. as if nothing had
@@ -342,7 +321,7 @@ fn a_log_truncated_while_the_stream_was_down_fails_the_resumed_stream() {
         rt().block_on(async {
             let (fake, dir) =
                 commit_then_truncate_while_down(kept, &format!("resume-fail-{kept:?}")).await;
-            let mut s = stored_stream(&fake, kept, &dir.0, true).await;
+            let mut s = stored_stream(&fake, kept, &dir, true).await;
             let e = match s.next_batch().await {
                 Err(e) => e,
                 Ok(b) => panic!("{kept:?}: a truncated log must fail the stream, got {b:?}"),
@@ -373,7 +352,7 @@ fn a_log_truncated_while_the_stream_was_down_is_reported_and_read_on_after_resum
         rt().block_on(async {
             let (fake, dir) =
                 commit_then_truncate_while_down(kept, &format!("resume-go-on-{kept:?}")).await;
-            let mut s = stored_stream(&fake, kept, &dir.0, false).await;
+            let mut s = stored_stream(&fake, kept, &dir, false).await;
             let (got, lost) = read_and_commit_to(&mut s, 17).await.unwrap();
             assert_eq!(
                 lost.iter().map(|l| (l.from, l.until)).collect::<Vec<_>>(),
@@ -405,13 +384,13 @@ fn a_clean_restart_with_stored_epochs_is_no_data_loss() {
             let (first, _) = fake.leader("t", 0).unwrap();
             let second = *fake.broker_ids().iter().find(|b| **b != first).unwrap();
             append(&fake, "a", 10);
-            let dir = TempDir::new(&format!("resume-clean-{kept:?}"));
-            let mut s = stored_stream(&fake, kept, &dir.0, true).await;
+            let dir = tempdir(&format!("resume-clean-{kept:?}"));
+            let mut s = stored_stream(&fake, kept, &dir, true).await;
             read_and_commit_to(&mut s, 10).await.unwrap();
             drop(s);
             fake.move_leader("t", 0, second).unwrap();
             append(&fake, "b", 5);
-            let mut s = stored_stream(&fake, kept, &dir.0, true).await;
+            let mut s = stored_stream(&fake, kept, &dir, true).await;
             let (got, lost) = read_and_commit_to(&mut s, 15).await.unwrap();
             assert!(lost.is_empty(), "{kept:?}: {lost:?}");
             assert_eq!(
@@ -427,6 +406,21 @@ fn truncated_at(reason: &DataLossReason, last_fetched: i32) -> bool {
         reason,
         DataLossReason::Truncated { last_fetched_epoch, .. } if *last_fetched_epoch == last_fetched
     )
+}
+
+/// Partition 0's leader and another of its replicas, from `KTool describe`.
+fn leader_and_follower(k: &crate::real_kafka::Kafka, t: &str) -> (u32, u32) {
+    // The tools' own log lines may come first on stdout.
+    let out = k.tool("describe", &["--topic", t]);
+    let line = out.lines().find(|l| l.starts_with("0 ")).unwrap();
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let leader: u32 = fields[1].parse().unwrap();
+    let follower: u32 = fields[2]
+        .split(',')
+        .map(|r| r.parse::<u32>().unwrap())
+        .find(|r| *r != leader)
+        .unwrap();
+    (leader, follower)
 }
 
 /// Starts the nodes it holds when dropped (a failed assertion included): the trio is left
@@ -462,16 +456,7 @@ fn an_unclean_election_on_the_trio_is_reported_with_the_exact_range() {
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let t = topic("kip320-unclean");
     k.tool("create", &["--topic", &t, "--partitions", "1", "--rf", "2"]);
-    // The tools' own log lines may come first on stdout.
-    let out = k.tool("describe", &["--topic", &t]);
-    let line = out.lines().find(|l| l.starts_with("0 ")).unwrap();
-    let fields: Vec<&str> = line.split_whitespace().collect();
-    let leader: u32 = fields[1].parse().unwrap();
-    let follower: u32 = fields[2]
-        .split(',')
-        .map(|r| r.parse::<u32>().unwrap())
-        .find(|r| *r != leader)
-        .unwrap();
+    let (leader, follower) = leader_and_follower(&k, &t);
     k.tool("wait-isr", &["--topic", &t, "--replicas", "2"]);
     k.produce(&t, 1, 10, &[]);
     rt().block_on(async {
@@ -548,15 +533,7 @@ fn a_truncation_while_the_stream_was_down_is_found_on_restart_on_the_trio() {
     let t = topic("kip320-restart");
     let group = format!("{t}-g");
     k.tool("create", &["--topic", &t, "--partitions", "1", "--rf", "2"]);
-    let out = k.tool("describe", &["--topic", &t]);
-    let line = out.lines().find(|l| l.starts_with("0 ")).unwrap();
-    let fields: Vec<&str> = line.split_whitespace().collect();
-    let leader: u32 = fields[1].parse().unwrap();
-    let follower: u32 = fields[2]
-        .split(',')
-        .map(|r| r.parse::<u32>().unwrap())
-        .find(|r| *r != leader)
-        .unwrap();
+    let (leader, follower) = leader_and_follower(&k, &t);
     k.tool("wait-isr", &["--topic", &t, "--replicas", "2"]);
     k.produce(&t, 1, 10, &[]);
     let open = || async {
@@ -634,19 +611,9 @@ fn a_truncation_while_the_stream_was_down_is_found_on_restart_on_the_trio() {
 fn a_batch_re_run_after_a_crash_over_a_truncated_log_follows_the_data_loss_policy() {
     for fail in [false, true] {
         rt().block_on(async {
-            let fake = FakeCluster::builder()
-                .brokers(2)
-                .topic("t", 1)
-                .build()
-                .await
-                .unwrap();
-            let (first, _) = fake.leader("t", 0).unwrap();
-            let second = *fake.broker_ids().iter().find(|b| **b != first).unwrap();
-            append(&fake, "a", 10);
-            fake.move_leader("t", 0, second).unwrap();
-            append(&fake, "b", 5);
-            let dir = TempDir::new(&format!("replay-{fail}"));
-            let mut s = stored_stream(&fake, Kept::Checkpoint, &dir.0, true).await;
+            let (fake, first) = led_by_two().await;
+            let dir = tempdir(&format!("replay-{fail}"));
+            let mut s = stored_stream(&fake, Kept::Checkpoint, &dir, true).await;
             read_and_commit_to(&mut s, 15).await.unwrap();
             append_batch(&fake, "b", 5);
             // Handed out (its plan logged), never committed: a crash.
@@ -662,7 +629,7 @@ fn a_batch_re_run_after_a_crash_over_a_truncated_log_follows_the_data_loss_polic
             drop(s);
             fake.truncate_on_leader_change("t", 0, first, 12).unwrap();
             append_batch(&fake, "c", 10);
-            let mut s = stored_stream(&fake, Kept::Checkpoint, &dir.0, fail).await;
+            let mut s = stored_stream(&fake, Kept::Checkpoint, &dir, fail).await;
             let first_batch = s.next_batch().await;
             if fail {
                 let e = first_batch.expect_err("the re-run batch's log was truncated");
@@ -687,14 +654,7 @@ fn a_batch_re_run_after_a_crash_over_a_truncated_log_follows_the_data_loss_polic
                     .collect::<Vec<_>>(),
                 vec![(12, 15)]
             );
-            let mut got = Vec::new();
-            b.for_each_record(|_, r| {
-                got.push((
-                    r.offset(),
-                    String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned(),
-                ))
-            })
-            .unwrap();
+            let mut got = records(&b);
             s.commit(b).await.unwrap();
             let (rest, lost) = read_and_commit_to(&mut s, 22).await.unwrap();
             assert!(lost.is_empty(), "{lost:?}");
@@ -715,35 +675,14 @@ fn a_batch_re_run_after_a_crash_over_a_truncated_log_follows_the_data_loss_polic
 #[test]
 fn a_widened_batch_re_run_after_a_crash_hands_out_the_same_records() {
     rt().block_on(async {
-        let fake = FakeCluster::builder()
-            .brokers(2)
-            .topic("t", 1)
-            .build()
-            .await
-            .unwrap();
-        let (first, _) = fake.leader("t", 0).unwrap();
-        let second = *fake.broker_ids().iter().find(|b| **b != first).unwrap();
-        append(&fake, "a", 10);
-        fake.move_leader("t", 0, second).unwrap();
-        append(&fake, "b", 5);
-        let dir = TempDir::new("replay-widened");
-        let mut s = stored_stream(&fake, Kept::Checkpoint, &dir.0, false).await;
+        let (fake, first) = led_by_two().await;
+        let dir = tempdir("replay-widened");
+        let mut s = stored_stream(&fake, Kept::Checkpoint, &dir, false).await;
         read_and_commit_to(&mut s, 15).await.unwrap();
         drop(s);
         fake.truncate_on_leader_change("t", 0, first, 12).unwrap();
         append_batch(&fake, "c", 8);
-        let mut s = stored_stream(&fake, Kept::Checkpoint, &dir.0, false).await;
-        let records = |b: &kdirect::Batch| {
-            let mut got = Vec::new();
-            b.for_each_record(|_, r| {
-                got.push((
-                    r.offset(),
-                    String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned(),
-                ))
-            })
-            .unwrap();
-            got
-        };
+        let mut s = stored_stream(&fake, Kept::Checkpoint, &dir, false).await;
         let b = s.next_batch().await.unwrap().unwrap();
         let live = (
             b.ranges()
@@ -762,7 +701,7 @@ fn a_widened_batch_re_run_after_a_crash_hands_out_the_same_records() {
         assert_eq!(live.2, want);
         drop(b);
         drop(s);
-        let mut s = stored_stream(&fake, Kept::Checkpoint, &dir.0, false).await;
+        let mut s = stored_stream(&fake, Kept::Checkpoint, &dir, false).await;
         let b = s.next_batch().await.unwrap().unwrap();
         assert!(b.is_replay());
         let again = (
@@ -792,13 +731,13 @@ fn records_removed_below_the_committed_position_are_skipped_and_the_batch_commit
         rt().block_on(async {
             let fake = FakeCluster::builder().topic("t", 1).build().await.unwrap();
             append(&fake, "a", 10);
-            let dir = TempDir::new(&format!("below-start-{kept:?}"));
-            let mut s = stored_stream(&fake, kept, &dir.0, false).await;
+            let dir = tempdir(&format!("below-start-{kept:?}"));
+            let mut s = stored_stream(&fake, kept, &dir, false).await;
             read_and_commit_to(&mut s, 10).await.unwrap();
             drop(s);
             append(&fake, "a", 10);
             fake.set_log_start("t", 0, 15).unwrap();
-            let mut s = stored_stream(&fake, kept, &dir.0, false).await;
+            let mut s = stored_stream(&fake, kept, &dir, false).await;
             let (got, lost) = read_and_commit_to(&mut s, 20).await.unwrap();
             assert_eq!(
                 lost.iter()
@@ -810,7 +749,7 @@ fn records_removed_below_the_committed_position_are_skipped_and_the_batch_commit
             let want: Vec<(i64, String)> = (15..20).map(|o| (o, format!("a{o}"))).collect();
             assert_eq!(got, want, "{kept:?}");
             drop(s);
-            let s = stored_stream(&fake, kept, &dir.0, false).await;
+            let s = stored_stream(&fake, kept, &dir, false).await;
             assert_eq!(
                 s.stored_positions().values().copied().collect::<Vec<_>>(),
                 vec![20],
