@@ -61,6 +61,11 @@ put("checkpoint_file", "offsets-plan",
     '{"events":{"0":1200,"1":950}}\n')
 put("checkpoint_file", "commits",
     'v1\n{"batchId":7,"timestampMs":1700000000000}\n{"events":{"0":1200,"1":950},"b":{"3":0}}\n')
+# a plan that moves partition 0 back from the stored 1500 (failOnDataLoss=false, a log that
+# now ends below it).
+put("checkpoint_file", "plan-moving-back",
+    'v1\n{"batchId":7,"from":{"events":{"0":0,"1":900}},"movedBackFrom":{"events":{"0":1500}},'
+    '"timestampMs":1700000000100}\n{"events":{"0":12,"1":950}}\n')
 
 # store specs: mode byte 0 (arbitrary spec), odd bytes (built URL: scheme, user, password,
 # host, secret query value separated by 0 bytes).

@@ -4,8 +4,9 @@
 //! Properties: no panic; an error names the file; a file that decodes re-encodes
 //! (`CheckpointFile::encode`, what the store writes) to text that decodes to the same file;
 //! its offsets are non-negative partitions and offsets, its leader epochs (`commits/N`'s
-//! `leaderEpochs`) are non-negative and each names a partition with an offset, and an
-//! `offsets/N` plan never has a range that starts after it ends.
+//! `leaderEpochs`) are non-negative and each names a partition with an offset, the positions
+//! a plan moves back from (`movedBackFrom`) are non-negative and each names a partition with
+//! a range, and an `offsets/N` plan never has a range that starts after it ends.
 //!
 //! Input: the file's bytes (invalid UTF-8 is what `read_to_string` refuses before decode).
 #![no_main]
@@ -40,6 +41,15 @@ fuzz_target!(|data: &[u8]| {
     for (tp, epoch) in file.leader_epochs() {
         assert!(epoch >= 0, "{tp} epoch {epoch}");
         assert!(positions.contains_key(&tp), "{tp} has an epoch and no offset");
+    }
+    let plan = file.planned();
+    assert_eq!(plan.ranges, file.ranges());
+    for (tp, from) in &plan.moved_back {
+        assert!(*from >= 0, "{tp} moved back from {from}");
+        assert!(
+            plan.ranges.iter().any(|r| r.topic_partition() == *tp),
+            "{tp} moves back and has no range"
+        );
     }
     for r in file.ranges() {
         assert!(

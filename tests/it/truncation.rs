@@ -64,7 +64,10 @@ fn records(b: &Batch) -> Vec<(i64, String)> {
     got
 }
 
-type Read = (Vec<(i64, String)>, Vec<LostRange>);
+/// (offset, value) of records.
+type Records = Vec<(i64, String)>;
+
+type Read = (Records, Vec<LostRange>);
 
 /// Reads batches until `until` is reached on t-0, committing each to the stream's store
 /// (`commit`) or only releasing it: (offset, value) of every record, and the lost ranges the
@@ -259,6 +262,8 @@ enum Kept {
     Checkpoint,
     /// The Kafka group's offsets (OffsetCommit's committed leader epoch).
     Group,
+    /// A SQLite table (`sqlite:DIR/offsets.db`): offsets only, no epochs.
+    Sqlite,
 }
 
 async fn stored_stream(
@@ -275,6 +280,7 @@ async fn stored_stream(
     let b = match kept {
         Kept::Checkpoint => b.store(CheckpointStore::open(dir, 10).unwrap()),
         Kept::Group => b.group("kip320-resume").store_spec("kafka"),
+        Kept::Sqlite => b.store_spec(&format!("sqlite:{}", dir.join("offsets.db").display())),
     };
     b.build().await.unwrap()
 }
@@ -757,4 +763,128 @@ fn records_removed_below_the_committed_position_are_skipped_and_the_batch_commit
             );
         });
     }
+}
+
+/// The stream reads [0, 15) and commits; while it is down an unclean election leaves the log
+/// ending at 12, and one new record goes to 12: the log now ends (13) below the stored
+/// position. Returns the fake and the store's directory.
+async fn commit_then_truncate_below(kept: Kept, name: &str) -> (FakeCluster, PathBuf) {
+    let (fake, first) = led_by_two().await;
+    let dir = tempdir(name);
+    let mut s = stored_stream(&fake, kept, &dir, true).await;
+    read_and_commit_to(&mut s, 15).await.unwrap();
+    drop(s);
+    fake.truncate_on_leader_change("t", 0, first, 12).unwrap();
+    append(&fake, "c", 1);
+    assert_eq!(fake.high_watermark("t", 0).unwrap(), 13);
+    (fake, dir)
+}
+
+/// What a move back must look like, by store: those with the leader epoch find the
+/// truncation (OffsetForLeaderEpoch) and go on at 12; SQLite keeps no epoch, so the stream
+/// sees a position past the end and starts again at the log start (as Spark does).
+fn moved_back_read(kept: Kept) -> (Vec<(i64, i64)>, Records) {
+    match kept {
+        Kept::Checkpoint | Kept::Group => (vec![(12, 15)], vec![(12, "c12".to_owned())]),
+        Kept::Sqlite => (
+            vec![(13, 15)],
+            (0..13)
+                .map(|o| {
+                    let tag = match o {
+                        0..=9 => "a",
+                        10..=11 => "b",
+                        _ => "c",
+                    };
+                    (o, format!("{tag}{o}"))
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// failOnDataLoss=false, and the log now ends below the committed position (truncated below
+/// it while the stream was down and not written past it since; the same holds for a topic
+/// deleted and re-created): the stream reports the loss, moves the partition back, and the
+/// batch commits — it names the stored position it moves back from
+/// (`Batch::moved_back`), which the store's compare-and-set expects. Restarted, the stream
+/// goes on from the new position, nothing lost twice, nothing read twice. Was: the batch's
+/// range started below the stored position and every commit failed with a conflict, on
+/// every restart.
+#[test]
+fn a_log_now_ending_below_the_committed_position_moves_back_and_commits() {
+    for kept in [Kept::Checkpoint, Kept::Group, Kept::Sqlite] {
+        rt().block_on(async {
+            let (fake, dir) =
+                commit_then_truncate_below(kept, &format!("move-back-{kept:?}")).await;
+            let mut s = stored_stream(&fake, kept, &dir, false).await;
+            let b = s.next_batch().await.unwrap().unwrap();
+            let (want_lost, want_records) = moved_back_read(kept);
+            assert_eq!(
+                b.lost()
+                    .iter()
+                    .map(|l| (l.from, l.until))
+                    .collect::<Vec<_>>(),
+                want_lost,
+                "{kept:?}: {:?}",
+                b.lost()
+            );
+            assert_eq!(records(&b), want_records, "{kept:?}");
+            assert_eq!(
+                b.moved_back().values().copied().collect::<Vec<_>>(),
+                vec![15],
+                "{kept:?}: the batch names the stored position it moves back from"
+            );
+            s.commit(b)
+                .await
+                .unwrap_or_else(|e| panic!("{kept:?}: {e}"));
+            drop(s);
+            // Restarted: from 13, where the commit left it; the next records once each.
+            append(&fake, "c", 2);
+            let mut s = stored_stream(&fake, kept, &dir, false).await;
+            assert_eq!(
+                s.stored_positions().values().copied().collect::<Vec<_>>(),
+                vec![13],
+                "{kept:?}"
+            );
+            let (got, lost) = read_and_commit_to(&mut s, 15).await.unwrap();
+            assert!(lost.is_empty(), "{kept:?}: {lost:?}");
+            assert_eq!(
+                got,
+                vec![(13, "c13".to_owned()), (14, "c14".to_owned())],
+                "{kept:?}"
+            );
+        });
+    }
+}
+
+/// The moved-back batch is handed out (its plan logged with the position it moves back
+/// from) and the process dies before its commit: the restart re-runs it with the same
+/// ranges and the same stored position, and its commit holds. Was: the re-run's commit was
+/// refused with a conflict, on every restart.
+#[test]
+fn a_moved_back_batch_re_run_after_a_crash_commits() {
+    rt().block_on(async {
+        let kept = Kept::Checkpoint;
+        let (fake, dir) = commit_then_truncate_below(kept, "move-back-replay").await;
+        let mut s = stored_stream(&fake, kept, &dir, false).await;
+        let b = s.next_batch().await.unwrap().unwrap();
+        let live = (b.ranges().to_vec(), b.moved_back().clone(), records(&b));
+        drop(b);
+        drop(s);
+        let mut s = stored_stream(&fake, kept, &dir, false).await;
+        let b = s.next_batch().await.unwrap().unwrap();
+        assert!(b.is_replay());
+        assert_eq!(
+            (b.ranges().to_vec(), b.moved_back().clone(), records(&b)),
+            live,
+            "the re-run is the logged plan"
+        );
+        s.commit(b).await.unwrap();
+        drop(s);
+        let s = stored_stream(&fake, kept, &dir, false).await;
+        assert_eq!(
+            s.stored_positions().values().copied().collect::<Vec<_>>(),
+            vec![13]
+        );
+    });
 }

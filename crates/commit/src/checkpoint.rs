@@ -23,7 +23,10 @@
 //! epoch of the last record batch read before its position (KIP-320), which a resumed stream
 //! checks with the partition's leader before reading on. A partition without one (a position
 //! set by hand, or written before kdirect kept them) is resumed unchecked; readers that do not
-//! know the key ignore it.
+//! know the key ignore it. A plan's metadata may carry `"movedBackFrom":{"events":{"0":1500}}`:
+//! the stored positions of partitions whose range starts below them (the stream moved back
+//! after data loss under `failOnDataLoss=false`; [`PlannedBatch::moved_back`]), which the
+//! commit of the batch, or of its re-run, expects instead of the range's `from`.
 //!
 //! Writes are atomic creates: a temp file (`.<N>.tmp-…`, ignored by readers), fsync, a hard
 //! link to the final name (which fails if the name exists: a batch file is never overwritten,
@@ -77,6 +80,9 @@ pub struct CheckpointFile {
     /// `commits/N` only: the epoch of the last record batch read before each position, where
     /// known (KIP-320; see the module docs). Written only when not empty.
     pub epochs: TopicEpochs,
+    /// `offsets/N` only: the stored positions the plan's ranges move back from
+    /// ([`PlannedBatch::moved_back`]). Written only when not empty.
+    pub moved_back: TopicOffsets,
 }
 
 impl CheckpointFile {
@@ -90,6 +96,9 @@ impl CheckpointFile {
         }
         if !self.epochs.is_empty() {
             meta.insert("leaderEpochs".to_owned(), topics_json(&self.epochs));
+        }
+        if !self.moved_back.is_empty() {
+            meta.insert("movedBackFrom".to_owned(), topics_json(&self.moved_back));
         }
         format!(
             "v{FORMAT_VERSION}\n{}\n{}\n",
@@ -150,6 +159,12 @@ impl CheckpointFile {
                 parse_epochs(v).map_err(|r| corrupt(format!("line 2 'leaderEpochs': {r}")))?
             }
         };
+        let moved_back = match meta.get("movedBackFrom") {
+            None => TopicOffsets::new(),
+            Some(v) => {
+                parse_offsets(v).map_err(|r| corrupt(format!("line 2 'movedBackFrom': {r}")))?
+            }
+        };
         let offsets: Value = serde_json::from_str(offsets_line)
             .map_err(|e| corrupt(format!("line 3 is not JSON ({e}): truncated or garbage?")))?;
         let offsets = parse_offsets(&offsets).map_err(|r| corrupt(format!("line 3: {r}")))?;
@@ -176,12 +191,22 @@ impl CheckpointFile {
                 }
             }
         }
+        for (topic, parts) in &moved_back {
+            for p in parts.keys() {
+                if offsets.get(topic).and_then(|ps| ps.get(p)).is_none() {
+                    return Err(corrupt(format!(
+                        "{topic}-{p} has a 'movedBackFrom' on line 2 but no offset on line 3"
+                    )));
+                }
+            }
+        }
         Ok(CheckpointFile {
             batch_id,
             timestamp_ms,
             from,
             offsets,
             epochs,
+            moved_back,
         })
     }
 
@@ -213,6 +238,12 @@ impl CheckpointFile {
     /// The leader epochs, by partition.
     pub fn leader_epochs(&self) -> Epochs {
         by_partition(&self.epochs)
+    }
+
+    /// An `offsets/N` file's plan: its ranges and the positions they move back from.
+    pub fn planned(&self) -> PlannedBatch {
+        PlannedBatch::new(self.batch_id, self.ranges())
+            .with_moved_back(by_partition(&self.moved_back))
     }
 }
 
@@ -946,10 +977,7 @@ impl Inner {
             _ => None,
         };
         let pending = match pending {
-            Some(id) => Some(PlannedBatch::new(
-                id,
-                self.read_file(&self.offsets_path(id), id)?.ranges(),
-            )),
+            Some(id) => Some(self.read_file(&self.offsets_path(id), id)?.planned()),
             None => None,
         };
         let oldest = match (offsets.first(), commits.first()) {
@@ -1002,14 +1030,15 @@ impl Inner {
             from: Some(froms(&batch.ranges)),
             offsets: untils(&batch.ranges),
             epochs: Default::default(),
+            moved_back: by_topic(&batch.moved_back),
         };
         match self.write_batch_file(&path, file.encode().as_bytes()) {
             Ok(()) => Ok(true),
             Err(e) if matches!(e.kind(), StoreErrorKind::AlreadyExists { .. }) => {
-                // A re-run of the logged batch logs the same ranges again: fine. Other ranges
-                // mean another writer planned this batch.
+                // A re-run of the logged batch logs the same plan again: fine. Another plan
+                // means another writer planned this batch.
                 let existing = self.read_file(&path, batch.id)?;
-                if sorted(existing.ranges()) == sorted(batch.ranges.clone()) {
+                if same_plan(&existing.planned(), batch) {
                     Ok(true)
                 } else {
                     Err(StoreErrorKind::AlreadyExists {
@@ -1038,14 +1067,15 @@ impl Inner {
             }
         }
         // Write-ahead first if the stream did not (or the plan was already logged: no-op).
-        let logged = s.pending.as_ref().is_some_and(|p| {
-            p.id == batch.id && sorted(p.ranges.clone()) == sorted(batch.ranges.clone())
-        });
+        let logged = s
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.id == batch.id && same_plan(p, batch));
         if !logged {
             let path = self.offsets_path(batch.id);
             if self.exists(&path)? {
                 let existing = self.read_file(&path, batch.id)?;
-                if sorted(existing.ranges()) != sorted(batch.ranges.clone()) {
+                if !same_plan(&existing.planned(), batch) {
                     return Err(StoreErrorKind::AlreadyExists {
                         path,
                         reason: format!(
@@ -1089,6 +1119,7 @@ impl Inner {
             from: None,
             offsets: by_topic(&state),
             epochs: by_topic(&epochs),
+            moved_back: TopicOffsets::new(),
         };
         let path = self.commits_path(batch.id);
         match self.write_batch_file(&path, file.encode().as_bytes()) {
@@ -1129,6 +1160,7 @@ impl Inner {
                 return Err(crate::conflict(
                     &format!("{} ({})", self.describe(), path.display()),
                     r,
+                    r.until,
                     stored,
                 ));
             }
@@ -1190,6 +1222,7 @@ impl Inner {
             from: Some(froms(&batch.ranges)),
             offsets: untils(&batch.ranges),
             epochs: Default::default(),
+            moved_back: TopicOffsets::new(),
         };
         self.create(
             &self.dir.join("offsets"),
@@ -1209,6 +1242,7 @@ impl Inner {
             from: None,
             offsets: by_topic(&state),
             epochs: by_topic(&epochs),
+            moved_back: TopicOffsets::new(),
         };
         self.create(
             &self.dir.join("commits"),
@@ -1223,6 +1257,12 @@ impl Inner {
 fn sorted(mut v: Vec<OffsetRange>) -> Vec<OffsetRange> {
     v.sort();
     v
+}
+
+/// Whether two plans of one batch id are the same: their ranges (in any order) and the
+/// positions they move back from.
+fn same_plan(a: &PlannedBatch, b: &PlannedBatch) -> bool {
+    a.moved_back == b.moved_back && sorted(a.ranges.clone()) == sorted(b.ranges.clone())
 }
 
 /// A stream id for `metadata`: not cryptographic, only distinct per directory and moment.
@@ -1460,6 +1500,7 @@ mod tests {
             from: Some([("events".to_owned(), [(0, 1100)].into())].into()),
             offsets: [("events".to_owned(), [(0, 1200)].into())].into(),
             epochs: TopicEpochs::new(),
+            moved_back: TopicOffsets::new(),
         };
         let text = f.encode();
         assert_eq!(
@@ -1472,6 +1513,52 @@ mod tests {
             CheckpointFile::decode(text.trim_end(), Path::new("x")).unwrap(),
             f
         );
+    }
+
+    /// A plan that moves a partition back keeps the stored position it moves back from
+    /// (line 2's `movedBackFrom`), and reads back as the same plan; one naming a partition
+    /// without an offset, or a negative position, is refused by name.
+    #[test]
+    fn plans_keep_the_positions_they_move_back_from() {
+        let f = CheckpointFile {
+            batch_id: 7,
+            timestamp_ms: 1,
+            from: Some([("e".to_owned(), [(0, 0), (1, 40)].into())].into()),
+            offsets: [("e".to_owned(), [(0, 12), (1, 50)].into())].into(),
+            epochs: TopicEpochs::new(),
+            moved_back: [("e".to_owned(), [(0, 15)].into())].into(),
+        };
+        let text = f.encode();
+        assert!(
+            text.contains("\"movedBackFrom\":{\"e\":{\"0\":15}}"),
+            "{text}"
+        );
+        let back = CheckpointFile::decode(&text, Path::new("x")).unwrap();
+        assert_eq!(back, f);
+        let plan = back.planned();
+        assert_eq!(
+            plan.ranges,
+            vec![
+                OffsetRange::new("e", 0, 0, 12),
+                OffsetRange::new("e", 1, 40, 50)
+            ]
+        );
+        assert_eq!(plan.expected_from(&plan.ranges[0]), 15);
+        assert_eq!(plan.expected_from(&plan.ranges[1]), 40);
+        for (bad, why) in [
+            (
+                "v1\n{\"batchId\":7,\"movedBackFrom\":{\"e\":{\"1\":2}}}\n{\"e\":{\"0\":5}}\n",
+                "e-1 has a 'movedBackFrom' on line 2 but no offset on line 3",
+            ),
+            (
+                "v1\n{\"batchId\":7,\"movedBackFrom\":{\"e\":{\"0\":-2}}}\n{\"e\":{\"0\":5}}\n",
+                "line 2 'movedBackFrom'",
+            ),
+        ] {
+            let e = CheckpointFile::decode(bad, Path::new("/ck/offsets/7")).unwrap_err();
+            let msg = e.to_string();
+            assert!(msg.contains(why) && msg.contains("/ck/offsets/7"), "{msg}");
+        }
     }
 
     /// KIP-320: a commit file keeps the epoch of the last record batch read before each

@@ -76,7 +76,7 @@ pub enum StoreErrorKind {
     /// Compare-and-set on `from` failed: the store holds another position for the partition
     /// than the batch started from. Another writer, or a zombie of this one, committed in
     /// between; the batch's output must not be published.
-    #[error("offset conflict in {store} for {topic}-{partition}: the batch starts at {expected_from}, but the store holds {stored} (a second writer or a zombie committed in between)")]
+    #[error("offset conflict in {store} for {topic}-{partition}: the batch expects the store to hold {expected_from} (where it starts, or the position it moves back from), but it holds {stored} (a second writer or a zombie committed in between)")]
     Conflict {
         /// The store (`checkpoint /path`, `table kdirect_offsets`, `redis key …`, `kafka group …`).
         store: String,
@@ -84,7 +84,8 @@ pub enum StoreErrorKind {
         topic: String,
         /// Partition.
         partition: i32,
-        /// The batch's `from`, which the store was expected to hold.
+        /// What the batch expected the store to hold: its range's `from`, or the stored
+        /// position the range moves back from ([`crate::PlannedBatch::moved_back`]).
         expected_from: i64,
         /// What the store holds.
         stored: Stored,

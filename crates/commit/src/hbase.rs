@@ -334,6 +334,7 @@ impl HBaseStore {
                             return Err(crate::conflict(
                                 &format!("{conflict_store} row {key}"),
                                 &r,
+                                from,
                                 Some(s),
                             ));
                         }
@@ -422,7 +423,7 @@ impl OffsetStore for HBaseStore {
             by_topic.entry(r.topic.as_str()).or_default().push((
                 r.partition,
                 r.until,
-                Some(r.from),
+                Some(batch.expected_from(r)),
             ));
         }
         let mut all_already = !by_topic.is_empty();

@@ -449,7 +449,7 @@ impl OffsetStore for KafkaGroupStore {
                     .ranges
                     .iter()
                     .all(|r| stored.get(&r.topic_partition()) == Some(&r.until));
-            if already && !batch.ranges.iter().all(|r| r.from == r.until) {
+            if already && batch.ranges.iter().any(|r| batch.moves(r)) {
                 return Ok(CommitOutcome::AlreadyCommitted);
             }
             check_from(&self.describe(), &stored, batch)?;

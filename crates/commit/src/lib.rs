@@ -95,6 +95,13 @@ pub struct PlannedBatch {
     /// in a plan logged before the batch runs. Stores that keep epochs (the checkpoint, the
     /// Kafka group's offsets) write them beside the positions; the others ignore them.
     pub epochs: Epochs,
+    /// For a partition whose range starts *below* the stored position, that stored position:
+    /// the stream moved the partition back after data loss under `failOnDataLoss=false` (its
+    /// log now ends below the position: a topic deleted and re-created, a log truncated below
+    /// it). The compare-and-set of every store expects this position instead of the range's
+    /// `from` ([`expected_from`](Self::expected_from)), so the batch commits the move back;
+    /// stores that log plans log it with the plan, so a re-run commits the same way.
+    pub moved_back: Positions,
 }
 
 impl PlannedBatch {
@@ -104,7 +111,35 @@ impl PlannedBatch {
             id,
             ranges,
             epochs: Epochs::new(),
+            moved_back: Positions::new(),
         }
+    }
+
+    /// The batch with the stored positions its ranges move back from (see
+    /// [`moved_back`](Self::moved_back)).
+    pub fn with_moved_back(mut self, moved_back: Positions) -> Self {
+        self.moved_back = moved_back;
+        self
+    }
+
+    /// The position a store must hold for `r`'s partition for this batch to commit (its
+    /// compare-and-set): the range's `from`, or the stored position the range moves back
+    /// from.
+    pub fn expected_from(&self, r: &OffsetRange) -> i64 {
+        if self.moved_back.is_empty() {
+            return r.from;
+        }
+        self.moved_back
+            .get(&r.topic_partition())
+            .copied()
+            .unwrap_or(r.from)
+    }
+
+    /// Whether committing `r` changes its partition's stored position (a non-empty range, or
+    /// a move back): what tells a re-commit of this batch (every such range already at its
+    /// `until` under this batch id) from a batch with nothing to write.
+    pub fn moves(&self, r: &OffsetRange) -> bool {
+        self.expected_from(r) != r.until
     }
 
     /// The batch with the epochs of the last record batch read before its ranges' `until`s.
@@ -125,6 +160,7 @@ impl PlannedBatch {
 impl From<&BatchPlan> for PlannedBatch {
     fn from(plan: &BatchPlan) -> Self {
         PlannedBatch::new(plan.batch_id, plan.ranges.clone())
+            .with_moved_back(plan.moved_back.clone())
     }
 }
 
@@ -642,8 +678,9 @@ fn is_secret_param(name: &str) -> bool {
         || SECRET_PARAMS.contains(&n.as_str())
 }
 
-/// Compare-and-set on `from` against `stored` positions: the first range whose partition holds
-/// another position is a conflict. A partition without a position accepts any `from`.
+/// Compare-and-set against `stored` positions: the first range whose partition holds another
+/// position than the batch expects ([`PlannedBatch::expected_from`]) is a conflict. A
+/// partition without a position accepts any `from`.
 pub(crate) fn check_from(
     store: &str,
     stored: &Positions,
@@ -651,20 +688,27 @@ pub(crate) fn check_from(
 ) -> Result<(), StoreError> {
     for r in &batch.ranges {
         if let Some(&s) = stored.get(&r.topic_partition()) {
-            if s != r.from {
-                return Err(conflict(store, r, Some(s)));
+            let expected = batch.expected_from(r);
+            if s != expected {
+                return Err(conflict(store, r, expected, Some(s)));
             }
         }
     }
     Ok(())
 }
 
-pub(crate) fn conflict(store: &str, r: &OffsetRange, stored: Option<i64>) -> StoreError {
+/// `r`'s partition holds `stored` where the batch expected `expected`.
+pub(crate) fn conflict(
+    store: &str,
+    r: &OffsetRange,
+    expected: i64,
+    stored: Option<i64>,
+) -> StoreError {
     StoreErrorKind::Conflict {
         store: store.to_owned(),
         topic: r.topic.clone(),
         partition: r.partition,
-        expected_from: r.from,
+        expected_from: expected,
         stored: Stored(stored),
     }
     .into()

@@ -30,7 +30,8 @@ use crate::{
 
 const COMMIT_SCRIPT: &str = r#"
 -- KEYS[1] meta hash, KEYS[2] topics set, KEYS[2+i] the topic hash of range i.
--- ARGV[1] batch id, ARGV[2] now (ms), then per range: topic, partition, from, until.
+-- ARGV[1] batch id, ARGV[2] now (ms), then per range: topic, partition, the position the
+-- store must hold (its from, or the position it moves back from), until.
 local batch = ARGV[1]
 local n = #KEYS - 2
 local already = 0
@@ -213,7 +214,10 @@ impl OffsetStore for RedisStore {
         }
         inv.arg(batch.id).arg(now_ms());
         for r in &batch.ranges {
-            inv.arg(&r.topic).arg(r.partition).arg(r.from).arg(r.until);
+            inv.arg(&r.topic)
+                .arg(r.partition)
+                .arg(batch.expected_from(r))
+                .arg(r.until);
         }
         let mut conn = self.conn.clone();
         let out: Vec<String> = inv
@@ -230,6 +234,7 @@ impl OffsetStore for RedisStore {
                 Err(crate::conflict(
                     &format!("{} key {}", self.describe(), self.topic_key(&r.topic)),
                     r,
+                    batch.expected_from(r),
                     stored,
                 ))
             }

@@ -315,7 +315,7 @@ impl SqlStore {
         // Non-empty ranges already at `until` with this batch id: an earlier commit of the batch
         // (empty ranges say nothing either way).
         let mut already = 0usize;
-        let nonempty = batch.ranges.iter().filter(|r| r.from != r.until).count();
+        let nonempty = batch.ranges.iter().filter(|r| batch.moves(r)).count();
         for r in &batch.ranges {
             let ctx = || {
                 format!(
@@ -329,7 +329,7 @@ impl SqlStore {
                 .bind(&self.group)
                 .bind(&r.topic)
                 .bind(r.partition)
-                .bind(r.from)
+                .bind(batch.expected_from(r))
                 .execute(&mut *tx)
                 .await
                 .map_err(self.err(t, ctx()))?;
@@ -358,7 +358,12 @@ impl SqlStore {
                         Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
                             // Another writer inserted the row first.
                             let _ = tx.rollback().await;
-                            return Err(conflict(&self.describe(), r, None));
+                            return Err(conflict(
+                                &self.describe(),
+                                r,
+                                batch.expected_from(r),
+                                None,
+                            ));
                         }
                         Err(e) => return Err(self.err(t, ctx())(e)),
                     }
@@ -367,12 +372,17 @@ impl SqlStore {
                     let stored: i64 = row.try_get(0).map_err(self.err(t, ctx()))?;
                     let stored_batch: i64 = row.try_get(1).map_err(self.err(t, ctx()))?;
                     if stored == r.until && stored_batch == batch_id {
-                        if r.from != r.until {
+                        if batch.moves(r) {
                             already += 1;
                         }
                     } else {
                         let _ = tx.rollback().await;
-                        return Err(conflict(&self.describe(), r, Some(stored)));
+                        return Err(conflict(
+                            &self.describe(),
+                            r,
+                            batch.expected_from(r),
+                            Some(stored),
+                        ));
                     }
                 }
             }

@@ -259,6 +259,7 @@ impl ZooKeeperStore {
             .and_then(serde_json::Value::as_array)
             .ok_or_else(|| bad("no ranges"))?;
         let mut out = Vec::with_capacity(ranges.len());
+        let mut moved_back = Positions::new();
         for r in ranges {
             let topic = r.get("topic").and_then(serde_json::Value::as_str);
             let partition = r
@@ -269,7 +270,20 @@ impl ZooKeeperStore {
             let until = r.get("until").and_then(serde_json::Value::as_i64);
             match (topic, partition, from, until) {
                 (Some(t), Some(p), Some(f), Some(u)) if p >= 0 && 0 <= f && f <= u => {
-                    out.push(OffsetRange::new(t, p, f, u))
+                    out.push(OffsetRange::new(t, p, f, u));
+                    // The stored position the range moves back from (PlannedBatch::moved_back).
+                    if let Some(m) = r.get("movedBackFrom") {
+                        match m.as_i64() {
+                            Some(m) if m >= 0 => {
+                                moved_back.insert(TopicPartition::new(t, p), m);
+                            }
+                            _ => {
+                                return Err(bad(&format!(
+                                    "range {r} has a 'movedBackFrom' that is not an offset"
+                                )))
+                            }
+                        }
+                    }
                 }
                 _ => {
                     return Err(bad(&format!(
@@ -278,7 +292,7 @@ impl ZooKeeperStore {
                 }
             }
         }
-        Ok(PlannedBatch::new(id, out))
+        Ok(PlannedBatch::new(id, out).with_moved_back(moved_back))
     }
 
     /// The positions stored for `ranges`' partitions, with each znode's version.
@@ -509,6 +523,7 @@ impl OffsetStore for ZooKeeperStore {
         if let Some(p) = &mut c.pending {
             if !topics.is_empty() {
                 p.ranges.retain(|r| topics.contains(&r.topic));
+                p.moved_back.retain(|tp, _| topics.contains(&tp.topic));
             }
         }
         Ok(c)
@@ -519,9 +534,13 @@ impl OffsetStore for ZooKeeperStore {
             .ranges
             .iter()
             .map(|r| {
-                serde_json::json!({
+                let mut j = serde_json::json!({
                     "topic": r.topic, "partition": r.partition, "from": r.from, "until": r.until,
-                })
+                });
+                if let Some(m) = batch.moved_back.get(&r.topic_partition()) {
+                    j["movedBackFrom"] = serde_json::Value::from(*m);
+                }
+                j
             })
             .collect();
         let data = serde_json::json!({ "batch": batch.id, "ranges": ranges }).to_string();
@@ -559,7 +578,7 @@ impl OffsetStore for ZooKeeperStore {
                 let same = stored
                     .map(|(d, _)| self.parse_plan(&path, batch.id, &d))
                     .transpose()?
-                    .is_some_and(|p| p.ranges == batch.ranges);
+                    .is_some_and(|p| p.ranges == batch.ranges && p.moved_back == batch.moved_back);
                 if !same {
                     return Err(self.err(
                         &path,
@@ -582,16 +601,17 @@ impl OffsetStore for ZooKeeperStore {
             let (mut nonempty, mut already) = (0, 0);
             let mut entries = Vec::with_capacity(batch.ranges.len());
             for (r, s) in batch.ranges.iter().zip(&stored) {
-                if r.from != r.until {
+                let expected = batch.expected_from(r);
+                if batch.moves(r) {
                     nonempty += 1;
                 }
                 match *s {
                     Some((o, _)) if o == r.until && stored_batch == Some(batch.id) => {
-                        if r.from != r.until {
+                        if batch.moves(r) {
                             already += 1;
                         }
                     }
-                    Some((o, v)) if o == r.from => {
+                    Some((o, v)) if o == expected => {
                         entries.push((r.topic_partition(), r.until, Some(v)))
                     }
                     None => entries.push((r.topic_partition(), r.until, None)),
@@ -603,6 +623,7 @@ impl OffsetStore for ZooKeeperStore {
                                 self.partition_path(&r.topic_partition())
                             ),
                             r,
+                            expected,
                             Some(o),
                         ))
                     }

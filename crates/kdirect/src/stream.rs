@@ -130,9 +130,9 @@ pub struct StreamConfig {
     pub resume_epochs: BTreeMap<TopicPartition, i32>,
     /// The batch id to resume at.
     pub resume_batch_id: u64,
-    /// A batch to re-run first with exactly these ranges (a write-ahead-logged batch that was
-    /// never committed).
-    pub replay: Option<(u64, Vec<OffsetRange>)>,
+    /// A batch to re-run first with exactly its ranges (a write-ahead-logged batch that was
+    /// never committed), and the stored positions they move back from.
+    pub replay: Option<PlannedBatch>,
     /// `metadata.max.age.ms`: metadata is refreshed when older than this (and after any
     /// error), not for every batch. New topics of a pattern and new partitions are seen
     /// within it. Default 5 s (the Java client's 5 min is long for a stream that plans
@@ -979,7 +979,15 @@ impl DirectStreamBuilder {
     /// offset store logged but never committed). The planner resumes after it: set
     /// [`resume`](Self::resume) to `id + 1` and positions that include the ranges' `until`s.
     pub fn replay(mut self, id: u64, ranges: Vec<OffsetRange>) -> Self {
-        self.config.replay = Some((id, ranges));
+        self.config.replay = Some(PlannedBatch::new(id, ranges));
+        self
+    }
+
+    /// Like [`replay`](Self::replay), with the logged batch as [`Batch::planned`] gave it:
+    /// its ranges and the stored positions they move back from
+    /// ([`PlannedBatch::moved_back`]), which the re-run batch hands back to the store.
+    pub fn replay_planned(mut self, batch: PlannedBatch) -> Self {
+        self.config.replay = Some(batch);
         self
     }
 
@@ -1098,7 +1106,7 @@ impl DirectStreamBuilder {
             stored.clone_from(&committed.positions);
             c.resume_positions = committed.positions;
             c.resume_epochs = committed.epochs;
-            c.replay = committed.pending.map(|p| (p.id, p.ranges));
+            c.replay = committed.pending;
         }
         // The resumed positions that carry the epoch of the last batch read before them (the
         // replayed batch, if any, starts at them).
@@ -1107,7 +1115,7 @@ impl DirectStreamBuilder {
             .iter()
             .filter_map(|(tp, &pos)| Some((tp.clone(), pos, *c.resume_epochs.get(tp)?)))
             .collect();
-        if let Some((id, ranges)) = &c.replay {
+        if let Some(PlannedBatch { id, ranges, .. }) = &c.replay {
             // The planner continues after the replayed batch.
             c.resume_batch_id = c.resume_batch_id.max(id + 1);
             for r in ranges {
@@ -1321,7 +1329,7 @@ struct CaughtUp {
 
 struct Driver {
     /// A logged batch to re-run before planning.
-    replay: Mutex<Option<(u64, Vec<OffsetRange>)>>,
+    replay: Mutex<Option<PlannedBatch>>,
     /// Each topic's id (KIP-516) as first seen; all zeros when the broker sends none.
     topic_ids: Mutex<BTreeMap<String, [u8; 16]>>,
     /// Partitions of re-created topics, and truncations found before a plan (KIP-320),
@@ -2176,7 +2184,13 @@ impl Driver {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        if let Some((id, ranges)) = replay {
+        if let Some(PlannedBatch {
+            id,
+            ranges,
+            moved_back,
+            ..
+        }) = replay
+        {
             let mut want: Vec<OffsetRange> =
                 ranges.iter().filter(|r| !r.is_empty()).cloned().collect();
             // The logged ranges, as they were planned; data lost since (a log truncated under
@@ -2192,6 +2206,7 @@ impl Driver {
                 id,
                 ranges,
                 epochs,
+                moved_back,
                 data,
                 lost,
                 planned_at: now,
@@ -2324,6 +2339,7 @@ impl Driver {
                     return Ok(Some(Batch {
                         id: plan.batch_id,
                         epochs,
+                        moved_back: plan.moved_back,
                         ranges: plan.ranges,
                         data,
                         lost,
@@ -2838,6 +2854,9 @@ pub struct Batch {
     ranges: Vec<OffsetRange>,
     /// KIP-320: the epoch of the last record batch read before each range's `until`.
     epochs: BTreeMap<TopicPartition, i32>,
+    /// The stored positions of partitions whose range starts below them (a move back after
+    /// data loss under `failOnDataLoss=false`).
+    moved_back: BTreeMap<TopicPartition, i64>,
     data: Vec<RangeData>,
     lost: Vec<LostRange>,
     planned_at: Duration,
@@ -2916,7 +2935,19 @@ impl Batch {
     /// The batch as an offset store sees it: its id, its ranges and the epochs of the last
     /// record batches read before their `until`s.
     pub fn planned(&self) -> PlannedBatch {
-        PlannedBatch::new(self.id, self.ranges.clone()).with_epochs(self.epochs.clone())
+        PlannedBatch::new(self.id, self.ranges.clone())
+            .with_epochs(self.epochs.clone())
+            .with_moved_back(self.moved_back.clone())
+    }
+
+    /// Partitions whose range starts *below* the position the previous batch left them at,
+    /// with that position: under `failOnDataLoss=false` the stream found the log ending below
+    /// it (a topic deleted and re-created, a log truncated below it; [`lost`](Self::lost)
+    /// says which) and reads on from where the log now is. A store of the caller's own must
+    /// compare-and-set such a partition against this position, not the range's `from`
+    /// ([`PlannedBatch::expected_from`]); the stores kdirect ships do.
+    pub fn moved_back(&self) -> &BTreeMap<TopicPartition, i64> {
+        &self.moved_back
     }
 
     /// KIP-320: per partition, the `partition_leader_epoch` of the last record batch read

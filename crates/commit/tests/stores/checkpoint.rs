@@ -58,6 +58,14 @@ fn checkpoint_common_behaviour() {
         text.contains(r#""from":{"events":{"0":20,"1":100,"2":1}}"#),
         "{text}"
     );
+    // A plan that moves a partition back names the stored position it moves back from.
+    let text = fs::read_to_string(dir.join("offsets/4")).unwrap();
+    assert!(
+        text.contains(r#""movedBackFrom":{"events":{"0":25}}"#),
+        "{text}"
+    );
+    let text = fs::read_to_string(dir.join("offsets/6")).unwrap();
+    assert!(!text.contains("movedBackFrom"), "{text}");
     let _ = fs::remove_dir_all(&dir);
 }
 

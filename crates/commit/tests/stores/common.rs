@@ -86,6 +86,91 @@ pub async fn exercise<S: OffsetStore>(a: &S, b: &S, topic: &str) {
     assert_eq!(a.commit(&b3).await.unwrap(), CommitOutcome::Committed);
     let c = b.load(&[]).await.unwrap();
     assert_eq!(c.positions, pos(topic, &[(0, 25), (1, 110), (2, 1)]));
+
+    move_back(a, b, topic).await;
+}
+
+/// After [`exercise`] (positions 25, 110, 1): the stream moves partitions back after data
+/// loss (failOnDataLoss=false, a log that now ends below the position): a range below the
+/// stored position commits when the batch names the position it moves back from, and only
+/// then; a store that logs plans gives the plan back with it, so a re-run commits the same
+/// way; a re-commit is no change. Was: every store compared the range's `from` with the
+/// stored position, and the move back was refused as a conflict on every attempt.
+async fn move_back<S: OffsetStore>(a: &S, b: &S, topic: &str) {
+    let topics = vec![topic.to_owned()];
+    let ranges = [(0, 5, 8), (1, 110, 110), (2, 1, 1)];
+    // Without the stored position: a conflict, as from any writer that did not see 25.
+    let blind = batch(4, topic, &ranges);
+    let e = match a.log_plan(&blind).await {
+        Err(e) => e,
+        Ok(()) => a.commit(&blind).await.unwrap_err(),
+    };
+    assert!(
+        matches!(
+            e.kind(),
+            StoreErrorKind::Conflict {
+                partition: 0,
+                expected_from: 5,
+                stored: Stored(Some(25)),
+                ..
+            }
+        ),
+        "{}: {e}",
+        a.describe()
+    );
+    // Moving back from another position than the stored one: a conflict too.
+    let stale = batch(4, topic, &ranges).with_moved_back(pos(topic, &[(0, 20)]));
+    let e = match a.log_plan(&stale).await {
+        Err(e) => e,
+        Ok(()) => a.commit(&stale).await.unwrap_err(),
+    };
+    assert!(
+        matches!(
+            e.kind(),
+            StoreErrorKind::Conflict {
+                partition: 0,
+                expected_from: 20,
+                stored: Stored(Some(25)),
+                ..
+            }
+        ),
+        "{}: {e}",
+        a.describe()
+    );
+    let back = batch(4, topic, &ranges).with_moved_back(pos(topic, &[(0, 25)]));
+    a.log_plan(&back).await.unwrap();
+    if let Some(pending) = b.load(&topics).await.unwrap().pending {
+        assert_eq!(pending, back, "{}: the logged plan", a.describe());
+    }
+    assert_eq!(a.commit(&back).await.unwrap(), CommitOutcome::Committed);
+    let c = b.load(&topics).await.unwrap();
+    assert_eq!(c.positions, pos(topic, &[(0, 8), (1, 110), (2, 1)]));
+    assert_eq!(c.batch_id, Some(4));
+    assert_eq!(
+        a.commit(&back).await.unwrap(),
+        CommitOutcome::AlreadyCommitted,
+        "{}",
+        a.describe()
+    );
+    // A move back with no records (the log ends at the new position): the position moves.
+    let empty = batch(5, topic, &[(0, 8, 8), (1, 0, 0), (2, 1, 1)])
+        .with_moved_back(pos(topic, &[(1, 110)]));
+    a.log_plan(&empty).await.unwrap();
+    assert_eq!(a.commit(&empty).await.unwrap(), CommitOutcome::Committed);
+    let c = b.load(&topics).await.unwrap();
+    assert_eq!(c.positions, pos(topic, &[(0, 8), (1, 0), (2, 1)]));
+    assert_eq!(
+        a.commit(&empty).await.unwrap(),
+        CommitOutcome::AlreadyCommitted,
+        "{}",
+        a.describe()
+    );
+    // The stream goes on from there.
+    let next = batch(6, topic, &[(0, 8, 9), (1, 0, 3), (2, 1, 1)]);
+    a.log_plan(&next).await.unwrap();
+    assert_eq!(a.commit(&next).await.unwrap(), CommitOutcome::Committed);
+    let c = b.load(&topics).await.unwrap();
+    assert_eq!(c.positions, pos(topic, &[(0, 9), (1, 3), (2, 1)]));
 }
 
 /// Two writers of one store log and commit the same ten batches at once: each batch is

@@ -74,9 +74,9 @@ fn kafka_group_store() {
     assert_eq!(
         seen,
         vec![
-            (0, 25, "kdirect:batch=3".to_owned()),
-            (1, 110, "kdirect:batch=3".to_owned()),
-            (2, 1, "kdirect:batch=3".to_owned()),
+            (0, 9, "kdirect:batch=6".to_owned()),
+            (1, 3, "kdirect:batch=6".to_owned()),
+            (2, 1, "kdirect:batch=6".to_owned()),
         ]
     );
 }

@@ -291,6 +291,13 @@ pub struct BatchPlan {
     /// Offsets skipped by the data-loss check under [`DataLossPolicy::Earliest`] since the
     /// previous plan.
     pub lost: Vec<LostRange>,
+    /// Partitions whose range starts below where the previous plan left them (or where the
+    /// planner was resumed): the data-loss check under [`DataLossPolicy::Earliest`] found
+    /// their log ending below the position (a topic re-created, a log truncated), or
+    /// [`Planner::set_position`] moved them back. Each maps to that earlier position — the
+    /// one an offset store holds, and so the one its compare-and-set must expect for the
+    /// batch to commit the move back.
+    pub moved_back: BTreeMap<TopicPartition, i64>,
     /// The `now` this plan was made at.
     pub planned_at: Duration,
 }
@@ -598,6 +605,9 @@ pub struct Planner {
     latest_rate: i64,
     /// Lost ranges not yet reported in a plan.
     pending_lost: Vec<LostRange>,
+    /// Partitions moved below their position since the last plan, with that position (the
+    /// first one: where the last plan left them). See [`BatchPlan::moved_back`].
+    pending_moved_back: BTreeMap<TopicPartition, i64>,
     /// The last partition served by a batch that could not take every partition with data
     /// (see [`PlannerConfig::max_partitions_per_batch`]): the next such batch starts after it.
     rotation: Option<TopicPartition>,
@@ -626,6 +636,7 @@ impl Planner {
             pid,
             latest_rate: -1,
             pending_lost: Vec::new(),
+            pending_moved_back: BTreeMap::new(),
             rotation: None,
             not_before: None,
         })
@@ -684,11 +695,24 @@ impl Planner {
         self.config.max_partitions_per_batch = max.map(|m| m.max(1));
     }
 
-    /// Moves a partition's position by hand (an operator's answer to a data-loss error).
-    /// Forgets the partition's previous end offset, so the end-moved-back check restarts.
+    /// Moves a partition's position (data loss handled under [`DataLossPolicy::Earliest`], or
+    /// an operator's answer to a data-loss error). Forgets the partition's previous end offset,
+    /// so the end-moved-back check restarts. A move below the position is reported in the next
+    /// plan's [`BatchPlan::moved_back`].
     pub fn set_position(&mut self, tp: TopicPartition, offset: i64) {
         self.last_end.remove(&tp);
+        self.note_move(&tp, offset);
         self.positions.insert(tp, offset);
+    }
+
+    /// Records a move of `tp` below its position (the first since the last plan wins: that is
+    /// where the last plan left it).
+    fn note_move(&mut self, tp: &TopicPartition, to: i64) {
+        if let Some(&old) = self.positions.get(tp) {
+            if to < old {
+                self.pending_moved_back.entry(tp.clone()).or_insert(old);
+            }
+        }
     }
 
     /// The ListOffsets-by-timestamp look-ups the next [`plan`](Self::plan) needs: partitions
@@ -819,6 +843,7 @@ impl Planner {
             .map(|(tp, snap)| (tp, resolved.positions[tp], snap.end))
             .collect();
         for (tp, from, _) in &froms {
+            self.note_move(tp, *from);
             self.positions.insert((*tp).clone(), *from);
         }
 
@@ -913,10 +938,21 @@ impl Planner {
         self.not_before = self.next_start(now, &ranges, rates.as_deref());
         let batch_id = self.next_batch_id;
         self.next_batch_id += 1;
+        // The moves of the partitions this plan has a range for; a partition the snapshot
+        // lacked keeps its move for a later plan.
+        let mut moved_back = BTreeMap::new();
+        for r in &ranges {
+            if let Some(old) = self.pending_moved_back.remove(&r.topic_partition()) {
+                if old != r.from {
+                    moved_back.insert(r.topic_partition(), old);
+                }
+            }
+        }
         Ok(PlanOutcome::Batch(BatchPlan {
             batch_id,
             ranges,
             lost: std::mem::take(&mut self.pending_lost),
+            moved_back,
             planned_at: now,
         }))
     }

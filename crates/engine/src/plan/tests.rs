@@ -727,6 +727,44 @@ fn end_moving_back_is_data_loss() {
         b.lost[0].reason,
         DataLossReason::EndMovedBack { previous_end: 1000 }
     );
+    // The range starts below where the last plan left the partition (100): the plan names
+    // that position, which a store holds and must expect.
+    assert_eq!(b.moved_back, BTreeMap::from([(tp(T, 0), 100)]));
+}
+
+/// A plan whose range starts below where the previous plan (or the resume) left a partition
+/// names that position in `moved_back` — the stored position an offset store's
+/// compare-and-set must expect for the move back to commit — and only that plan does. Moves
+/// forward (retention) and untouched partitions are not named.
+#[test]
+fn a_move_back_names_the_position_it_moves_back_from() {
+    // Past the end (topic re-created): 500 → 0.
+    let mut p = resumed(DataLossPolicy::Earliest, 500);
+    let b = batch(p.plan(secs(0), &[snap(0, 0, 200)]));
+    assert_eq!(spans(&b), [(0, 0, 200)]);
+    assert_eq!(b.moved_back, BTreeMap::from([(tp(T, 0), 500)]));
+    let b = batch(p.plan(secs(1), &[snap(0, 0, 210)]));
+    assert!(b.moved_back.is_empty(), "{b:?}");
+    // Below the log start (retention) moves forward: nothing named.
+    let b = batch(resumed(DataLossPolicy::Earliest, 100).plan(secs(0), &[snap(0, 150, 300)]));
+    assert!(b.moved_back.is_empty(), "{b:?}");
+    // set_position back, then again before the plan: the first position (where the plan
+    // left it) is named; a move forward names nothing.
+    let mut p = resumed(DataLossPolicy::Earliest, 100);
+    p.set_position(tp(T, 0), 80);
+    p.set_position(tp(T, 0), 60);
+    let b = batch(p.plan(secs(0), &[snap(0, 0, 300)]));
+    assert_eq!(spans(&b), [(0, 60, 300)]);
+    assert_eq!(b.moved_back, BTreeMap::from([(tp(T, 0), 100)]));
+    p.set_position(tp(T, 0), 400);
+    let b = batch(p.plan(secs(1), &[snap(0, 0, 500)]));
+    assert!(b.moved_back.is_empty(), "{b:?}");
+    // Moved back and forward to where it was: nothing to name.
+    let mut p = resumed(DataLossPolicy::Earliest, 100);
+    p.set_position(tp(T, 0), 50);
+    p.set_position(tp(T, 0), 100);
+    let b = batch(p.plan(secs(0), &[snap(0, 0, 300)]));
+    assert!(b.moved_back.is_empty(), "{b:?}");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1223,6 +1261,7 @@ fn split_drops_empty_ranges_and_keeps_enough_partitions_whole() {
         batch_id: 0,
         ranges: ranges.to_vec(),
         lost: Vec::new(),
+        moved_back: BTreeMap::new(),
         planned_at: secs(0),
     };
     assert_eq!(plan.split(&SplitPolicy::default()).len(), 2);
