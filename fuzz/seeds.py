@@ -66,6 +66,11 @@ put("checkpoint_file", "commits",
 put("checkpoint_file", "plan-moving-back",
     'v1\n{"batchId":7,"from":{"events":{"0":0,"1":900}},"movedBackFrom":{"events":{"0":1500}},'
     '"timestampMs":1700000000100}\n{"events":{"0":12,"1":950}}\n')
+# a commit with the leader epochs and the topic ids its positions were read at.
+put("checkpoint_file", "commit-with-topic-ids",
+    'v1\n{"batchId":7,"leaderEpochs":{"events":{"0":4}},'
+    '"timestampMs":1700000000200,"topicIds":{"events":"5c3e8a0f1d2b4c6a8e9f0a1b2c3d4e5f"}}\n'
+    '{"events":{"0":1200,"1":950}}\n')
 
 # store specs: mode byte 0 (arbitrary spec), odd bytes (built URL: scheme, user, password,
 # host, secret query value separated by 0 bytes).

@@ -42,6 +42,12 @@ fuzz_target!(|data: &[u8]| {
         assert!(epoch >= 0, "{tp} epoch {epoch}");
         assert!(positions.contains_key(&tp), "{tp} has an epoch and no offset");
     }
+    for topic in file.topic_ids.keys() {
+        assert!(
+            positions.keys().any(|tp| tp.topic == *topic),
+            "topic {topic} has an id and no offsets"
+        );
+    }
     let plan = file.planned();
     assert_eq!(plan.ranges, file.ranges());
     for (tp, from) in &plan.moved_back {

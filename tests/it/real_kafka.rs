@@ -985,6 +985,76 @@ fn a_topic_deleted_and_recreated_is_reported_never_mixed() {
     }
 }
 
+/// A topic deleted and re-created while the stream was down, resumed from a checkpoint that
+/// keeps leader epochs. failOnDataLoss=true: the restart fails naming the re-created topic.
+/// false: the new topic is read whole, from its start (offset 0, the Java producer's values
+/// 1000..), the loss is reported, and the batch commits (its range starts below the stored
+/// position: the move back). Was: the checkpoint kept no topic ids, so the stored epoch made
+/// the restart ask the new topic's leader where epoch 0 ends, and the new topic was taken for
+/// the old log truncated at 40: `true` reported [40, 100) lost to a truncation, `false` went on
+/// at 40, skipping the new topic's 40 records (and waited for more).
+#[test]
+fn a_topic_re_created_while_the_stream_was_down_is_read_from_its_start() {
+    let test = "a_topic_re_created_while_the_stream_was_down_is_read_from_its_start";
+    let Some(kafka) = Kafka::single(test) else {
+        return;
+    };
+    for fail in [true, false] {
+        let t = topic("recreate-down");
+        let dir = crate::support::tempdir(&format!("recreate-down-{fail}"));
+        let open = |fail: bool| {
+            DirectStream::builder()
+                .bootstrap(&kafka.bootstrap)
+                .topics(&[&t])
+                .start(StartPolicy::Earliest)
+                .fail_on_data_loss(fail)
+                .store(kdirect::commit::checkpoint::CheckpointStore::open(&dir, 10).unwrap())
+                .build()
+        };
+        kafka.create(&t, 1, &[]);
+        kafka.produce(&t, 1, 100, &[]);
+        rt().block_on(async {
+            let mut s = open(true).await.unwrap();
+            let mut read = 0;
+            while read < 100 {
+                let b = s.next_batch().await.unwrap().unwrap();
+                read = b.ranges()[0].until;
+                s.commit(b).await.unwrap();
+            }
+        });
+        kafka.tool("delete-topic", &["--topic", &t]);
+        kafka.create(&t, 1, &[]);
+        kafka.produce(&t, 1, 40, &["--from", "1000"]);
+        let result = rt().block_on(async {
+            let mut s = open(fail).await?;
+            let mut records = Vec::new();
+            let mut lost = Vec::new();
+            while records.len() < 40 {
+                let b = s.next_batch().await?.unwrap();
+                lost.extend(b.lost().iter().cloned());
+                b.for_each_record(|_, r| records.push((r.offset(), r.value().unwrap().to_vec())))
+                    .unwrap();
+                s.commit(b).await?;
+            }
+            Ok::<_, kdirect::Error>((records, lost))
+        });
+        if fail {
+            let err = result.expect_err("failOnDataLoss=true fails on a re-created topic");
+            let text = err.to_string();
+            assert!(text.contains(&t) && text.contains("re-created"), "{err}");
+            continue;
+        }
+        let (records, lost) = result.expect("failOnDataLoss=false carries on");
+        assert_eq!(lost.len(), 1, "{lost:?}");
+        let offsets: Vec<i64> = records.iter().map(|r| r.0).collect();
+        assert_eq!(offsets, (0..40).collect::<Vec<_>>(), "{lost:?}");
+        assert_eq!(records[0].1, b"value 0-1000".to_vec());
+        // Restarted: at 40, where the commit left it.
+        let stored = rt().block_on(async { open(false).await.unwrap().stored_positions().clone() });
+        assert_eq!(stored.values().copied().collect::<Vec<_>>(), vec![40]);
+    }
+}
+
 #[test]
 fn read_committed_stops_at_the_last_stable_offset_of_an_open_transaction() {
     let test = "read_committed_stops_at_the_last_stable_offset_of_an_open_transaction";

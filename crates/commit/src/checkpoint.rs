@@ -26,7 +26,11 @@
 //! know the key ignore it. A plan's metadata may carry `"movedBackFrom":{"events":{"0":1500}}`:
 //! the stored positions of partitions whose range starts below them (the stream moved back
 //! after data loss under `failOnDataLoss=false`; [`PlannedBatch::moved_back`]), which the
-//! commit of the batch, or of its re-run, expects instead of the range's `from`.
+//! commit of the batch, or of its re-run, expects instead of the range's `from`. A commit's
+//! metadata may carry `"topicIds":{"events":"<32 hex digits>"}`: the id of each topic the
+//! positions were read from (KIP-516), which a resumed stream compares with the cluster's, so
+//! a topic deleted and re-created while it was down is reported and read from its new start
+//! (without it, the stored positions and epochs would be taken for positions in the new log).
 //!
 //! Writes are atomic creates: a temp file (`.<N>.tmp-…`, ignored by readers), fsync, a hard
 //! link to the final name (which fails if the name exists: a batch file is never overwritten,
@@ -51,7 +55,7 @@ use serde_json::{Map, Value};
 use crate::error::io;
 use crate::{
     check_from, CommitOutcome, Committed, Epochs, OffsetRange, OffsetStore, PlannedBatch,
-    Positions, StoreError, StoreErrorKind, TopicPartition,
+    Positions, StoreError, StoreErrorKind, TopicIds, TopicPartition,
 };
 
 /// Batches whose files are kept by default.
@@ -83,6 +87,9 @@ pub struct CheckpointFile {
     /// `offsets/N` only: the stored positions the plan's ranges move back from
     /// ([`PlannedBatch::moved_back`]). Written only when not empty.
     pub moved_back: TopicOffsets,
+    /// `commits/N` only: the id of each topic the positions were read from, where known
+    /// (KIP-516; see the module docs). Written only when not empty.
+    pub topic_ids: TopicIds,
 }
 
 impl CheckpointFile {
@@ -99,6 +106,14 @@ impl CheckpointFile {
         }
         if !self.moved_back.is_empty() {
             meta.insert("movedBackFrom".to_owned(), topics_json(&self.moved_back));
+        }
+        if !self.topic_ids.is_empty() {
+            let ids = self
+                .topic_ids
+                .iter()
+                .map(|(t, id)| (t.clone(), Value::from(hex(id))))
+                .collect();
+            meta.insert("topicIds".to_owned(), Value::Object(ids));
         }
         format!(
             "v{FORMAT_VERSION}\n{}\n{}\n",
@@ -165,6 +180,12 @@ impl CheckpointFile {
                 parse_offsets(v).map_err(|r| corrupt(format!("line 2 'movedBackFrom': {r}")))?
             }
         };
+        let topic_ids = match meta.get("topicIds") {
+            None => TopicIds::new(),
+            Some(v) => {
+                parse_topic_ids(v).map_err(|r| corrupt(format!("line 2 'topicIds': {r}")))?
+            }
+        };
         let offsets: Value = serde_json::from_str(offsets_line)
             .map_err(|e| corrupt(format!("line 3 is not JSON ({e}): truncated or garbage?")))?;
         let offsets = parse_offsets(&offsets).map_err(|r| corrupt(format!("line 3: {r}")))?;
@@ -200,6 +221,13 @@ impl CheckpointFile {
                 }
             }
         }
+        for topic in topic_ids.keys() {
+            if !offsets.contains_key(topic) {
+                return Err(corrupt(format!(
+                    "topic '{topic}' has an id on line 2 but no offsets on line 3"
+                )));
+            }
+        }
         Ok(CheckpointFile {
             batch_id,
             timestamp_ms,
@@ -207,6 +235,7 @@ impl CheckpointFile {
             offsets,
             epochs,
             moved_back,
+            topic_ids,
         })
     }
 
@@ -310,6 +339,38 @@ fn parse_epochs(v: &Value) -> Result<TopicEpochs, String> {
     })
 }
 
+/// Parses a commit file's `topicIds`, `{"topic":"<32 hex digits>"}`.
+fn parse_topic_ids(v: &Value) -> Result<TopicIds, String> {
+    let o = v.as_object().ok_or("is not a JSON object")?;
+    let mut out = TopicIds::new();
+    for (topic, id) in o {
+        let parsed = id
+            .as_str()
+            .and_then(unhex)
+            .ok_or_else(|| format!("the id of topic '{topic}' is not 32 hex digits"))?;
+        out.insert(topic.clone(), parsed);
+    }
+    Ok(out)
+}
+
+/// A topic id as 32 lowercase hex digits (as `kafka-topics --describe` shows it in base64,
+/// and the files in hex, which compares at a glance).
+fn hex(id: &[u8; 16]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The inverse of [`hex`]: exactly 32 hex digits.
+fn unhex(s: &str) -> Option<[u8; 16]> {
+    if s.len() != 32 || !s.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
 /// Topic → partition → value as partition → value.
 fn by_partition<V: Copy>(o: &BTreeMap<String, BTreeMap<i32, V>>) -> BTreeMap<TopicPartition, V> {
     o.iter()
@@ -402,6 +463,8 @@ struct DiskState {
     committed: Option<(u64, Positions)>,
     /// The latest commit's leader epochs (KIP-320).
     epochs: Epochs,
+    /// The latest commit's topic ids (KIP-516).
+    topic_ids: TopicIds,
     /// Latest offsets file id.
     latest_offsets: Option<u64>,
     /// A logged, uncommitted batch.
@@ -705,6 +768,7 @@ impl CheckpointStore {
             positions: s.committed.map(|(_, p)| p).unwrap_or_default(),
             pending: s.pending,
             epochs: s.epochs,
+            topic_ids: s.topic_ids,
         })
     }
 
@@ -931,6 +995,7 @@ impl Inner {
             self.read_file(&self.offsets_path(id), id)?;
         }
         let mut epochs = Epochs::new();
+        let mut topic_ids = TopicIds::new();
         let committed = match last_c {
             Some(c) => {
                 for &id in &commits[..commits.len() - 1] {
@@ -945,6 +1010,7 @@ impl Inner {
                     .into());
                 }
                 epochs = f.leader_epochs();
+                topic_ids = f.topic_ids.clone();
                 Some((c, f.positions()))
             }
             None => None,
@@ -988,6 +1054,7 @@ impl Inner {
             oldest,
             committed,
             epochs,
+            topic_ids,
             latest_offsets: last_o,
             pending,
         })
@@ -1031,6 +1098,7 @@ impl Inner {
             offsets: untils(&batch.ranges),
             epochs: Default::default(),
             moved_back: by_topic(&batch.moved_back),
+            topic_ids: TopicIds::new(),
         };
         match self.write_batch_file(&path, file.encode().as_bytes()) {
             Ok(()) => Ok(true),
@@ -1093,6 +1161,7 @@ impl Inner {
             oldest,
             committed,
             mut epochs,
+            mut topic_ids,
             ..
         } = s;
         let mut state = committed.map(|(_, p)| p).unwrap_or_default();
@@ -1113,6 +1182,14 @@ impl Inner {
             }
             state.insert(tp, r.until);
         }
+        // The batch's topic ids replace the stored ones (an id the stream did not know, all
+        // zeros, says nothing); a topic with no position left keeps none.
+        for (t, id) in &batch.topic_ids {
+            if *id != [0; 16] {
+                topic_ids.insert(t.clone(), *id);
+            }
+        }
+        topic_ids.retain(|t, _| state.keys().any(|tp| tp.topic == *t));
         let file = CheckpointFile {
             batch_id: batch.id,
             timestamp_ms: now_ms(),
@@ -1120,6 +1197,7 @@ impl Inner {
             offsets: by_topic(&state),
             epochs: by_topic(&epochs),
             moved_back: TopicOffsets::new(),
+            topic_ids: topic_ids.clone(),
         };
         let path = self.commits_path(batch.id);
         match self.write_batch_file(&path, file.encode().as_bytes()) {
@@ -1135,6 +1213,7 @@ impl Inner {
                 oldest: Some(oldest.unwrap_or(batch.id)),
                 committed: Some((batch.id, state)),
                 epochs,
+                topic_ids,
                 latest_offsets: Some(batch.id),
                 pending: None,
             }),
@@ -1223,17 +1302,21 @@ impl Inner {
             offsets: untils(&batch.ranges),
             epochs: Default::default(),
             moved_back: TopicOffsets::new(),
+            topic_ids: TopicIds::new(),
         };
         self.create(
             &self.dir.join("offsets"),
             &self.offsets_path(batch_id),
             file.encode().as_bytes(),
         )?;
-        // A position set by hand has no known epoch; the others keep theirs.
+        // A position set by hand has no known epoch, and its topic no known id (it is set for
+        // the topic as it is now); the others keep theirs.
         let mut epochs = s.epochs;
+        let mut topic_ids = s.topic_ids;
         for (tp, o) in positions {
             if state.insert(tp.clone(), *o) != Some(*o) {
                 epochs.remove(tp);
+                topic_ids.remove(&tp.topic);
             }
         }
         let commit = CheckpointFile {
@@ -1243,6 +1326,7 @@ impl Inner {
             offsets: by_topic(&state),
             epochs: by_topic(&epochs),
             moved_back: TopicOffsets::new(),
+            topic_ids,
         };
         self.create(
             &self.dir.join("commits"),
@@ -1501,6 +1585,7 @@ mod tests {
             offsets: [("events".to_owned(), [(0, 1200)].into())].into(),
             epochs: TopicEpochs::new(),
             moved_back: TopicOffsets::new(),
+            topic_ids: TopicIds::new(),
         };
         let text = f.encode();
         assert_eq!(
@@ -1527,6 +1612,7 @@ mod tests {
             offsets: [("e".to_owned(), [(0, 12), (1, 50)].into())].into(),
             epochs: TopicEpochs::new(),
             moved_back: [("e".to_owned(), [(0, 15)].into())].into(),
+            topic_ids: TopicIds::new(),
         };
         let text = f.encode();
         assert!(
@@ -1558,6 +1644,85 @@ mod tests {
             let e = CheckpointFile::decode(bad, Path::new("/ck/offsets/7")).unwrap_err();
             let msg = e.to_string();
             assert!(msg.contains(why) && msg.contains("/ck/offsets/7"), "{msg}");
+        }
+    }
+
+    /// KIP-516: a commit file keeps the id of each topic its positions were read from (line
+    /// 2's `topicIds`, hex), for the whole state: a batch's ids replace the stored ones (an
+    /// all-zero id, from a broker without ids, says nothing), a topic left with no position
+    /// keeps none, a position set by hand drops its topic's id, and plans carry none. A
+    /// hand-edited id that is not 32 hex digits, or names a topic without offsets, is refused.
+    #[test]
+    fn commit_files_keep_each_topics_id() {
+        let d = tmpdir("topic-ids");
+        let s = CheckpointStore::open(&d, 10).unwrap();
+        let id = |b: u8| [b; 16];
+        let ids = |v: &[(&str, [u8; 16])]| -> TopicIds {
+            v.iter().map(|(t, i)| (t.to_string(), *i)).collect()
+        };
+        s.commit_sync(&batch(0, 0, 10).with_topic_ids(ids(&[("events", id(0xab))])))
+            .unwrap();
+        let text = fs::read_to_string(s.commits_path(0)).unwrap();
+        assert!(
+            text.contains(&format!(
+                "\"topicIds\":{{\"events\":\"{}\"}}",
+                "ab".repeat(16)
+            )),
+            "{text}"
+        );
+        assert!(!fs::read_to_string(s.offsets_path(0))
+            .unwrap()
+            .contains("topicIds"));
+        // Reopened: read from the file.
+        let s = CheckpointStore::open(&d, 10).unwrap();
+        assert_eq!(
+            s.load_sync().unwrap().topic_ids,
+            ids(&[("events", id(0xab))])
+        );
+        // A batch without ids (or with an all-zero one) keeps the stored id; one with another
+        // id replaces it.
+        s.commit_sync(&batch(1, 10, 20).with_topic_ids(ids(&[("events", [0; 16])])))
+            .unwrap();
+        assert_eq!(
+            s.load_sync().unwrap().topic_ids,
+            ids(&[("events", id(0xab))])
+        );
+        s.commit_sync(&batch(2, 20, 30).with_topic_ids(ids(&[("events", id(1))])))
+            .unwrap();
+        assert_eq!(s.load_sync().unwrap().topic_ids, ids(&[("events", id(1))]));
+        // An id for a topic the batch has no range of is not kept.
+        s.commit_sync(&batch(3, 30, 40).with_topic_ids(ids(&[("other", id(2))])))
+            .unwrap();
+        assert_eq!(s.load_sync().unwrap().topic_ids, ids(&[("events", id(1))]));
+        // `offsets set` moving a partition of the topic drops its id.
+        let tp = TopicPartition::new("events", 0);
+        s.inner.set_positions(4, &[(tp, 7)].into()).unwrap();
+        assert!(s.load_sync().unwrap().topic_ids.is_empty());
+        for (bad, why) in [
+            (
+                "v1\n{\"batchId\":7,\"topicIds\":{\"e\":\"abc\"}}\n{\"e\":{\"0\":5}}\n",
+                "line 2 'topicIds': the id of topic 'e' is not 32 hex digits",
+            ),
+            (
+                "v1\n{\"batchId\":7,\"topicIds\":{\"e\":7}}\n{\"e\":{\"0\":5}}\n",
+                "the id of topic 'e' is not 32 hex digits",
+            ),
+            (
+                "v1\n{\"batchId\":7,\"topicIds\":[]}\n{\"e\":{\"0\":5}}\n",
+                "line 2 'topicIds': is not a JSON object",
+            ),
+            (
+                &format!(
+                    "v1\n{{\"batchId\":7,\"topicIds\":{{\"f\":\"{}\"}}}}\n{{\"e\":{{\"0\":5}}}}\n",
+                    "0".repeat(32)
+                ),
+                "topic 'f' has an id on line 2 but no offsets on line 3",
+            ),
+        ] {
+            let e = CheckpointFile::decode(bad, Path::new("/ck/commits/7"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(why) && e.contains("/ck/commits/7"), "{e}");
         }
     }
 

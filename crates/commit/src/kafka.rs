@@ -428,6 +428,10 @@ impl OffsetStore for KafkaGroupStore {
             positions,
             pending: None,
             epochs,
+            // The group's offsets have no place for them (the commit metadata is the
+            // batch id): a topic re-created while the stream was down is not told from a
+            // truncation.
+            topic_ids: Default::default(),
         })
     }
 

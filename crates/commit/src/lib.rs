@@ -83,6 +83,13 @@ pub type Positions = BTreeMap<TopicPartition, i64>;
 /// reported as data loss with its exact range instead of being read over silently.
 pub type Epochs = BTreeMap<TopicPartition, i32>;
 
+/// The id of each topic (KIP-516: 16 bytes, all zero when the broker has none) the positions
+/// were read from. A stream resumed from a store that keeps them (the checkpoint) compares
+/// them with the cluster's before reading on, so a topic deleted and re-created while the
+/// stream was down is reported as such (`failOnDataLoss`) and read from its new start, instead
+/// of the stored positions (and epochs) being taken for positions in the new log.
+pub type TopicIds = BTreeMap<String, [u8; 16]>;
+
 /// A batch as the stores see it: its id and its exact ranges.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedBatch {
@@ -102,6 +109,9 @@ pub struct PlannedBatch {
     /// `from` ([`expected_from`](Self::expected_from)), so the batch commits the move back;
     /// stores that log plans log it with the plan, so a re-run commits the same way.
     pub moved_back: Positions,
+    /// The ids of the topics the batch read (filled when it is committed, where the stream
+    /// knew them). Stores that keep them (the checkpoint) write them beside the positions.
+    pub topic_ids: TopicIds,
 }
 
 impl PlannedBatch {
@@ -112,7 +122,14 @@ impl PlannedBatch {
             ranges,
             epochs: Epochs::new(),
             moved_back: Positions::new(),
+            topic_ids: TopicIds::new(),
         }
+    }
+
+    /// The batch with the ids of the topics it read (see [`topic_ids`](Self::topic_ids)).
+    pub fn with_topic_ids(mut self, topic_ids: TopicIds) -> Self {
+        self.topic_ids = topic_ids;
+        self
     }
 
     /// The batch with the stored positions its ranges move back from (see
@@ -178,6 +195,9 @@ pub struct Committed {
     /// where the store keeps it (the checkpoint, the Kafka group's offsets) and the commit
     /// knew it. A position without one is resumed unchecked.
     pub epochs: Epochs,
+    /// The ids of the committed positions' topics, where the store keeps them (the
+    /// checkpoint) and the commit knew them. A topic without one is resumed unchecked.
+    pub topic_ids: TopicIds,
 }
 
 impl Committed {
@@ -197,6 +217,7 @@ impl Committed {
         }
         self.positions.retain(|tp, _| topics.contains(&tp.topic));
         self.epochs.retain(|tp, _| topics.contains(&tp.topic));
+        self.topic_ids.retain(|t, _| topics.contains(t));
     }
 }
 

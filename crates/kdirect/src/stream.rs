@@ -128,6 +128,10 @@ pub struct StreamConfig {
     /// ([`Batch::leader_epochs`] as committed): checked with the partition's leader before the
     /// first plan, so a log truncated while the stream was down is reported as data loss.
     pub resume_epochs: BTreeMap<TopicPartition, i32>,
+    /// KIP-516: the ids of the resumed positions' topics ([`Batch::topic_ids`] as committed):
+    /// a topic whose id the cluster now gives differently was deleted and re-created while
+    /// the stream was down, and is handled as such (`failOnDataLoss`) before the first plan.
+    pub resume_topic_ids: BTreeMap<String, [u8; 16]>,
     /// The batch id to resume at.
     pub resume_batch_id: u64,
     /// A batch to re-run first with exactly its ranges (a write-ahead-logged batch that was
@@ -278,6 +282,7 @@ impl Default for DirectStreamBuilder {
                 timestamp_strategy: TimestampStrategy::Latest,
                 resume_positions: BTreeMap::new(),
                 resume_epochs: BTreeMap::new(),
+                resume_topic_ids: BTreeMap::new(),
                 resume_batch_id: 0,
                 replay: None,
                 metadata_max_age: Duration::from_secs(5),
@@ -975,6 +980,17 @@ impl DirectStreamBuilder {
         self
     }
 
+    /// KIP-516, with [`resume`](Self::resume): the topic ids stored with the positions (each
+    /// committed batch's [`Batch::topic_ids`]). A topic the cluster now gives another id was
+    /// deleted and re-created while the stream was down: `failOnDataLoss=true` fails naming
+    /// it; `false` reads it from its new start and reports it lost. Without them, a stored
+    /// epoch makes a re-created topic look like a truncated log (read on at the new log's
+    /// end, skipping its records). The checkpoint store does this by itself.
+    pub fn resume_topic_ids(mut self, ids: BTreeMap<String, [u8; 16]>) -> Self {
+        self.config.resume_topic_ids = ids;
+        self
+    }
+
     /// Re-runs batch `id` with exactly `ranges` before planning anything new (a batch an
     /// offset store logged but never committed). The planner resumes after it: set
     /// [`resume`](Self::resume) to `id + 1` and positions that include the ranges' `until`s.
@@ -1106,6 +1122,7 @@ impl DirectStreamBuilder {
             stored.clone_from(&committed.positions);
             c.resume_positions = committed.positions;
             c.resume_epochs = committed.epochs;
+            c.resume_topic_ids = committed.topic_ids;
             c.replay = committed.pending;
         }
         // The resumed positions that carry the epoch of the last batch read before them (the
@@ -1214,9 +1231,21 @@ impl DirectStreamBuilder {
             .map_err(EngineError::from)?
         };
         let replay = c.replay.take();
+        // The ids the positions were read at, where the store kept them: the first snapshot
+        // compares them with the cluster's (a topic re-created while the stream was down).
         let topic_ids = topics
             .iter()
-            .filter_map(|t| view.topic(t).ok().map(|i| ((*t).to_owned(), i.id)))
+            .filter_map(|t| {
+                let id = c
+                    .resume_topic_ids
+                    .get(*t)
+                    .copied()
+                    .filter(|id| {
+                        *id != [0; 16] && c.resume_positions.keys().any(|tp| tp.topic == *t)
+                    })
+                    .or_else(|| view.topic(t).ok().map(|i| i.id))?;
+                Some(((*t).to_owned(), id))
+            })
             .collect();
         let driver = Arc::new(Driver {
             replay: Mutex::new(replay),
@@ -2058,6 +2087,22 @@ impl Driver {
             .collect()
     }
 
+    /// KIP-516: the ids of the ranges' topics, as the stream last saw them (none for a
+    /// broker without topic ids).
+    fn topic_ids_of(&self, ranges: &[OffsetRange]) -> BTreeMap<String, [u8; 16]> {
+        let ids = self
+            .topic_ids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        ranges
+            .iter()
+            .filter_map(|r| {
+                let id = *ids.get(&r.topic).filter(|id| **id != [0; 16])?;
+                Some((r.topic.clone(), id))
+            })
+            .collect()
+    }
+
     /// `e` is "unknown topic" for a topic this stream has read before.
     fn was_known(&self, e: &EngineError) -> bool {
         let ErrorKind::UnknownTopic { topic } = e.root().kind() else {
@@ -2202,10 +2247,12 @@ impl Driver {
             self.observe(&data);
             let now = self.now();
             let epochs = self.epochs_at(&ranges);
+            let topic_ids = self.topic_ids_of(&ranges);
             return Ok(Some(Batch {
                 id,
                 ranges,
                 epochs,
+                topic_ids,
                 moved_back,
                 data,
                 lost,
@@ -2336,9 +2383,11 @@ impl Driver {
                     lost.extend(plan.lost);
                     lost.extend(fetch_lost);
                     let epochs = self.epochs_at(&plan.ranges);
+                    let topic_ids = self.topic_ids_of(&plan.ranges);
                     return Ok(Some(Batch {
                         id: plan.batch_id,
                         epochs,
+                        topic_ids,
                         moved_back: plan.moved_back,
                         ranges: plan.ranges,
                         data,
@@ -2857,6 +2906,8 @@ pub struct Batch {
     /// The stored positions of partitions whose range starts below them (a move back after
     /// data loss under `failOnDataLoss=false`).
     moved_back: BTreeMap<TopicPartition, i64>,
+    /// KIP-516: the ids of the topics of the ranges, where the cluster gives them.
+    topic_ids: BTreeMap<String, [u8; 16]>,
     data: Vec<RangeData>,
     lost: Vec<LostRange>,
     planned_at: Duration,
@@ -2938,6 +2989,15 @@ impl Batch {
         PlannedBatch::new(self.id, self.ranges.clone())
             .with_epochs(self.epochs.clone())
             .with_moved_back(self.moved_back.clone())
+            .with_topic_ids(self.topic_ids.clone())
+    }
+
+    /// KIP-516: the id of each topic the batch read, where the cluster gives one. A store kept
+    /// by the caller saves them with the positions and gives them back with
+    /// [`DirectStreamBuilder::resume_topic_ids`], so that a restarted stream tells a topic
+    /// deleted and re-created while it was down from a truncated log.
+    pub fn topic_ids(&self) -> &BTreeMap<String, [u8; 16]> {
+        &self.topic_ids
     }
 
     /// Partitions whose range starts *below* the position the previous batch left them at,
