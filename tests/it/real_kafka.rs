@@ -989,27 +989,34 @@ fn a_topic_deleted_and_recreated_is_reported_never_mixed() {
 /// keeps leader epochs. failOnDataLoss=true: the restart fails naming the re-created topic.
 /// false: the new topic is read whole, from its start (offset 0, the Java producer's values
 /// 1000..), the loss is reported, and the batch commits (its range starts below the stored
-/// position: the move back). Was: the checkpoint kept no topic ids, so the stored epoch made
-/// the restart ask the new topic's leader where epoch 0 ends, and the new topic was taken for
-/// the old log truncated at 40: `true` reported [40, 100) lost to a truncation, `false` went on
-/// at 40, skipping the new topic's 40 records (and waited for more).
+/// position: the move back). With the Kafka group store, Kafka itself removed the deleted
+/// topic's offsets from the group: the restart starts by its start policy, in both modes.
+/// Was: the checkpoint kept no topic ids, so the stored epoch made the restart ask the new
+/// topic's leader where epoch 0 ends, and the new topic was taken for the old log truncated at
+/// 40: `true` reported [40, 100) lost to a truncation, `false` went on at 40, skipping the new
+/// topic's 40 records (and waited for more).
 #[test]
 fn a_topic_re_created_while_the_stream_was_down_is_read_from_its_start() {
     let test = "a_topic_re_created_while_the_stream_was_down_is_read_from_its_start";
     let Some(kafka) = Kafka::single(test) else {
         return;
     };
-    for fail in [true, false] {
+    for (group, fail) in [(true, true), (true, false), (false, true), (false, false)] {
         let t = topic("recreate-down");
         let dir = crate::support::tempdir(&format!("recreate-down-{fail}"));
+        let g = format!("{t}-group");
         let open = |fail: bool| {
-            DirectStream::builder()
+            let b = DirectStream::builder()
                 .bootstrap(&kafka.bootstrap)
                 .topics(&[&t])
                 .start(StartPolicy::Earliest)
-                .fail_on_data_loss(fail)
-                .store(kdirect::commit::checkpoint::CheckpointStore::open(&dir, 10).unwrap())
-                .build()
+                .fail_on_data_loss(fail);
+            let b = if group {
+                b.group(&g).store_spec("kafka")
+            } else {
+                b.store(kdirect::commit::checkpoint::CheckpointStore::open(&dir, 10).unwrap())
+            };
+            b.build()
         };
         kafka.create(&t, 1, &[]);
         kafka.produce(&t, 1, 100, &[]);
@@ -1027,6 +1034,14 @@ fn a_topic_re_created_while_the_stream_was_down_is_read_from_its_start() {
         kafka.produce(&t, 1, 40, &["--from", "1000"]);
         let result = rt().block_on(async {
             let mut s = open(fail).await?;
+            if group {
+                // Kafka removed the deleted topic's offsets from the group.
+                assert!(
+                    s.stored_positions().is_empty(),
+                    "{:?}",
+                    s.stored_positions()
+                );
+            }
             let mut records = Vec::new();
             let mut lost = Vec::new();
             while records.len() < 40 {
@@ -1038,14 +1053,14 @@ fn a_topic_re_created_while_the_stream_was_down_is_read_from_its_start() {
             }
             Ok::<_, kdirect::Error>((records, lost))
         });
-        if fail {
+        if fail && !group {
             let err = result.expect_err("failOnDataLoss=true fails on a re-created topic");
             let text = err.to_string();
             assert!(text.contains(&t) && text.contains("re-created"), "{err}");
             continue;
         }
         let (records, lost) = result.expect("failOnDataLoss=false carries on");
-        assert_eq!(lost.len(), 1, "{lost:?}");
+        assert_eq!(lost.len(), usize::from(!group), "{lost:?}");
         let offsets: Vec<i64> = records.iter().map(|r| r.0).collect();
         assert_eq!(offsets, (0..40).collect::<Vec<_>>(), "{lost:?}");
         assert_eq!(records[0].1, b"value 0-1000".to_vec());

@@ -111,7 +111,7 @@ impl CheckpointFile {
             let ids = self
                 .topic_ids
                 .iter()
-                .map(|(t, id)| (t.clone(), Value::from(hex(id))))
+                .map(|(t, id)| (t.clone(), Value::from(crate::hex(id))))
                 .collect();
             meta.insert("topicIds".to_owned(), Value::Object(ids));
         }
@@ -346,29 +346,11 @@ fn parse_topic_ids(v: &Value) -> Result<TopicIds, String> {
     for (topic, id) in o {
         let parsed = id
             .as_str()
-            .and_then(unhex)
+            .and_then(crate::unhex)
             .ok_or_else(|| format!("the id of topic '{topic}' is not 32 hex digits"))?;
         out.insert(topic.clone(), parsed);
     }
     Ok(out)
-}
-
-/// A topic id as 32 lowercase hex digits (as `kafka-topics --describe` shows it in base64,
-/// and the files in hex, which compares at a glance).
-fn hex(id: &[u8; 16]) -> String {
-    id.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The inverse of [`hex`]: exactly 32 hex digits.
-fn unhex(s: &str) -> Option<[u8; 16]> {
-    if s.len() != 32 || !s.is_ascii() {
-        return None;
-    }
-    let mut out = [0u8; 16];
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(out)
 }
 
 /// Topic → partition → value as partition → value.

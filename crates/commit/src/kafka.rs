@@ -4,7 +4,9 @@
 //!
 //! - FindCoordinator (key 10) finds the group's coordinator; its connection is cached.
 //! - OffsetCommit (key 8) as a standalone consumer — generation -1, empty member id — with
-//!   `kdirect:batch=<N>` in each partition's commit metadata.
+//!   `kdirect:batch=<N> topicId=<32 hex digits>` in each partition's commit metadata (the
+//!   topic id, KIP-516, where the batch knew it: a stream resumed from the group tells a
+//!   topic deleted and re-created while it was down from a truncated log).
 //! - OffsetFetch (key 9) reads positions and the batch id back.
 //! - `NOT_COORDINATOR`, `COORDINATOR_LOAD_IN_PROGRESS`, `COORDINATOR_NOT_AVAILABLE` (and a lost
 //!   connection or timeout) are retried: the coordinator is looked up again after a backoff
@@ -33,14 +35,44 @@ use kdirect_proto::ErrorCode;
 
 use crate::{
     check_from, CommitOutcome, Committed, Epochs, OffsetStore, PlannedBatch, Positions, StoreError,
-    StoreErrorKind, TopicPartition,
+    StoreErrorKind, TopicIds, TopicPartition,
 };
 
 /// Attempts per operation before a retriable error is returned.
 const MAX_ATTEMPTS: u32 = 10;
 
-/// The prefix of kdirect's commit metadata; the batch id follows.
+/// The prefix of kdirect's commit metadata; the batch id follows, then, after a space,
+/// `topicId=` and the topic's id in hex where it is known.
 pub const METADATA_PREFIX: &str = "kdirect:batch=";
+
+/// What the group holds for the partitions asked.
+struct Fetched {
+    positions: Positions,
+    /// The highest batch id in kdirect's commit metadata.
+    batch: Option<u64>,
+    epochs: Epochs,
+    topic_ids: TopicIds,
+}
+
+/// kdirect's commit metadata: the batch id and the topic id, where known.
+fn metadata(batch_id: u64, topic_id: Option<&[u8; 16]>) -> String {
+    match topic_id.filter(|id| **id != [0; 16]) {
+        Some(id) => format!("{METADATA_PREFIX}{batch_id} topicId={}", crate::hex(id)),
+        None => format!("{METADATA_PREFIX}{batch_id}"),
+    }
+}
+
+/// The batch id and topic id of kdirect's commit metadata (none from metadata another client
+/// wrote).
+fn parse_metadata(m: &str) -> (Option<u64>, Option<[u8; 16]>) {
+    let Some(rest) = m.strip_prefix(METADATA_PREFIX) else {
+        return (None, None);
+    };
+    let mut words = rest.split(' ');
+    let batch = words.next().and_then(|b| b.parse::<u64>().ok());
+    let id = words.find_map(|w| crate::unhex(w.strip_prefix("topicId=")?));
+    (batch, id)
+}
 
 /// Kafka group offsets as an [`OffsetStore`].
 #[derive(Debug)]
@@ -222,10 +254,7 @@ impl KafkaGroupStore {
 
     /// The group's committed offsets of `topics` (each with its partitions), with the batch id
     /// from the metadata.
-    async fn fetch(
-        &self,
-        topics: &[(String, Vec<i32>)],
-    ) -> Result<(Positions, Option<u64>, Epochs), StoreError> {
+    async fn fetch(&self, topics: &[(String, Vec<i32>)]) -> Result<Fetched, StoreError> {
         self.with_retry(|conn| async move {
             let version = conn
                 .version::<OffsetFetch>()
@@ -255,6 +284,7 @@ impl KafkaGroupStore {
             }
             let mut positions = Positions::new();
             let mut epochs = Epochs::new();
+            let mut topic_ids = TopicIds::new();
             let mut batch: Option<u64> = None;
             for p in parts {
                 if let Some(code) = p.error.err() {
@@ -278,16 +308,20 @@ impl KafkaGroupStore {
                     epochs.insert(tp.clone(), p.leader_epoch);
                 }
                 positions.insert(tp, p.offset);
-                if let Some(id) = p
-                    .metadata
-                    .as_deref()
-                    .and_then(|m| m.strip_prefix(METADATA_PREFIX))
-                    .and_then(|s| s.parse::<u64>().ok())
-                {
+                let (id, topic_id) = parse_metadata(p.metadata.as_deref().unwrap_or(""));
+                if let Some(id) = id {
                     batch = Some(batch.map_or(id, |b| b.max(id)));
                 }
+                if let Some(topic_id) = topic_id {
+                    topic_ids.insert(p.topic.clone(), topic_id);
+                }
             }
-            Ok((positions, batch, epochs))
+            Ok(Fetched {
+                positions,
+                batch,
+                epochs,
+                topic_ids,
+            })
         })
         .await
     }
@@ -315,12 +349,12 @@ impl KafkaGroupStore {
         batch_id: u64,
         positions: &Positions,
         epochs: &Epochs,
+        topic_ids: &TopicIds,
         as_member: bool,
     ) -> Result<(), StoreError> {
         // Checked before the first attempt, and again before each retry (the consumer
         // protocol's member epoch moves on while a batch is held).
         self.generation(as_member)?;
-        let metadata = format!("{METADATA_PREFIX}{batch_id}");
         let mut by_topic: BTreeMap<&str, Vec<CommitEntry>> = BTreeMap::new();
         for (tp, &offset) in positions {
             by_topic
@@ -331,7 +365,7 @@ impl KafkaGroupStore {
                     offset,
                     // KIP-320: OffsetCommit v6+ keeps it (older versions drop it).
                     leader_epoch: epochs.get(tp).copied().unwrap_or(-1),
-                    metadata: Some(metadata.clone()),
+                    metadata: Some(metadata(batch_id, topic_ids.get(&tp.topic))),
                 });
         }
         let topics: Vec<(&str, Vec<CommitEntry>)> = by_topic.into_iter().collect();
@@ -420,18 +454,21 @@ impl OffsetStore for KafkaGroupStore {
             return Ok(Committed::default());
         }
         let asked = self.partitions(&topics).await?;
-        let (mut positions, batch_id, mut epochs) = self.fetch(&asked).await?;
+        let Fetched {
+            mut positions,
+            batch,
+            mut epochs,
+            mut topic_ids,
+        } = self.fetch(&asked).await?;
         positions.retain(|tp, _| topics.contains(&tp.topic));
         epochs.retain(|tp, _| positions.contains_key(tp));
+        topic_ids.retain(|t, _| topics.contains(t));
         Ok(Committed {
-            batch_id,
+            batch_id: batch,
             positions,
             pending: None,
             epochs,
-            // The group's offsets have no place for them (the commit metadata is the
-            // batch id): a topic re-created while the stream was down is not told from a
-            // truncation.
-            topic_ids: Default::default(),
+            topic_ids,
         })
     }
 
@@ -447,7 +484,11 @@ impl OffsetStore for KafkaGroupStore {
         }
         let asked: Vec<(String, Vec<i32>)> = asked.into_iter().collect();
         if !asked.is_empty() {
-            let (stored, stored_batch, _) = self.fetch(&asked).await?;
+            let Fetched {
+                positions: stored,
+                batch: stored_batch,
+                ..
+            } = self.fetch(&asked).await?;
             let already = stored_batch == Some(batch.id)
                 && batch
                     .ranges
@@ -458,14 +499,21 @@ impl OffsetStore for KafkaGroupStore {
             }
             check_from(&self.describe(), &stored, batch)?;
         }
-        self.commit_positions(batch.id, &batch.positions(), &batch.epochs, true)
-            .await?;
+        self.commit_positions(
+            batch.id,
+            &batch.positions(),
+            &batch.epochs,
+            &batch.topic_ids,
+            true,
+        )
+        .await?;
         Ok(CommitOutcome::Committed)
     }
 
     async fn set_positions(&self, batch_id: u64, positions: &Positions) -> Result<(), StoreError> {
-        // A position set by hand has no known epoch.
-        self.commit_positions(batch_id, positions, &Epochs::new(), false)
+        // A position set by hand has no known epoch, and its topic no known id (it is set for
+        // the topic as it is now).
+        self.commit_positions(batch_id, positions, &Epochs::new(), &TopicIds::new(), false)
             .await
     }
 }

@@ -90,6 +90,24 @@ pub type Epochs = BTreeMap<TopicPartition, i32>;
 /// of the stored positions (and epochs) being taken for positions in the new log.
 pub type TopicIds = BTreeMap<String, [u8; 16]>;
 
+/// A topic id as 32 lowercase hex digits (how the checkpoint and the Kafka group's commit
+/// metadata keep it).
+pub(crate) fn hex(id: &[u8; 16]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The inverse of [`hex`]: exactly 32 hex digits.
+pub(crate) fn unhex(s: &str) -> Option<[u8; 16]> {
+    if s.len() != 32 || !s.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
 /// A batch as the stores see it: its id and its exact ranges.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedBatch {

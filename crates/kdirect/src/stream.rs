@@ -1858,6 +1858,19 @@ impl Driver {
                 self.budget.resume_at(&tp.topic, tp.partition, *pos, epoch);
             }
         }
+        // KIP-516: positions committed under another id of their topic (re-created since)
+        // are found by the next snapshot's id check, as in a resumed stream.
+        {
+            let mut ids = self
+                .topic_ids
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            for (topic, id) in &committed.topic_ids {
+                if *id != [0; 16] && positions.keys().any(|tp| tp.topic == *topic) {
+                    ids.insert(topic.clone(), *id);
+                }
+            }
+        }
         let planner = Planner::resume(self.planner_config.clone(), next_id, positions)
             .map_err(EngineError::from)?;
         *self.planner() = planner;

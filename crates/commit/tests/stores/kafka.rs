@@ -124,3 +124,46 @@ fn kafka_retries_coordinator_errors() {
     let seen = committed_by_librdkafka(&bootstrap, &group, &topic);
     assert_eq!(seen.iter().map(|s| s.1).collect::<Vec<_>>(), vec![5, 6, 7]);
 }
+
+/// KIP-516: a batch's topic id goes into each of its partitions' commit metadata after the
+/// batch id (`kdirect:batch=N topicId=<hex>`, as librdkafka's consumer reads it back) and
+/// `load` gives it back, so a stream resumed from the group tells a topic re-created while it
+/// was down from a truncated log; metadata without it (older commits) reads as before, and a
+/// position set by hand drops it. Was: the group kept no topic ids.
+#[test]
+fn kafka_group_store_keeps_topic_ids() {
+    let topic = unique("t");
+    let group = unique("g");
+    let m = mock(&topic);
+    let bootstrap = m.bootstrap_servers();
+    let id = [0x5c; 16];
+    rt().block_on(async {
+        let s = store(&bootstrap, &group).await;
+        let b0 = batch(0, &topic, &[(0, 0, 5), (1, 0, 6), (2, 0, 7)]);
+        s.commit(&b0).await.unwrap();
+        let c = s.load(std::slice::from_ref(&topic)).await.unwrap();
+        assert!(c.topic_ids.is_empty(), "{c:?}");
+        let b1 = batch(1, &topic, &[(0, 5, 8), (1, 6, 6), (2, 7, 7)])
+            .with_topic_ids([(topic.clone(), id)].into());
+        assert_eq!(s.commit(&b1).await.unwrap(), CommitOutcome::Committed);
+        let c = s.load(std::slice::from_ref(&topic)).await.unwrap();
+        assert_eq!(c.topic_ids, [(topic.clone(), id)].into());
+        assert_eq!(c.batch_id, Some(1));
+        assert_eq!(c.positions, pos(&topic, &[(0, 8), (1, 6), (2, 7)]));
+    });
+    let hex = "5c".repeat(16);
+    let seen = committed_by_librdkafka(&bootstrap, &group, &topic);
+    assert_eq!(
+        seen.iter().map(|s| s.2.clone()).collect::<Vec<_>>(),
+        vec![format!("kdirect:batch=1 topicId={hex}"); 3]
+    );
+    rt().block_on(async {
+        let s = store(&bootstrap, &group).await;
+        s.set_positions(2, &pos(&topic, &[(0, 0), (1, 0), (2, 0)]))
+            .await
+            .unwrap();
+        let c = s.load(std::slice::from_ref(&topic)).await.unwrap();
+        assert!(c.topic_ids.is_empty(), "{c:?}");
+        assert_eq!(c.batch_id, Some(2));
+    });
+}
