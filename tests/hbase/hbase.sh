@@ -12,6 +12,8 @@ home="${KDIRECT_HBASE_HOME:-$root/target/hbase}"
 version=2.6.1
 rest_port=39530
 say() { printf '[hbase] %s\n' "$*" >&2; }
+# shellcheck source=../pid.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../pid.sh"
 up() { timeout 1 bash -c "</dev/tcp/127.0.0.1/$1" 2>/dev/null; }
 
 jars() {
@@ -93,7 +95,7 @@ case "${1:-}" in
   up) start ;;
   down)
     for p in rest master; do
-      [ -f "$home/$p.pid" ] && kill "$(cat "$home/$p.pid")" 2>/dev/null || true
+      pid="$(live_pid "$home/$p.pid" "$home/conf")" && kill "$pid" 2>/dev/null
       rm -f "$home/$p.pid"
     done ;;
   *) echo "usage: hbase.sh up|down" >&2; exit 2 ;;

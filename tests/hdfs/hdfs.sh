@@ -13,6 +13,8 @@ home="${KDIRECT_HDFS_HOME:-$root/target/hdfs}"
 version=3.4.1
 port=39540
 say() { printf '[hdfs] %s\n' "$*" >&2; }
+# shellcheck source=../pid.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../pid.sh"
 up() { timeout 1 bash -c "</dev/tcp/127.0.0.1/$1" 2>/dev/null; }
 
 jars() {
@@ -71,7 +73,7 @@ start() {
 case "${1:-}" in
   up) start ;;
   down)
-    [ -f "$home/hdfs.pid" ] && kill "$(cat "$home/hdfs.pid")" 2>/dev/null || true
+    pid="$(live_pid "$home/hdfs.pid" "$home/data")" && kill "$pid" 2>/dev/null
     rm -f "$home/hdfs.pid" ;;
   env) echo "export KDIRECT_TEST_HDFS=hdfs://127.0.0.1:$port" ;;
   *) echo "usage: hdfs.sh up|down|env" >&2; exit 2 ;;

@@ -1070,6 +1070,85 @@ fn a_topic_re_created_while_the_stream_was_down_is_read_from_its_start() {
     }
 }
 
+/// A batch logged in the checkpoint and never committed (a crash between the plan and the
+/// commit), its topic deleted and re-created while the stream was down. The re-run cannot
+/// read the logged ranges (their records went with the old topic). failOnDataLoss=true: the
+/// restart fails naming the re-created topic. false: the re-run commits what it can, the loss
+/// is reported, and the new topic is then read whole from offset 0, once. Was: the re-run
+/// fetched the old ranges from the new topic before any id check, so `true` reported a
+/// truncation instead of the re-created topic.
+#[test]
+fn a_logged_batch_over_a_topic_re_created_while_down_follows_the_data_loss_policy() {
+    let test = "a_logged_batch_over_a_topic_re_created_while_down_follows_the_data_loss_policy";
+    let Some(kafka) = Kafka::single(test) else {
+        return;
+    };
+    for fail in [true, false] {
+        let t = topic("recreate-replay");
+        let dir = crate::support::tempdir(&format!("recreate-replay-{fail}"));
+        let open = |fail: bool| {
+            DirectStream::builder()
+                .bootstrap(&kafka.bootstrap)
+                .topics(&[&t])
+                .start(StartPolicy::Earliest)
+                .fail_on_data_loss(fail)
+                .store(kdirect::commit::checkpoint::CheckpointStore::open(&dir, 10).unwrap())
+                .build()
+        };
+        kafka.create(&t, 1, &[]);
+        kafka.produce(&t, 1, 100, &[]);
+        rt().block_on(async {
+            let mut s = open(true).await.unwrap();
+            let mut read = 0;
+            while read < 100 {
+                let b = s.next_batch().await.unwrap().unwrap();
+                read = b.ranges()[0].until;
+                s.commit(b).await.unwrap();
+            }
+        });
+        kafka.produce(&t, 1, 20, &["--from", "100"]);
+        rt().block_on(async {
+            let mut s = open(true).await.unwrap();
+            let b = s.next_batch().await.unwrap().unwrap();
+            assert!(b.ranges()[0].from == 100 && b.ranges()[0].until > 100);
+            // Crashed before the commit: the plan stays logged.
+        });
+        kafka.tool("delete-topic", &["--topic", &t]);
+        kafka.create(&t, 1, &[]);
+        kafka.produce(&t, 1, 40, &["--from", "1000"]);
+        let result = rt().block_on(async {
+            let mut s = open(fail).await?;
+            let mut records = Vec::new();
+            let mut lost = Vec::new();
+            while records.len() < 40 {
+                let b = s.next_batch().await?.unwrap();
+                lost.extend(b.lost().iter().cloned());
+                b.for_each_record(|_, r| records.push((r.offset(), r.value().unwrap().to_vec())))
+                    .unwrap();
+                s.commit(b).await?;
+            }
+            Ok::<_, kdirect::Error>((records, lost))
+        });
+        if fail {
+            let err = result.expect_err("failOnDataLoss=true fails on a re-created topic");
+            let text = err.to_string();
+            assert!(text.contains(&t) && text.contains("re-created"), "{err}");
+            continue;
+        }
+        let (records, lost) = result.expect("failOnDataLoss=false carries on");
+        assert!(
+            lost.iter()
+                .any(|l| l.reason == kdirect::engine::plan::DataLossReason::TopicRecreated),
+            "{lost:?}"
+        );
+        let offsets: Vec<i64> = records.iter().map(|r| r.0).collect();
+        assert_eq!(offsets, (0..40).collect::<Vec<_>>(), "{lost:?}");
+        assert_eq!(records[0].1, b"value 0-1000".to_vec());
+        let stored = rt().block_on(async { open(false).await.unwrap().stored_positions().clone() });
+        assert_eq!(stored.values().copied().collect::<Vec<_>>(), vec![40]);
+    }
+}
+
 #[test]
 fn read_committed_stops_at_the_last_stable_offset_of_an_open_transaction() {
     let test = "read_committed_stops_at_the_last_stable_offset_of_an_open_transaction";

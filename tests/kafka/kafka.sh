@@ -27,6 +27,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 home="${KDIRECT_KAFKA_HOME:-$root/target/kafka}"
 say() { printf '[kafka] %s\n' "$*" >&2; }
+# shellcheck source=../pid.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../pid.sh"
 
 version_of() { case "$1" in old) echo 3.9.1 ;; *) echo 4.1.1 ;; esac; }
 nodes_of() { case "$1" in trio) echo "1 2 3" ;; *) echo 1 ;; esac; }
@@ -217,7 +219,7 @@ start_node() { # cluster node
   lib="$(jars "$(version_of "$c")")"
   dir="$(node_dir "$c" "$n")"
   [ -f "$dir/server.properties" ] || { say "no node $c/$n: run 'kafka.sh up' first"; return 1; }
-  if [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; then return 0; fi
+  if live_pid "$dir/pid" "$dir/server.properties" >/dev/null; then return 0; fi
   # shellcheck disable=SC2046
   : >"$dir/server.log"
   nohup java $(java_opts "$dir") -cp "$lib/*" kafka.Kafka "$dir/server.properties" \
@@ -261,8 +263,7 @@ cluster_up() { # cluster
 stop_node() { # cluster node signal
   local dir pid
   dir="$(node_dir "$1" "$2")"
-  [ -f "$dir/pid" ] || return 0
-  pid="$(cat "$dir/pid")"
+  pid="$(live_pid "$dir/pid" "$dir/server.properties")" || { rm -f "$dir/pid"; return 0; }
   kill "-$3" "$pid" 2>/dev/null || true
   for _ in $(seq 1 120); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
   kill -9 "$pid" 2>/dev/null || true

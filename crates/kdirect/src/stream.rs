@@ -1894,7 +1894,9 @@ impl Driver {
     /// A topic whose id changed was deleted and re-created: never read its new log at the old
     /// positions. `failOnDataLoss` (the default) fails; otherwise its partitions start again at
     /// the new log's start (as new partitions) and the batch reports them as lost.
-    fn check_topic_id(&self, topic: &str, id: [u8; 16]) -> Result<(), EngineError> {
+    /// True when the topic was re-created (and `failOnDataLoss=false` moved its partitions
+    /// to the new log's start).
+    fn check_topic_id(&self, topic: &str, id: [u8; 16]) -> Result<bool, EngineError> {
         let mut ids = self
             .topic_ids
             .lock()
@@ -1902,7 +1904,7 @@ impl Driver {
         let previous = *ids.entry(topic.to_owned()).or_insert(id);
         if previous == id || previous == [0; 16] || id == [0; 16] {
             ids.insert(topic.to_owned(), id);
-            return Ok(());
+            return Ok(false);
         }
         if self.config.data_loss == DataLossPolicy::Fail {
             let hex = |b: [u8; 16]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
@@ -1937,7 +1939,7 @@ impl Driver {
                 reason: kdirect_engine::plan::DataLossReason::TopicRecreated,
             });
         }
-        Ok(())
+        Ok(true)
     }
 
     /// KIP-320: before planning, asks the leaders of partitions whose leader epoch moved since
@@ -2251,12 +2253,36 @@ impl Driver {
         {
             let mut want: Vec<OffsetRange> =
                 ranges.iter().filter(|r| !r.is_empty()).cloned().collect();
+            // A topic re-created while the stream was down (the stored id is not the
+            // cluster's): the logged ranges' records went with the old topic. Checked before
+            // the fetch, which would read the old offsets in the new log.
+            let mut recreated_lost = Vec::new();
+            if let Ok((view, _)) = self.metadata().await {
+                let topics: BTreeSet<String> = want.iter().map(|r| r.topic.clone()).collect();
+                for t in topics {
+                    let Ok(info) = view.topic(&t) else { continue };
+                    if !self.check_topic_id(&t, info.id)? {
+                        continue;
+                    }
+                    for r in want.iter().filter(|r| r.topic == t) {
+                        recreated_lost.push(LostRange {
+                            topic: t.clone(),
+                            partition: r.partition,
+                            from: r.from,
+                            until: r.until,
+                            reason: DataLossReason::TopicRecreated,
+                        });
+                    }
+                    want.retain(|r| r.topic != t);
+                }
+            }
             // The logged ranges, as they were planned; data lost since (a log truncated under
             // the committed position, which the fetch finds with the stored epoch; records
             // removed by retention) goes by the data-loss policy as in any batch.
-            let (data, lost) = self
+            let (data, mut lost) = self
                 .fetch_planned(&mut want, &mut Reconnect::default())
                 .await?;
+            lost.splice(0..0, recreated_lost);
             self.observe(&data);
             let now = self.now();
             let epochs = self.epochs_at(&ranges);
