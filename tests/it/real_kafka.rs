@@ -14,7 +14,7 @@ use kdirect::engine::plan::{DataLossPolicy, StartPolicy};
 use kdirect::proto::IsolationLevel;
 use kdirect::DirectStream;
 
-use crate::support::{rt, service, wait_until_async};
+use crate::support::{read_and_commit_to, read_records, rt, service, wait_until_async};
 
 /// One of the clusters `tests/kafka/kafka.sh` runs, and the Java tools to drive it.
 pub struct Kafka {
@@ -134,6 +134,14 @@ impl Kafka {
         let mut args = vec!["--topic", topic, "--partitions", &p, "--count", &c];
         args.extend_from_slice(extra);
         self.tool("produce", &args);
+    }
+
+    /// Deletes `topic` and creates it again, one partition, with `count` records whose values
+    /// start at 1000 (`value 0-1000`, ...): the same name, a new topic (a new id).
+    pub fn recreate(&self, topic: &str, count: u64) {
+        self.tool("delete-topic", &["--topic", topic]);
+        self.create(topic, 1, &[]);
+        self.produce(topic, 1, count, &["--from", "1000"]);
     }
 
     /// Each partition's end offset (high watermark) as the Java consumer's `endOffsets` sees it.
@@ -948,20 +956,8 @@ fn a_topic_deleted_and_recreated_is_reported_never_mixed() {
             stream.done(first);
             // The same name, a new topic: 150 records, so offsets 100.. exist in it too and
             // reading on at the old position would silently mix the two.
-            kafka.tool("delete-topic", &["--topic", &t]);
-            kafka.create(&t, 1, &[]);
-            kafka.produce(&t, 1, 150, &["--from", "1000"]);
-            let mut records = Vec::new();
-            let mut lost = Vec::new();
-            while records.len() < 150 {
-                let batch = stream.next_batch().await?.unwrap();
-                lost.extend(batch.lost().iter().cloned());
-                batch
-                    .for_each_record(|_, r| records.push((r.offset(), r.value().unwrap().to_vec())))
-                    .unwrap();
-                stream.done(batch);
-            }
-            Ok::<_, kdirect::Error>((records, lost))
+            kafka.recreate(&t, 150);
+            read_records(&mut stream, 150, false).await
         });
         if fail {
             let err = result.expect_err("failOnDataLoss=true fails on a re-created topic");
@@ -980,7 +976,7 @@ fn a_topic_deleted_and_recreated_is_reported_never_mixed() {
             // The new topic, whole, from its start: values 1000.. of the Java producer.
             let offsets: Vec<i64> = records.iter().map(|r| r.0).collect();
             assert_eq!(offsets, (0..150).collect::<Vec<_>>());
-            assert_eq!(records[0].1, b"value 0-1000".to_vec());
+            assert_eq!(records[0].1, "value 0-1000");
         }
     }
 }
@@ -1022,16 +1018,9 @@ fn a_topic_re_created_while_the_stream_was_down_is_read_from_its_start() {
         kafka.produce(&t, 1, 100, &[]);
         rt().block_on(async {
             let mut s = open(true).await.unwrap();
-            let mut read = 0;
-            while read < 100 {
-                let b = s.next_batch().await.unwrap().unwrap();
-                read = b.ranges()[0].until;
-                s.commit(b).await.unwrap();
-            }
+            read_and_commit_to(&mut s, 100).await.unwrap();
         });
-        kafka.tool("delete-topic", &["--topic", &t]);
-        kafka.create(&t, 1, &[]);
-        kafka.produce(&t, 1, 40, &["--from", "1000"]);
+        kafka.recreate(&t, 40);
         let result = rt().block_on(async {
             let mut s = open(fail).await?;
             if group {
@@ -1042,16 +1031,7 @@ fn a_topic_re_created_while_the_stream_was_down_is_read_from_its_start() {
                     s.stored_positions()
                 );
             }
-            let mut records = Vec::new();
-            let mut lost = Vec::new();
-            while records.len() < 40 {
-                let b = s.next_batch().await?.unwrap();
-                lost.extend(b.lost().iter().cloned());
-                b.for_each_record(|_, r| records.push((r.offset(), r.value().unwrap().to_vec())))
-                    .unwrap();
-                s.commit(b).await?;
-            }
-            Ok::<_, kdirect::Error>((records, lost))
+            read_records(&mut s, 40, true).await
         });
         if fail && !group {
             let err = result.expect_err("failOnDataLoss=true fails on a re-created topic");
@@ -1063,7 +1043,7 @@ fn a_topic_re_created_while_the_stream_was_down_is_read_from_its_start() {
         assert_eq!(lost.len(), usize::from(!group), "{lost:?}");
         let offsets: Vec<i64> = records.iter().map(|r| r.0).collect();
         assert_eq!(offsets, (0..40).collect::<Vec<_>>(), "{lost:?}");
-        assert_eq!(records[0].1, b"value 0-1000".to_vec());
+        assert_eq!(records[0].1, "value 0-1000");
         // Restarted: at 40, where the commit left it.
         let stored = rt().block_on(async { open(false).await.unwrap().stored_positions().clone() });
         assert_eq!(stored.values().copied().collect::<Vec<_>>(), vec![40]);
@@ -1099,12 +1079,7 @@ fn a_logged_batch_over_a_topic_re_created_while_down_follows_the_data_loss_polic
         kafka.produce(&t, 1, 100, &[]);
         rt().block_on(async {
             let mut s = open(true).await.unwrap();
-            let mut read = 0;
-            while read < 100 {
-                let b = s.next_batch().await.unwrap().unwrap();
-                read = b.ranges()[0].until;
-                s.commit(b).await.unwrap();
-            }
+            read_and_commit_to(&mut s, 100).await.unwrap();
         });
         kafka.produce(&t, 1, 20, &["--from", "100"]);
         rt().block_on(async {
@@ -1113,21 +1088,10 @@ fn a_logged_batch_over_a_topic_re_created_while_down_follows_the_data_loss_polic
             assert!(b.ranges()[0].from == 100 && b.ranges()[0].until > 100);
             // Crashed before the commit: the plan stays logged.
         });
-        kafka.tool("delete-topic", &["--topic", &t]);
-        kafka.create(&t, 1, &[]);
-        kafka.produce(&t, 1, 40, &["--from", "1000"]);
+        kafka.recreate(&t, 40);
         let result = rt().block_on(async {
             let mut s = open(fail).await?;
-            let mut records = Vec::new();
-            let mut lost = Vec::new();
-            while records.len() < 40 {
-                let b = s.next_batch().await?.unwrap();
-                lost.extend(b.lost().iter().cloned());
-                b.for_each_record(|_, r| records.push((r.offset(), r.value().unwrap().to_vec())))
-                    .unwrap();
-                s.commit(b).await?;
-            }
-            Ok::<_, kdirect::Error>((records, lost))
+            read_records(&mut s, 40, true).await
         });
         if fail {
             let err = result.expect_err("failOnDataLoss=true fails on a re-created topic");
@@ -1143,7 +1107,7 @@ fn a_logged_batch_over_a_topic_re_created_while_down_follows_the_data_loss_polic
         );
         let offsets: Vec<i64> = records.iter().map(|r| r.0).collect();
         assert_eq!(offsets, (0..40).collect::<Vec<_>>(), "{lost:?}");
-        assert_eq!(records[0].1, b"value 0-1000".to_vec());
+        assert_eq!(records[0].1, "value 0-1000");
         let stored = rt().block_on(async { open(false).await.unwrap().stored_positions().clone() });
         assert_eq!(stored.values().copied().collect::<Vec<_>>(), vec![40]);
     }

@@ -3,6 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+use kdirect::engine::plan::LostRange;
+use kdirect::{Batch, DirectStream, Error};
 use rdkafka::config::ClientConfig;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer};
@@ -294,4 +296,68 @@ fn pipe(
     }
     let _ = from.shutdown(std::net::Shutdown::Both);
     let _ = to.shutdown(std::net::Shutdown::Both);
+}
+
+/// (offset, value) of every record of a batch.
+pub fn records(b: &Batch) -> Records {
+    let mut got = Vec::new();
+    b.for_each_record(|_, r| {
+        got.push((
+            r.offset(),
+            String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned(),
+        ))
+    })
+    .unwrap();
+    got
+}
+
+/// (offset, value) of records.
+pub type Records = Vec<(i64, String)>;
+
+/// What a read handed out, and the lost ranges its batches reported.
+pub type Read = (Records, Vec<LostRange>);
+
+/// Reads batches until `enough(records read, highest range end reached)`, committing each to
+/// the stream's store (`commit`) or only releasing it: (offset, value) of every record, and
+/// the lost ranges the batches reported.
+async fn read_until(
+    s: &mut DirectStream,
+    commit: bool,
+    enough: impl Fn(&Records, i64) -> bool,
+) -> Result<Read, Error> {
+    let mut got = Vec::new();
+    let mut lost = Vec::new();
+    let mut reached = 0;
+    while !enough(&got, reached) {
+        let b = s.next_batch().await?.expect("an unbounded stream");
+        lost.extend(b.lost().iter().cloned());
+        got.extend(records(&b));
+        reached = b.ranges().iter().map(|r| r.until).max().unwrap_or(reached);
+        if commit {
+            s.commit(b).await?;
+        } else {
+            s.done(b);
+        }
+    }
+    Ok((got, lost))
+}
+
+/// Reads batches of a one-partition topic until `until` is reached ([`read_until`]).
+pub async fn read_batches(s: &mut DirectStream, until: i64, commit: bool) -> Result<Read, Error> {
+    read_until(s, commit, |_, reached| reached >= until).await
+}
+
+/// Reads batches until `n` records were handed out ([`read_until`]).
+pub async fn read_records(s: &mut DirectStream, n: usize, commit: bool) -> Result<Read, Error> {
+    read_until(s, commit, |got, _| got.len() >= n).await
+}
+
+/// [`read_batches`], releasing each batch.
+pub async fn read_to(s: &mut DirectStream, until: i64) -> Result<Read, Error> {
+    read_batches(s, until, false).await
+}
+
+/// [`read_batches`], committing each batch.
+pub async fn read_and_commit_to(s: &mut DirectStream, until: i64) -> Result<Read, Error> {
+    read_batches(s, until, true).await
 }

@@ -9,13 +9,12 @@ use std::path::PathBuf;
 
 use bytes::Bytes;
 use kdirect::commit::checkpoint::CheckpointStore;
-use kdirect::engine::plan::LostRange;
 use kdirect::engine::plan::{DataLossReason, PlanError, StartPolicy};
 use kdirect::engine::ErrorKind;
-use kdirect::{Batch, DirectStream, Error};
+use kdirect::DirectStream;
 use kdirect_fake_broker::{Codec, FakeCluster, FakeRecord};
 
-use crate::support::{rt, tempdir};
+use crate::support::{read_and_commit_to, read_to, records, rt, tempdir, Records};
 
 /// Appends `n` single-record batches valued `{tag}{offset}` to t-0.
 fn append(fake: &FakeCluster, tag: &str, n: i64) {
@@ -49,55 +48,6 @@ async fn stream(fake: &FakeCluster, fail_on_data_loss: bool) -> DirectStream {
         .build()
         .await
         .unwrap()
-}
-
-/// (offset, value) of every record of a batch.
-fn records(b: &Batch) -> Vec<(i64, String)> {
-    let mut got = Vec::new();
-    b.for_each_record(|_, r| {
-        got.push((
-            r.offset(),
-            String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned(),
-        ))
-    })
-    .unwrap();
-    got
-}
-
-/// (offset, value) of records.
-type Records = Vec<(i64, String)>;
-
-type Read = (Records, Vec<LostRange>);
-
-/// Reads batches until `until` is reached on t-0, committing each to the stream's store
-/// (`commit`) or only releasing it: (offset, value) of every record, and the lost ranges the
-/// batches reported.
-async fn read_batches(s: &mut DirectStream, until: i64, commit: bool) -> Result<Read, Error> {
-    let mut got = Vec::new();
-    let mut lost = Vec::new();
-    let mut reached = 0;
-    while reached < until {
-        let b = s.next_batch().await?.expect("an unbounded stream");
-        lost.extend(b.lost().iter().cloned());
-        got.extend(records(&b));
-        reached = b.ranges().iter().map(|r| r.until).max().unwrap_or(reached);
-        if commit {
-            s.commit(b).await?;
-        } else {
-            s.done(b);
-        }
-    }
-    Ok((got, lost))
-}
-
-/// [`read_batches`], releasing each batch.
-async fn read_to(s: &mut DirectStream, until: i64) -> Result<Read, Error> {
-    read_batches(s, until, false).await
-}
-
-/// [`read_batches`], committing each batch.
-async fn read_and_commit_to(s: &mut DirectStream, until: i64) -> Result<Read, Error> {
-    read_batches(s, until, true).await
 }
 
 /// Two brokers, t-0 led by the first at epoch 0 for [0, 10) (`a0`..`a9`), then by the second
