@@ -1151,13 +1151,14 @@ impl Inner {
         for r in &batch.ranges {
             let tp = r.topic_partition();
             // A partition the batch moved takes the batch's epoch, or none if the fetch did
-            // not know it (the old one is for an older position); an empty range keeps its
-            // partition's epoch unless the batch names one.
+            // not know it (the old one is for another position; a move back with no records
+            // moves it too); an empty range at the stored position keeps its partition's
+            // epoch unless the batch names one.
             match batch.epochs.get(&tp) {
                 Some(&e) if e >= 0 => {
                     epochs.insert(tp.clone(), e);
                 }
-                _ if !r.is_empty() => {
+                _ if batch.moves(r) => {
                     epochs.remove(&tp);
                 }
                 _ => {}

@@ -10,6 +10,14 @@
 //! | `next_offset` | the next offset to read |
 //! | `batch_id` | the batch that stored it |
 //! | `updated_at` | the database's time of the write |
+//! | `leader_epoch` | KIP-320: the epoch of the last record batch read before `next_offset` (NULL or -1: not known) |
+//! | `topic_id` | KIP-516: the id of the topic the position was read from, 32 hex digits (NULL: not known) |
+//!
+//! A table made before the last two columns existed gets them on connect (`ALTER TABLE … ADD
+//! COLUMN`, nullable: its rows resume unchecked until their next commit). With them, a stream
+//! resumed from the table checks its positions as one resumed from a checkpoint does: a log
+//! truncated while it was down (OffsetForLeaderEpoch) and a topic deleted and re-created while
+//! it was down (the stored id against the cluster's) are data loss with their exact range.
 //!
 //! A commit runs in one transaction: for each range, `UPDATE … SET next_offset = until WHERE
 //! key AND next_offset = from` — compare-and-set on `from`, atomic in every database, and the
@@ -50,6 +58,16 @@ use crate::{
     batch_id_i64, conflict, redact, CommitOutcome, Committed, OffsetStore, PlannedBatch, Positions,
     StoreError, StoreErrorKind, TopicPartition,
 };
+
+/// One row of the offsets table, as loaded.
+struct OffsetRow {
+    tp: TopicPartition,
+    next_offset: i64,
+    batch_id: i64,
+    updated_at: String,
+    leader_epoch: Option<i32>,
+    topic_id: Option<String>,
+}
 
 /// The SQL dialect of a store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -231,21 +249,51 @@ impl SqlStore {
             Dialect::Postgres => format!(
                 "CREATE TABLE IF NOT EXISTS {t} (group_id TEXT NOT NULL, topic TEXT NOT NULL, \
                  partition_id INTEGER NOT NULL, next_offset BIGINT NOT NULL, batch_id BIGINT NOT NULL, \
-                 updated_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (group_id, topic, partition_id))"
+                 updated_at TIMESTAMPTZ NOT NULL DEFAULT now(), leader_epoch INTEGER, topic_id TEXT, \
+                 PRIMARY KEY (group_id, topic, partition_id))"
             ),
             Dialect::MySql => format!(
                 "CREATE TABLE IF NOT EXISTS {t} (group_id VARCHAR(255) NOT NULL, topic VARCHAR(249) NOT NULL, \
                  partition_id INT NOT NULL, next_offset BIGINT NOT NULL, batch_id BIGINT NOT NULL, \
                  updated_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3), \
+                 leader_epoch INT NULL, topic_id CHAR(32) NULL, \
                  PRIMARY KEY (group_id, topic, partition_id)) ENGINE=InnoDB"
             ),
             Dialect::Sqlite => format!(
                 "CREATE TABLE IF NOT EXISTS {t} (group_id TEXT NOT NULL, topic TEXT NOT NULL, \
                  partition_id INTEGER NOT NULL, next_offset INTEGER NOT NULL, batch_id INTEGER NOT NULL, \
-                 updated_at TEXT NOT NULL, PRIMARY KEY (group_id, topic, partition_id))"
+                 updated_at TEXT NOT NULL, leader_epoch INTEGER, topic_id TEXT, \
+                 PRIMARY KEY (group_id, topic, partition_id))"
             ),
         };
-        self.create(t, &ddl).await
+        self.create(t, &ddl).await?;
+        self.add_columns().await
+    }
+
+    /// A table made before `leader_epoch` and `topic_id` existed gets them (nullable). Each
+    /// `ADD COLUMN` may fail because a concurrent connect added it first; the final check
+    /// says whether both are there.
+    async fn add_columns(&self) -> Result<(), StoreError> {
+        let t = &self.table;
+        let check = format!("SELECT leader_epoch, topic_id FROM {t} WHERE 1 = 0");
+        if self.pool.execute(check.as_str()).await.is_ok() {
+            return Ok(());
+        }
+        let id_type = match self.dialect {
+            Dialect::MySql => "CHAR(32) NULL",
+            _ => "TEXT",
+        };
+        for (column, ty) in [("leader_epoch", "INTEGER"), ("topic_id", id_type)] {
+            let _ = self
+                .pool
+                .execute(format!("ALTER TABLE {t} ADD COLUMN {column} {ty}").as_str())
+                .await;
+        }
+        self.pool
+            .execute(check.as_str())
+            .await
+            .map(|_| ())
+            .map_err(self.err(t, "add the columns leader_epoch and topic_id"))
     }
 
     /// Creates the sink table `name` if missing and returns a handle for
@@ -284,8 +332,11 @@ impl SqlStore {
             .begin()
             .await
             .map_err(self.err(t, "begin transaction"))?;
+        // The epoch and the topic id: NULL keeps the stored one (a range that does not move its
+        // partition, a topic whose id the stream did not know); -1 is an epoch not known.
         let update = format!(
-            "UPDATE {t} SET next_offset = {}, batch_id = {}, updated_at = {} \
+            "UPDATE {t} SET next_offset = {}, batch_id = {}, updated_at = {}, \
+             leader_epoch = COALESCE({}, leader_epoch), topic_id = COALESCE({}, topic_id) \
              WHERE group_id = {} AND topic = {} AND partition_id = {} AND next_offset = {}",
             d.placeholder(1),
             d.placeholder(2),
@@ -293,7 +344,9 @@ impl SqlStore {
             d.placeholder(3),
             d.placeholder(4),
             d.placeholder(5),
-            d.placeholder(6)
+            d.placeholder(6),
+            d.placeholder(7),
+            d.placeholder(8)
         );
         let select = format!(
             "SELECT next_offset, batch_id FROM {t} WHERE group_id = {} AND topic = {} AND partition_id = {}{}",
@@ -303,14 +356,16 @@ impl SqlStore {
             d.for_update()
         );
         let insert = format!(
-            "INSERT INTO {t} (group_id, topic, partition_id, next_offset, batch_id, updated_at) \
-             VALUES ({}, {}, {}, {}, {}, {})",
+            "INSERT INTO {t} (group_id, topic, partition_id, next_offset, batch_id, updated_at, \
+             leader_epoch, topic_id) VALUES ({}, {}, {}, {}, {}, {}, {}, {})",
             d.placeholder(1),
             d.placeholder(2),
             d.placeholder(3),
             d.placeholder(4),
             d.placeholder(5),
-            d.now()
+            d.now(),
+            d.placeholder(6),
+            d.placeholder(7)
         );
         // Non-empty ranges already at `until` with this batch id: an earlier commit of the batch
         // (empty ranges say nothing either way).
@@ -323,9 +378,24 @@ impl SqlStore {
                     batch.id, self.group, r.topic, r.partition
                 )
             };
+            let tp = r.topic_partition();
+            // A partition the batch moves takes the batch's epoch, or none (-1) if the fetch
+            // did not know it (the stored one is for an older position).
+            let epoch = match batch.epochs.get(&tp) {
+                Some(&e) if e >= 0 => Some(e),
+                _ if batch.moves(r) => Some(-1),
+                _ => None,
+            };
+            let topic_id = batch
+                .topic_ids
+                .get(&r.topic)
+                .filter(|id| **id != [0; 16])
+                .map(crate::hex);
             let updated = sqlx::query(&update)
                 .bind(r.until)
                 .bind(batch_id)
+                .bind(epoch)
+                .bind(topic_id.clone())
                 .bind(&self.group)
                 .bind(&r.topic)
                 .bind(r.partition)
@@ -351,6 +421,8 @@ impl SqlStore {
                         .bind(r.partition)
                         .bind(r.until)
                         .bind(batch_id)
+                        .bind(epoch)
+                        .bind(topic_id)
                         .execute(&mut *tx)
                         .await;
                     match inserted {
@@ -422,7 +494,7 @@ impl SqlStore {
         }
     }
 
-    async fn load_rows(&self) -> Result<Vec<(String, i32, i64, i64, String)>, StoreError> {
+    async fn load_rows(&self) -> Result<Vec<OffsetRow>, StoreError> {
         let t = &self.table;
         let updated = match self.dialect {
             Dialect::Postgres => "CAST(updated_at AS TEXT)",
@@ -430,7 +502,8 @@ impl SqlStore {
             Dialect::Sqlite => "updated_at",
         };
         let sql = format!(
-            "SELECT topic, partition_id, next_offset, batch_id, {updated} FROM {t} WHERE group_id = {} ORDER BY topic, partition_id",
+            "SELECT topic, partition_id, next_offset, batch_id, {updated}, leader_epoch, topic_id \
+             FROM {t} WHERE group_id = {} ORDER BY topic, partition_id",
             self.dialect.placeholder(1)
         );
         let rows = sqlx::query(&sql)
@@ -440,13 +513,14 @@ impl SqlStore {
             .map_err(self.err(t, format!("load group '{}'", self.group)))?;
         rows.iter()
             .map(|r| {
-                Ok((
-                    r.try_get::<String, _>(0)?,
-                    r.try_get::<i32, _>(1)?,
-                    r.try_get::<i64, _>(2)?,
-                    r.try_get::<i64, _>(3)?,
-                    r.try_get::<String, _>(4)?,
-                ))
+                Ok(OffsetRow {
+                    tp: TopicPartition::new(r.try_get::<String, _>(0)?, r.try_get::<i32, _>(1)?),
+                    next_offset: r.try_get(2)?,
+                    batch_id: r.try_get(3)?,
+                    updated_at: r.try_get(4)?,
+                    leader_epoch: r.try_get(5)?,
+                    topic_id: r.try_get(6)?,
+                })
             })
             .collect::<Result<Vec<_>, sqlx::Error>>()
             .map_err(self.err(t, format!("load group '{}'", self.group)))
@@ -459,7 +533,7 @@ impl SqlStore {
             .load_rows()
             .await?
             .into_iter()
-            .map(|(t, p, o, b, u)| (TopicPartition::new(t, p), o, b, u))
+            .map(|r| (r.tp, r.next_offset, r.batch_id, r.updated_at))
             .collect())
     }
 }
@@ -625,10 +699,36 @@ impl OffsetStore for SqlStore {
 
     async fn load(&self, topics: &[String]) -> Result<Committed, StoreError> {
         let mut c = Committed::default();
-        for (t, p, o, b, _) in self.load_rows().await? {
+        // Each topic's id from its newest row that has one (a partition another member has not
+        // committed since the topic was re-created may still hold the old one).
+        let mut ids: std::collections::BTreeMap<String, (i64, [u8; 16])> = Default::default();
+        for row in self.load_rows().await? {
+            let b = row.batch_id;
             c.batch_id = Some(c.batch_id.map_or(b as u64, |x: u64| x.max(b as u64)));
-            c.positions.insert(TopicPartition::new(t, p), o);
+            if let Some(e) = row.leader_epoch.filter(|e| *e >= 0) {
+                c.epochs.insert(row.tp.clone(), e);
+            }
+            if let Some(hex) = &row.topic_id {
+                let id = crate::unhex(hex).ok_or_else(|| -> StoreError {
+                    StoreErrorKind::Invalid {
+                        what: "stored topic id",
+                        value: hex.clone(),
+                        reason: format!(
+                            "in {}, row {} (expected 32 hex digits)",
+                            self.describe(),
+                            row.tp
+                        ),
+                    }
+                    .into()
+                })?;
+                let newest = ids.get(&row.tp.topic).is_none_or(|(at, _)| *at < b);
+                if newest && id != [0; 16] {
+                    ids.insert(row.tp.topic.clone(), (b, id));
+                }
+            }
+            c.positions.insert(row.tp, row.next_offset);
         }
+        c.topic_ids = ids.into_iter().map(|(t, (_, id))| (t, id)).collect();
         c.retain_topics(topics);
         Ok(c)
     }
@@ -651,8 +751,10 @@ impl OffsetStore for SqlStore {
         let t = &self.table;
         let d = self.dialect;
         let b = batch_id_i64(batch_id)?;
+        // A position set by hand has no known epoch, and its topic no known id (it is set for
+        // the topic as it is now); a partition set to where it already is keeps both.
         let values = format!(
-            "({}, {}, {}, {}, {}, {})",
+            "({}, {}, {}, {}, {}, {}, NULL, NULL)",
             d.placeholder(1),
             d.placeholder(2),
             d.placeholder(3),
@@ -660,24 +762,55 @@ impl OffsetStore for SqlStore {
             d.placeholder(5),
             d.now()
         );
-        let sql = match d {
+        let columns = "(group_id, topic, partition_id, next_offset, batch_id, updated_at, leader_epoch, topic_id)";
+        let upsert = match d {
             Dialect::MySql => format!(
-                "INSERT INTO {t} (group_id, topic, partition_id, next_offset, batch_id, updated_at) VALUES {values} \
-                 ON DUPLICATE KEY UPDATE next_offset = VALUES(next_offset), batch_id = VALUES(batch_id), updated_at = VALUES(updated_at)"
+                "INSERT INTO {t} {columns} VALUES {values} \
+                 ON DUPLICATE KEY UPDATE next_offset = VALUES(next_offset), batch_id = VALUES(batch_id), \
+                 updated_at = VALUES(updated_at), leader_epoch = NULL, topic_id = NULL"
             ),
             _ => format!(
-                "INSERT INTO {t} (group_id, topic, partition_id, next_offset, batch_id, updated_at) VALUES {values} \
+                "INSERT INTO {t} {columns} VALUES {values} \
                  ON CONFLICT (group_id, topic, partition_id) DO UPDATE SET next_offset = excluded.next_offset, \
-                 batch_id = excluded.batch_id, updated_at = excluded.updated_at"
+                 batch_id = excluded.batch_id, updated_at = excluded.updated_at, leader_epoch = NULL, topic_id = NULL"
             ),
         };
+        let same = format!(
+            "UPDATE {t} SET batch_id = {}, updated_at = {} \
+             WHERE group_id = {} AND topic = {} AND partition_id = {} AND next_offset = {}",
+            d.placeholder(1),
+            d.now(),
+            d.placeholder(2),
+            d.placeholder(3),
+            d.placeholder(4),
+            d.placeholder(5)
+        );
+        let forget_id = format!(
+            "UPDATE {t} SET topic_id = NULL WHERE group_id = {} AND topic = {}",
+            d.placeholder(1),
+            d.placeholder(2)
+        );
         let mut tx = self
             .pool
             .begin()
             .await
             .map_err(self.err(t, "begin transaction"))?;
+        let mut moved = std::collections::BTreeSet::new();
         for (tp, &o) in positions {
-            sqlx::query(&sql)
+            let ctx = || format!("set group '{}' {tp} to {o}", self.group);
+            let kept = sqlx::query(&same)
+                .bind(b)
+                .bind(&self.group)
+                .bind(&tp.topic)
+                .bind(tp.partition)
+                .bind(o)
+                .execute(&mut *tx)
+                .await
+                .map_err(self.err(t, ctx()))?;
+            if kept.rows_affected() > 0 {
+                continue;
+            }
+            sqlx::query(&upsert)
                 .bind(&self.group)
                 .bind(&tp.topic)
                 .bind(tp.partition)
@@ -685,7 +818,16 @@ impl OffsetStore for SqlStore {
                 .bind(b)
                 .execute(&mut *tx)
                 .await
-                .map_err(self.err(t, format!("set group '{}' {tp} to {o}", self.group)))?;
+                .map_err(self.err(t, ctx()))?;
+            moved.insert(&tp.topic);
+        }
+        for topic in moved {
+            sqlx::query(&forget_id)
+                .bind(&self.group)
+                .bind(topic)
+                .execute(&mut *tx)
+                .await
+                .map_err(self.err(t, format!("set group '{}' topic {topic}", self.group)))?;
         }
         tx.commit().await.map_err(self.err(t, "commit transaction"))
     }

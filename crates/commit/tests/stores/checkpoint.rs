@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use kdirect_commit::checkpoint::CheckpointStore;
 use kdirect_commit::{open_store, CommitOutcome, OffsetStore, OpenOptions, StoreErrorKind};
 
-use crate::common::{batch, exercise, pos};
+use crate::common::{batch, exercise, keeps_epochs_and_ids, pos};
 use crate::support::{rt, tmpdir};
 
 /// Every file under `dir` with its bytes.
@@ -45,6 +45,15 @@ fn checkpoint_common_behaviour() {
         .unwrap();
         assert!(a.logs_plans());
         exercise(&a, &b, "events").await;
+        let dir = tmpdir("ckpt-epochs-ids");
+        let url = format!("checkpoint:{}", dir.display());
+        let a = open_store(&url, "g", &OpenOptions::default())
+            .await
+            .unwrap();
+        let b = open_store(&url, "g", &OpenOptions::default())
+            .await
+            .unwrap();
+        keeps_epochs_and_ids(&a, &b, "events").await;
     });
     // Readable by a person: the layout and the three-line format.
     assert!(dir.join("metadata").is_file());

@@ -200,3 +200,79 @@ pub async fn two_writers_commit_each_batch_once<S: OffsetStore>(a: &S, b: &S, to
     let c = a.load(&[]).await.unwrap();
     assert_eq!(c.batch_id, Some(9));
 }
+
+/// KIP-320 and KIP-516 across a restart: a store keeps, with each position, the epoch of the
+/// last record batch read before it and the id of its topic, so a stream resumed from it finds
+/// a log truncated or a topic re-created while it was down. A partition the batch moves takes
+/// the batch's epoch (none if the batch does not know it); a partition it does not move keeps
+/// its own; a topic id the batch does not know keeps the stored one; a position set by hand
+/// has no epoch. Runs on a fresh group.
+pub async fn keeps_epochs_and_ids<S: OffsetStore>(a: &S, b: &S, topic: &str) {
+    let topics = vec![topic.to_owned()];
+    let tp = |p: i32| TopicPartition::new(topic, p);
+    let (x, y) = ([0x5c; 16], [0xa7; 16]);
+    let b0 = batch(0, topic, &[(0, 0, 10), (1, 0, 3), (2, 0, 4)])
+        .with_epochs([(tp(0), 5), (tp(2), 6)].into())
+        .with_topic_ids([(topic.to_owned(), x)].into());
+    a.log_plan(&b0).await.unwrap();
+    assert_eq!(a.commit(&b0).await.unwrap(), CommitOutcome::Committed);
+    let c = b.load(&topics).await.unwrap();
+    assert_eq!(
+        c.epochs,
+        [(tp(0), 5), (tp(2), 6)].into(),
+        "{}",
+        a.describe()
+    );
+    assert_eq!(
+        c.topic_ids,
+        [(topic.to_owned(), x)].into(),
+        "{}",
+        a.describe()
+    );
+
+    // Partition 0 moves without a known epoch: it has none. Partition 2 does not move: it
+    // keeps 6. No topic id in the batch: the stored one stays.
+    let b1 = batch(1, topic, &[(0, 10, 12), (1, 3, 3), (2, 4, 4)]);
+    a.log_plan(&b1).await.unwrap();
+    assert_eq!(a.commit(&b1).await.unwrap(), CommitOutcome::Committed);
+    let c = b.load(&topics).await.unwrap();
+    assert_eq!(c.epochs, [(tp(2), 6)].into(), "{}", a.describe());
+    assert_eq!(
+        c.topic_ids,
+        [(topic.to_owned(), x)].into(),
+        "{}",
+        a.describe()
+    );
+
+    // A new epoch and a new id (the stream saw the topic re-created and moved on).
+    let b2 = batch(2, topic, &[(0, 12, 15), (1, 3, 4), (2, 4, 4)])
+        .with_epochs([(tp(0), 7), (tp(1), 7)].into())
+        .with_topic_ids([(topic.to_owned(), y)].into());
+    a.log_plan(&b2).await.unwrap();
+    assert_eq!(a.commit(&b2).await.unwrap(), CommitOutcome::Committed);
+    let c = b.load(&topics).await.unwrap();
+    assert_eq!(
+        c.epochs,
+        [(tp(0), 7), (tp(1), 7), (tp(2), 6)].into(),
+        "{}",
+        a.describe()
+    );
+    assert_eq!(
+        c.topic_ids,
+        [(topic.to_owned(), y)].into(),
+        "{}",
+        a.describe()
+    );
+    assert_eq!(c.positions, pos(topic, &[(0, 15), (1, 4), (2, 4)]));
+
+    // Set by hand: that position has no epoch; the others keep theirs.
+    a.set_positions(3, &pos(topic, &[(0, 100)])).await.unwrap();
+    let c = b.load(&topics).await.unwrap();
+    assert_eq!(
+        c.epochs,
+        [(tp(1), 7), (tp(2), 6)].into(),
+        "{}",
+        a.describe()
+    );
+    assert_eq!(c.positions, pos(topic, &[(0, 100), (1, 4), (2, 4)]));
+}

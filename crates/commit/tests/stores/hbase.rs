@@ -3,7 +3,7 @@
 use kdirect_commit::hbase::HBaseStore;
 use kdirect_commit::{open_store, OffsetStore, OpenOptions};
 
-use crate::common::{batch, exercise, pos};
+use crate::common::{batch, exercise, keeps_epochs_and_ids, pos};
 use crate::support::{rt, service, unique};
 
 #[test]
@@ -20,6 +20,14 @@ fn hbase_store_conformance() {
             .await
             .unwrap();
         exercise(&a, &b, &unique("topic")).await;
+        let group = unique("g");
+        let a = open_store(&url, &group, &OpenOptions::default())
+            .await
+            .unwrap();
+        let b = open_store(&url, &group, &OpenOptions::default())
+            .await
+            .unwrap();
+        keeps_epochs_and_ids(&a, &b, &unique("topic")).await;
     });
 }
 

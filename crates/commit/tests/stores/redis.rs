@@ -2,7 +2,7 @@
 use kdirect_commit::redis::RedisStore;
 use kdirect_commit::{open_store, OffsetStore, OpenOptions};
 
-use crate::common::{batch, exercise};
+use crate::common::{batch, exercise, keeps_epochs_and_ids};
 use crate::support::{rt, service, unique};
 
 #[test]
@@ -19,6 +19,14 @@ fn redis_store() {
             .await
             .unwrap();
         exercise(&a, &b, &unique("topic")).await;
+        let group = unique("g");
+        let a = open_store(&url, &group, &OpenOptions::default())
+            .await
+            .unwrap();
+        let b = open_store(&url, &group, &OpenOptions::default())
+            .await
+            .unwrap();
+        keeps_epochs_and_ids(&a, &b, &unique("topic")).await;
 
         // Two writers at once on the same batch: the script is atomic, one wins.
         let group = unique("g");

@@ -5,7 +5,7 @@ use kdirect_commit::sql::sqlx::{self, Row};
 use kdirect_commit::sql::{Begun, SinkRow, SqlStore};
 use kdirect_commit::{open_store, CommitOutcome, OffsetStore, OpenOptions, StoreErrorKind};
 
-use crate::common::{batch, exercise, pos};
+use crate::common::{batch, exercise, keeps_epochs_and_ids, pos};
 use crate::support::{rt, service, tmpdir, unique};
 
 async fn common(url: &str) {
@@ -18,6 +18,91 @@ async fn common(url: &str) {
         .unwrap();
     assert!(a.as_sql().is_some());
     exercise(&a, &b, &unique("topic")).await;
+    let group = unique("g");
+    let a = SqlStore::connect(url, &group).await.unwrap();
+    let b = SqlStore::connect(url, &group).await.unwrap();
+    let topic = unique("topic");
+    keeps_epochs_and_ids(&a, &b, &topic).await;
+    // A position set by hand is set for the topic as it is now: its topic keeps no id (a
+    // stream resumed from it must not take the topic for re-created).
+    let c = b.load(std::slice::from_ref(&topic)).await.unwrap();
+    assert!(c.topic_ids.is_empty(), "{c:?}");
+    // The next batch that knows the id stores it again.
+    let id = [0x42; 16];
+    let next = batch(4, &topic, &[(0, 100, 101), (1, 4, 4), (2, 4, 4)])
+        .with_topic_ids([(topic.clone(), id)].into());
+    a.commit(&next).await.unwrap();
+    let c = b.load(std::slice::from_ref(&topic)).await.unwrap();
+    assert_eq!(c.topic_ids, [(topic.clone(), id)].into());
+}
+
+/// A table made by an earlier kdirect (no `leader_epoch`, no `topic_id`) gets both columns on
+/// connect; its rows load with no epochs and no ids and the next commit stores them. A stored
+/// id that is not 32 hex digits is refused by name.
+async fn migrates_an_old_table(url: &str) {
+    let table = unique("old_offsets");
+    let group = unique("g");
+    let topic = unique("topic");
+    let now = if url.starts_with("sqlite:") {
+        "'2026-01-01T00:00:00Z'"
+    } else {
+        "CURRENT_TIMESTAMP"
+    };
+    {
+        let store = SqlStore::connect(url, "setup").await.unwrap();
+        let ddl = format!(
+            "CREATE TABLE {table} (group_id VARCHAR(255) NOT NULL, topic VARCHAR(249) NOT NULL, \
+             partition_id INTEGER NOT NULL, next_offset BIGINT NOT NULL, batch_id BIGINT NOT NULL, \
+             updated_at {} NOT NULL, PRIMARY KEY (group_id, topic, partition_id))",
+            if url.starts_with("postgres") {
+                "TIMESTAMPTZ"
+            } else if url.starts_with("sqlite:") {
+                "TEXT"
+            } else {
+                "TIMESTAMP(3)"
+            }
+        );
+        sqlx::query(&ddl).execute(store.pool()).await.unwrap();
+        sqlx::query(&format!(
+            "INSERT INTO {table} (group_id, topic, partition_id, next_offset, batch_id, updated_at) \
+             VALUES ('{group}', '{topic}', 0, 10, 3, {now})"
+        ))
+        .execute(store.pool())
+        .await
+        .unwrap();
+    }
+    let s = SqlStore::connect_with_table(url, &group, &table)
+        .await
+        .unwrap();
+    let c = s.load(std::slice::from_ref(&topic)).await.unwrap();
+    assert_eq!(c.positions, pos(&topic, &[(0, 10)]));
+    assert!(c.epochs.is_empty() && c.topic_ids.is_empty(), "{c:?}");
+    let tp = kdirect_commit::TopicPartition::new(&topic, 0);
+    let b4 = batch(4, &topic, &[(0, 10, 12)])
+        .with_epochs([(tp.clone(), 2)].into())
+        .with_topic_ids([(topic.clone(), [1; 16])].into());
+    assert_eq!(s.commit(&b4).await.unwrap(), CommitOutcome::Committed);
+    let c = SqlStore::connect_with_table(url, &group, &table)
+        .await
+        .unwrap()
+        .load(std::slice::from_ref(&topic))
+        .await
+        .unwrap();
+    assert_eq!(c.epochs, [(tp, 2)].into());
+    assert_eq!(c.topic_ids, [(topic.clone(), [1; 16])].into());
+    // Edited by hand into something that is not an id: named, not ignored.
+    sqlx::query(&format!(
+        "UPDATE {table} SET topic_id = 'not-an-id' WHERE group_id = '{group}'"
+    ))
+    .execute(s.pool())
+    .await
+    .unwrap();
+    let e = s.load(std::slice::from_ref(&topic)).await.unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("not-an-id") && text.contains(&table) && text.contains(&format!("{topic}-0")),
+        "{text}"
+    );
 }
 
 async fn count(store: &SqlStore, table: &str) -> i64 {
@@ -169,6 +254,7 @@ fn sqlite_store() {
     let url = format!("sqlite:{}", dir.join("offsets.db").display());
     rt().block_on(async {
         common(&url).await;
+        migrates_an_old_table(&url).await;
         transactional(&url).await;
         race(&url).await;
     });
@@ -182,6 +268,7 @@ fn postgres_store() {
     };
     rt().block_on(async {
         common(&url).await;
+        migrates_an_old_table(&url).await;
         transactional(&url).await;
         race(&url).await;
     });
@@ -194,6 +281,7 @@ fn mysql_store() {
     };
     rt().block_on(async {
         common(&url).await;
+        migrates_an_old_table(&url).await;
         transactional(&url).await;
         race(&url).await;
     });

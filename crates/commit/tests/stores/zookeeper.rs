@@ -4,7 +4,7 @@ use kdirect_commit::zookeeper::ZooKeeperStore;
 use kdirect_commit::{open_store, OffsetStore, OpenOptions, StoreErrorKind};
 use zookeeper_client as zk;
 
-use crate::common::{batch, exercise, pos};
+use crate::common::{batch, exercise, keeps_epochs_and_ids, pos};
 use crate::support::{rt, service, unique};
 
 fn url() -> Option<String> {
@@ -32,6 +32,14 @@ fn zookeeper_store_conformance() {
             .unwrap();
         assert!(a.logs_plans());
         exercise(&a, &b, &unique("topic")).await;
+        let group = unique("g");
+        let a = open_store(&chroot, &group, &OpenOptions::default())
+            .await
+            .unwrap();
+        let b = open_store(&chroot, &group, &OpenOptions::default())
+            .await
+            .unwrap();
+        keeps_epochs_and_ids(&a, &b, &unique("topic")).await;
     });
 }
 
