@@ -1148,30 +1148,8 @@ impl Inner {
         } = s;
         let mut state = committed.map(|(_, p)| p).unwrap_or_default();
         check_from(&self.describe(), &state, batch)?;
-        for r in &batch.ranges {
-            let tp = r.topic_partition();
-            // A partition the batch moved takes the batch's epoch, or none if the fetch did
-            // not know it (the old one is for another position; a move back with no records
-            // moves it too); an empty range at the stored position keeps its partition's
-            // epoch unless the batch names one.
-            match batch.epochs.get(&tp) {
-                Some(&e) if e >= 0 => {
-                    epochs.insert(tp.clone(), e);
-                }
-                _ if batch.moves(r) => {
-                    epochs.remove(&tp);
-                }
-                _ => {}
-            }
-            state.insert(tp, r.until);
-        }
-        // The batch's topic ids replace the stored ones (an id the stream did not know, all
-        // zeros, says nothing); a topic with no position left keeps none.
-        for (t, id) in &batch.topic_ids {
-            if *id != [0; 16] {
-                topic_ids.insert(t.clone(), *id);
-            }
-        }
+        crate::merge_resume_state(&mut epochs, &mut topic_ids, batch);
+        state.extend(batch.ranges.iter().map(|r| (r.topic_partition(), r.until)));
         topic_ids.retain(|t, _| state.keys().any(|tp| tp.topic == *t));
         let file = CheckpointFile {
             batch_id: batch.id,
@@ -1296,12 +1274,8 @@ impl Inner {
         // the topic as it is now); the others keep theirs.
         let mut epochs = s.epochs;
         let mut topic_ids = s.topic_ids;
-        for (tp, o) in positions {
-            if state.insert(tp.clone(), *o) != Some(*o) {
-                epochs.remove(tp);
-                topic_ids.remove(&tp.topic);
-            }
-        }
+        crate::forget_set_positions(&mut epochs, &mut topic_ids, &state, positions);
+        state.extend(positions.iter().map(|(tp, o)| (tp.clone(), *o)));
         let commit = CheckpointFile {
             batch_id,
             timestamp_ms: now_ms(),

@@ -3,7 +3,13 @@
 //!
 //! ```text
 //! row "<group>:<topic>"   o:<partition> = "<next offset>"   o:batch = "<batch id>"
+//!                         o:epoch:<partition> = "<leader epoch>"   o:topicId = "<32 hex digits>"
 //! ```
+//!
+//! `o:epoch:<partition>` is the epoch of the last record batch read before the position
+//! (KIP-320; `-1`: not known) and `o:topicId` the topic's id (KIP-516; empty: not known), so a
+//! stream resumed from the store finds a log truncated or a topic re-created while it was
+//! down, as from a checkpoint. They are written in the same check-and-put as the positions.
 //!
 //! Each commit is, per topic of the batch, one read of the row (GET) and one check-and-put
 //! (`PUT …?check=put`): HBase writes every cell of the row only if `o:batch` still holds what
@@ -61,9 +67,10 @@ impl fmt::Debug for HBaseStore {
 /// A row as read: its cells by qualifier.
 type Row = BTreeMap<String, String>;
 
-/// One partition to write: its partition, new position, and the `from` it must hold (none:
-/// an administrative write without compare-and-set).
-type Write = (i32, i64, Option<i64>);
+/// One partition to write: its partition, new position, the `from` it must hold (none: an
+/// administrative write without compare-and-set), and the epoch to store with it (none: keep
+/// the stored one; -1: not known).
+type Write = (i32, i64, Option<i64>, Option<i32>);
 
 fn b64(s: &str) -> String {
     B64.encode(s.as_bytes())
@@ -283,11 +290,15 @@ impl HBaseStore {
 
     /// Writes `positions` of `topic` (and `o:batch` = `batch_id`), comparing each with
     /// `from` first when given: `Ok(None)` written, `Ok(Some(outcome))` nothing to write.
+    ///
+    /// `topic_id`: the topic's id to store (none: keep the stored one). An administrative
+    /// write (no batch) that moves a partition drops its epoch and the topic's id.
     async fn write_topic(
         &self,
         topic: &str,
         batch_id: u64,
         writes: &[Write],
+        topic_id: Option<String>,
         conflict_store: &str,
         batch: Option<&PlannedBatch>,
     ) -> Result<Option<CommitOutcome>, StoreError> {
@@ -302,8 +313,9 @@ impl HBaseStore {
                 .unwrap_or_default();
             let stored_batch = row.get("batch").cloned();
             let (mut nonempty, mut already) = (0, 0);
-            let mut cells = Vec::with_capacity(writes.len() + 1);
-            for &(p, until, from) in writes {
+            let mut cells = Vec::with_capacity(2 * writes.len() + 2);
+            let mut forget_id = false;
+            for &(p, until, from, epoch) in writes {
                 let stored: Option<i64> = row
                     .get(&p.to_string())
                     .map(|v| self.number(&key, &p.to_string(), v))
@@ -342,6 +354,23 @@ impl HBaseStore {
                     }
                 }
                 cells.push((p.to_string(), until.to_string()));
+                let epoch = match (epoch, from) {
+                    (Some(e), _) => Some(e),
+                    // Set by hand elsewhere than it is: set for the topic as it is now.
+                    (None, None) if stored != Some(until) => {
+                        forget_id = true;
+                        Some(-1)
+                    }
+                    _ => None,
+                };
+                if let Some(e) = epoch {
+                    cells.push((format!("epoch:{p}"), e.to_string()));
+                }
+            }
+            if forget_id {
+                cells.push(("topicId".to_owned(), String::new()));
+            } else if let Some(id) = &topic_id {
+                cells.push(("topicId".to_owned(), id.clone()));
             }
             if nonempty > 0 && already == nonempty {
                 return Ok(Some(CommitOutcome::AlreadyCommitted));
@@ -388,6 +417,7 @@ impl OffsetStore for HBaseStore {
     async fn load(&self, topics: &[String]) -> Result<Committed, StoreError> {
         let prefix = format!("{}:", self.group);
         let mut c = Committed::default();
+        let mut epochs = crate::Epochs::new();
         for (key, row) in self.rows(&prefix, true).await? {
             let Some(topic) = key.strip_prefix(&prefix) else {
                 continue;
@@ -402,6 +432,29 @@ impl OffsetStore for HBaseStore {
                     c.batch_id = Some(c.batch_id.map_or(b, |m: u64| m.max(b)));
                     continue;
                 }
+                if q == "topicId" {
+                    if v.is_empty() {
+                        continue;
+                    }
+                    let id = crate::unhex(v).ok_or_else(|| {
+                        self.err(
+                            &format!("read row {key}"),
+                            format_args!("column {FAMILY}:{q} holds {v:?}, not a topic id"),
+                        )
+                    })?;
+                    if id != [0; 16] {
+                        c.topic_ids.insert(topic.to_owned(), id);
+                    }
+                    continue;
+                }
+                if let Some(p) = q.strip_prefix("epoch:") {
+                    let p: i32 = self.number(&key, q, p)?;
+                    let e: i32 = self.number(&key, q, v)?;
+                    if e >= 0 {
+                        epochs.insert(TopicPartition::new(topic, p), e);
+                    }
+                    continue;
+                }
                 let Ok(p) = q.parse::<i32>() else { continue };
                 if p < 0 {
                     continue;
@@ -410,6 +463,10 @@ impl OffsetStore for HBaseStore {
                     .insert(TopicPartition::new(topic, p), self.number(&key, q, v)?);
             }
         }
+        epochs.retain(|tp, _| c.positions.contains_key(tp));
+        c.epochs = epochs;
+        c.topic_ids
+            .retain(|t, _| c.positions.keys().any(|tp| tp.topic == *t));
         Ok(c)
     }
 
@@ -420,16 +477,36 @@ impl OffsetStore for HBaseStore {
     async fn commit(&self, batch: &PlannedBatch) -> Result<CommitOutcome, StoreError> {
         let mut by_topic: BTreeMap<&str, Vec<Write>> = BTreeMap::new();
         for r in &batch.ranges {
+            // A partition the batch moves takes the batch's epoch, or none (-1) if the fetch
+            // did not know it; one it does not move keeps its own.
+            let epoch = match batch.epochs.get(&r.topic_partition()) {
+                Some(&e) if e >= 0 => Some(e),
+                _ if batch.moves(r) => Some(-1),
+                _ => None,
+            };
             by_topic.entry(r.topic.as_str()).or_default().push((
                 r.partition,
                 r.until,
                 Some(batch.expected_from(r)),
+                epoch,
             ));
         }
         let mut all_already = !by_topic.is_empty();
         for (topic, writes) in by_topic {
+            let topic_id = batch
+                .topic_ids
+                .get(topic)
+                .filter(|id| **id != [0; 16])
+                .map(crate::hex);
             match self
-                .write_topic(topic, batch.id, &writes, &self.describe(), Some(batch))
+                .write_topic(
+                    topic,
+                    batch.id,
+                    &writes,
+                    topic_id,
+                    &self.describe(),
+                    Some(batch),
+                )
                 .await?
             {
                 Some(CommitOutcome::AlreadyCommitted) => {}
@@ -449,10 +526,10 @@ impl OffsetStore for HBaseStore {
             by_topic
                 .entry(tp.topic.as_str())
                 .or_default()
-                .push((tp.partition, o, None));
+                .push((tp.partition, o, None, None));
         }
         for (topic, writes) in by_topic {
-            self.write_topic(topic, batch_id, &writes, &self.describe(), None)
+            self.write_topic(topic, batch_id, &writes, None, &self.describe(), None)
                 .await?;
         }
         Ok(())

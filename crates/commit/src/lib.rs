@@ -84,7 +84,7 @@ pub type Positions = BTreeMap<TopicPartition, i64>;
 pub type Epochs = BTreeMap<TopicPartition, i32>;
 
 /// The id of each topic (KIP-516: 16 bytes, all zero when the broker has none) the positions
-/// were read from. A stream resumed from a store that keeps them (the checkpoint) compares
+/// were read from. A stream resumed from a store that keeps them (every store here) compares
 /// them with the cluster's before reading on, so a topic deleted and re-created while the
 /// stream was down is reported as such (`failOnDataLoss`) and read from its new start, instead
 /// of the stored positions (and epochs) being taken for positions in the new log.
@@ -108,6 +108,56 @@ pub(crate) fn unhex(s: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
+/// What a committed batch leaves of the epochs and topic ids a store keeps beside its
+/// positions (the rules every store that keeps them follows):
+/// - a partition the batch moves takes the batch's epoch, or none if the fetch did not know
+///   it (the old one is for another position; a move back with no records moves it too); a
+///   partition the batch does not move keeps its own unless the batch names one;
+/// - the batch's topic ids replace the stored ones (an id the stream did not know, all
+///   zeros, says nothing).
+///
+/// The caller drops the ids of topics with no position left.
+pub(crate) fn merge_resume_state(
+    epochs: &mut Epochs,
+    topic_ids: &mut TopicIds,
+    batch: &PlannedBatch,
+) {
+    for r in &batch.ranges {
+        let tp = r.topic_partition();
+        match batch.epochs.get(&tp) {
+            Some(&e) if e >= 0 => {
+                epochs.insert(tp, e);
+            }
+            _ if batch.moves(r) => {
+                epochs.remove(&tp);
+            }
+            _ => {}
+        }
+    }
+    for (t, id) in &batch.topic_ids {
+        if *id != [0; 16] {
+            topic_ids.insert(t.clone(), *id);
+        }
+    }
+}
+
+/// What positions set by hand leave of the epochs and topic ids: a partition set elsewhere
+/// than `stored` has no known epoch, and its topic no known id (it is set for the topic as it
+/// is now); a partition set to where it is keeps both.
+pub(crate) fn forget_set_positions(
+    epochs: &mut Epochs,
+    topic_ids: &mut TopicIds,
+    stored: &Positions,
+    set: &Positions,
+) {
+    for (tp, o) in set {
+        if stored.get(tp) != Some(o) {
+            epochs.remove(tp);
+            topic_ids.remove(&tp.topic);
+        }
+    }
+}
+
 /// A batch as the stores see it: its id and its exact ranges.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedBatch {
@@ -117,8 +167,10 @@ pub struct PlannedBatch {
     pub ranges: Vec<OffsetRange>,
     /// KIP-320: the epoch of the last record batch read before each range's `until`, where
     /// the fetch knew it. Filled when the batch is committed (its records were read); empty
-    /// in a plan logged before the batch runs. Stores that keep epochs (the checkpoint, the
-    /// Kafka group's offsets) write them beside the positions; the others ignore them.
+    /// in a plan logged before the batch runs. Every store here writes them beside the
+    /// positions (the checkpoint's `leaderEpochs`, the Kafka group's committed leader epoch,
+    /// the SQL `leader_epoch` column, Redis's `epochs` hash, ZooKeeper's `kdirect/resume`,
+    /// HBase's `o:epoch:<partition>`).
     pub epochs: Epochs,
     /// For a partition whose range starts *below* the stored position, that stored position:
     /// the stream moved the partition back after data loss under `failOnDataLoss=false` (its
@@ -128,7 +180,7 @@ pub struct PlannedBatch {
     /// stores that log plans log it with the plan, so a re-run commits the same way.
     pub moved_back: Positions,
     /// The ids of the topics the batch read (filled when it is committed, where the stream
-    /// knew them). Stores that keep them (the checkpoint) write them beside the positions.
+    /// knew them). Every store here writes them beside the positions.
     pub topic_ids: TopicIds,
 }
 
@@ -210,11 +262,11 @@ pub struct Committed {
     /// only). Re-run it with exactly these ranges.
     pub pending: Option<PlannedBatch>,
     /// KIP-320: the epoch of the last record batch read before each committed position,
-    /// where the store keeps it (the checkpoint, the Kafka group's offsets) and the commit
-    /// knew it. A position without one is resumed unchecked.
+    /// where the store keeps it (every store here; a store of the caller's own may not) and
+    /// the commit knew it. A position without one is resumed unchecked.
     pub epochs: Epochs,
-    /// The ids of the committed positions' topics, where the store keeps them (the
-    /// checkpoint) and the commit knew them. A topic without one is resumed unchecked.
+    /// The ids of the committed positions' topics, where the store keeps them and the commit
+    /// knew them. A topic without one is resumed unchecked.
     pub topic_ids: TopicIds,
 }
 

@@ -2,9 +2,17 @@
 //!
 //! ```text
 //! kdirect:<group>:offsets:<topic>   hash   "<partition>" → "<next offset>"
+//! kdirect:<group>:epochs:<topic>    hash   "<partition>" → "<leader epoch>" (KIP-320)
+//! kdirect:<group>:topic_ids         hash   "<topic>" → "<topic id, 32 hex digits>" (KIP-516)
 //! kdirect:<group>:meta              hash   batch_id, updated_ms
 //! kdirect:<group>:topics            set    the topics with offsets
 //! ```
+//!
+//! The epoch of the last record batch read before each position and the id of each topic let
+//! a stream resumed from the store find a log truncated or a topic re-created while it was
+//! down, as from a checkpoint. A partition a commit moves takes the batch's epoch (none when
+//! the batch does not know it); a topic id the batch does not know keeps the stored one; a
+//! position set by hand has neither.
 //!
 //! A commit is one Lua script, which Redis runs atomically: every range's stored position must
 //! be its `from` (or absent), else nothing is written and the commit is a
@@ -29,20 +37,23 @@ use crate::{
 };
 
 const COMMIT_SCRIPT: &str = r#"
--- KEYS[1] meta hash, KEYS[2] topics set, KEYS[2+i] the topic hash of range i.
+-- KEYS[1] meta hash, KEYS[2] topics set, KEYS[3] topic ids hash, then per range i the topic's
+-- offsets hash KEYS[2 + 2i] and epochs hash KEYS[3 + 2i].
 -- ARGV[1] batch id, ARGV[2] now (ms), then per range: topic, partition, the position the
--- store must hold (its from, or the position it moves back from), until.
+-- store must hold (its from, or the position it moves back from), until, the epoch to store
+-- ('' keeps the stored one, '-1' removes it), the topic's id ('' keeps the stored one).
 local batch = ARGV[1]
-local n = #KEYS - 2
+local per = 6
+local n = (#ARGV - 2) / per
 local already = 0
 local nonempty = 0
 local stored_batch = redis.call('HGET', KEYS[1], 'batch_id')
 for i = 1, n do
-  local a = 2 + (i - 1) * 4
+  local a = 2 + (i - 1) * per
   local from = ARGV[a + 3]
   local untl = ARGV[a + 4]
   if from ~= untl then nonempty = nonempty + 1 end
-  local cur = redis.call('HGET', KEYS[2 + i], ARGV[a + 2])
+  local cur = redis.call('HGET', KEYS[2 + 2 * i], ARGV[a + 2])
   if cur ~= false and cur ~= from then
     if cur == untl and stored_batch == batch then
       already = already + 1
@@ -54,9 +65,18 @@ end
 -- Every non-empty range already at its end with this batch id: an earlier commit.
 if nonempty > 0 and already == nonempty then return {'already'} end
 for i = 1, n do
-  local a = 2 + (i - 1) * 4
-  redis.call('HSET', KEYS[2 + i], ARGV[a + 2], ARGV[a + 4])
+  local a = 2 + (i - 1) * per
+  redis.call('HSET', KEYS[2 + 2 * i], ARGV[a + 2], ARGV[a + 4])
   redis.call('SADD', KEYS[2], ARGV[a + 1])
+  local epoch = ARGV[a + 5]
+  if epoch == '-1' then
+    redis.call('HDEL', KEYS[3 + 2 * i], ARGV[a + 2])
+  elseif epoch ~= '' then
+    redis.call('HSET', KEYS[3 + 2 * i], ARGV[a + 2], epoch)
+  end
+  if ARGV[a + 6] ~= '' then
+    redis.call('HSET', KEYS[3], ARGV[a + 1], ARGV[a + 6])
+  end
 end
 redis.call('HSET', KEYS[1], 'batch_id', batch, 'updated_ms', ARGV[2])
 return {'ok'}
@@ -123,6 +143,14 @@ impl RedisStore {
         format!("kdirect:{}:offsets:{topic}", self.group)
     }
 
+    fn epochs_key(&self, topic: &str) -> String {
+        format!("kdirect:{}:epochs:{topic}", self.group)
+    }
+
+    fn topic_ids_key(&self) -> String {
+        format!("kdirect:{}:topic_ids", self.group)
+    }
+
     fn meta_key(&self) -> String {
         format!("kdirect:{}:meta", self.group)
     }
@@ -186,6 +214,34 @@ impl OffsetStore for RedisStore {
                 })?;
                 c.positions.insert(TopicPartition::new(topic.clone(), p), o);
             }
+            let key = self.epochs_key(&topic);
+            let fields: HashMap<String, String> =
+                conn.hgetall(&key).await.map_err(self.err(&key))?;
+            for (p, e) in fields {
+                let p: i32 = p
+                    .parse()
+                    .map_err(|_| self.corrupt(&key, format!("field '{p}' is not a partition")))?;
+                let e: i32 = e.parse().map_err(|_| {
+                    self.corrupt(&key, format!("partition {p}: '{e}' is not a leader epoch"))
+                })?;
+                let tp = TopicPartition::new(topic.clone(), p);
+                if e >= 0 && c.positions.contains_key(&tp) {
+                    c.epochs.insert(tp, e);
+                }
+            }
+        }
+        let key = self.topic_ids_key();
+        let ids: HashMap<String, String> = conn.hgetall(&key).await.map_err(self.err(&key))?;
+        for (topic, hex) in ids {
+            let id = crate::unhex(&hex).ok_or_else(|| {
+                self.corrupt(
+                    &key,
+                    format!("topic {topic}: '{hex}' is not a topic id (32 hex digits)"),
+                )
+            })?;
+            if id != [0; 16] && c.positions.keys().any(|tp| tp.topic == topic) {
+                c.topic_ids.insert(topic, id);
+            }
         }
         let meta = self.meta_key();
         let batch: Option<String> = conn
@@ -208,16 +264,34 @@ impl OffsetStore for RedisStore {
 
     async fn commit(&self, batch: &PlannedBatch) -> Result<CommitOutcome, StoreError> {
         let mut inv = self.script.prepare_invoke();
-        inv.key(self.meta_key()).key(self.topics_key());
+        inv.key(self.meta_key())
+            .key(self.topics_key())
+            .key(self.topic_ids_key());
         for r in &batch.ranges {
-            inv.key(self.topic_key(&r.topic));
+            inv.key(self.topic_key(&r.topic))
+                .key(self.epochs_key(&r.topic));
         }
         inv.arg(batch.id).arg(now_ms());
         for r in &batch.ranges {
+            // A partition the batch moves takes the batch's epoch, or none (-1) if the fetch
+            // did not know it; one it does not move keeps its own ('').
+            let epoch = match batch.epochs.get(&r.topic_partition()) {
+                Some(&e) if e >= 0 => e.to_string(),
+                _ if batch.moves(r) => "-1".to_owned(),
+                _ => String::new(),
+            };
+            let topic_id = batch
+                .topic_ids
+                .get(&r.topic)
+                .filter(|id| **id != [0; 16])
+                .map(crate::hex)
+                .unwrap_or_default();
             inv.arg(&r.topic)
                 .arg(r.partition)
                 .arg(batch.expected_from(r))
-                .arg(r.until);
+                .arg(r.until)
+                .arg(epoch)
+                .arg(topic_id);
         }
         let mut conn = self.conn.clone();
         let out: Vec<String> = inv
@@ -248,9 +322,13 @@ impl OffsetStore for RedisStore {
     async fn set_positions(&self, batch_id: u64, positions: &Positions) -> Result<(), StoreError> {
         let mut pipe = redis::pipe();
         pipe.atomic();
+        // A position set by hand has no known epoch, and its topic no known id (it is set for
+        // the topic as it is now).
         for (tp, o) in positions {
             pipe.hset(self.topic_key(&tp.topic), tp.partition, *o)
                 .ignore();
+            pipe.hdel(self.epochs_key(&tp.topic), tp.partition).ignore();
+            pipe.hdel(self.topic_ids_key(), &tp.topic).ignore();
             pipe.sadd(self.topics_key(), &tp.topic).ignore();
         }
         pipe.hset(self.meta_key(), "batch_id", batch_id).ignore();

@@ -6,7 +6,14 @@
 //! /consumers/<group>/offsets/<topic>/<partition>   "<next offset>"   (text, as the old consumer)
 //! /consumers/<group>/kdirect/batch                 "<batch id>"      the last committed batch
 //! /consumers/<group>/kdirect/plans/<batch id>      JSON ranges       a logged, uncommitted batch
+//! /consumers/<group>/kdirect/resume                JSON              leader epochs, topic ids
 //! ```
+//!
+//! `resume` holds `{"leaderEpochs":{"<topic>":{"<partition>":<epoch>}},"topicIds":{"<topic>":
+//! "<32 hex digits>"}}`: the epoch of the last record batch read before each position (KIP-320)
+//! and the id of each topic (KIP-516), written in the commit's transaction, so a stream resumed
+//! from the store finds a log truncated or a topic re-created while it was down, as from a
+//! checkpoint.
 //!
 //! Everything lives under the spec's chroot (`zk://h1:2181,h2:2181/chroot`).
 //!
@@ -36,8 +43,8 @@ use std::time::Duration;
 use zookeeper_client as zk;
 
 use crate::{
-    redact, CommitOutcome, Committed, OffsetRange, OffsetStore, PlannedBatch, Positions,
-    StoreError, StoreErrorKind, TopicPartition,
+    redact, CommitOutcome, Committed, Epochs, OffsetRange, OffsetStore, PlannedBatch, Positions,
+    StoreError, StoreErrorKind, TopicIds, TopicPartition,
 };
 
 /// How long one ZooKeeper request may take before the store gives up on it.
@@ -71,6 +78,78 @@ impl fmt::Debug for ZooKeeperStore {
 
 /// A znode read: its data and version, or absent.
 type Read = Option<(Vec<u8>, i32)>;
+
+/// The group's kdirect znodes as read before a write: the committed batch id, the leader epochs
+/// and topic ids, and the versions of their znodes (`None`: absent).
+#[derive(Default)]
+struct Meta {
+    batch: Option<u64>,
+    batch_version: Option<i32>,
+    epochs: Epochs,
+    topic_ids: TopicIds,
+    resume_version: Option<i32>,
+}
+
+/// `resume`'s JSON.
+fn encode_resume(epochs: &Epochs, topic_ids: &TopicIds) -> Vec<u8> {
+    let mut by_topic = serde_json::Map::new();
+    for (tp, e) in epochs {
+        let entry = by_topic
+            .entry(tp.topic.clone())
+            .or_insert_with(|| serde_json::Value::Object(Default::default()));
+        if let Some(parts) = entry.as_object_mut() {
+            parts.insert(tp.partition.to_string(), (*e).into());
+        }
+    }
+    let ids: serde_json::Map<String, serde_json::Value> = topic_ids
+        .iter()
+        .map(|(t, id)| (t.clone(), crate::hex(id).into()))
+        .collect();
+    serde_json::json!({ "leaderEpochs": by_topic, "topicIds": ids })
+        .to_string()
+        .into_bytes()
+}
+
+/// The inverse of [`encode_resume`], or why not.
+fn decode_resume(data: &[u8]) -> Result<(Epochs, TopicIds), String> {
+    let v: serde_json::Value = serde_json::from_slice(data).map_err(|e| e.to_string())?;
+    let mut epochs = Epochs::new();
+    if let Some(topics) = v.get("leaderEpochs") {
+        let topics = topics
+            .as_object()
+            .ok_or("'leaderEpochs' is not an object")?;
+        for (t, parts) in topics {
+            let parts = parts
+                .as_object()
+                .ok_or_else(|| format!("'leaderEpochs' of {t} is not an object"))?;
+            for (p, e) in parts {
+                let p: i32 = p
+                    .parse()
+                    .ok()
+                    .filter(|p| *p >= 0)
+                    .ok_or_else(|| format!("'{p}' of {t} is not a partition"))?;
+                let e = e
+                    .as_i64()
+                    .and_then(|e| i32::try_from(e).ok())
+                    .filter(|e| *e >= 0)
+                    .ok_or_else(|| format!("{t}-{p}: {e} is not a leader epoch"))?;
+                epochs.insert(TopicPartition::new(t.clone(), p), e);
+            }
+        }
+    }
+    let mut topic_ids = TopicIds::new();
+    if let Some(ids) = v.get("topicIds") {
+        let ids = ids.as_object().ok_or("'topicIds' is not an object")?;
+        for (t, id) in ids {
+            let id = id
+                .as_str()
+                .and_then(crate::unhex)
+                .ok_or_else(|| format!("the id of {t}, {id}, is not 32 hex digits"))?;
+            topic_ids.insert(t.clone(), id);
+        }
+    }
+    Ok((epochs, topic_ids))
+}
 
 impl ZooKeeperStore {
     /// Connects to `spec` (`zk://host:port[,host:port…][/chroot]`, or `zookeeper://…`) for
@@ -116,6 +195,10 @@ impl ZooKeeperStore {
 
     fn batch_path(&self) -> String {
         format!("{}/batch", self.kdirect_dir())
+    }
+
+    fn resume_path(&self) -> String {
+        format!("{}/resume", self.kdirect_dir())
     }
 
     fn plans_dir(&self) -> String {
@@ -231,21 +314,31 @@ impl ZooKeeperStore {
             })
     }
 
-    /// The committed batch id and the version of its znode.
-    async fn read_batch(&self) -> Result<(Option<u64>, Option<i32>), StoreError> {
-        let path = self.batch_path();
-        match self
-            .read_all(std::slice::from_ref(&path))
+    /// The committed batch id, the leader epochs and topic ids, and their znodes' versions, in
+    /// one multi-read.
+    async fn read_meta(&self) -> Result<Meta, StoreError> {
+        let (batch_path, resume_path) = (self.batch_path(), self.resume_path());
+        let mut read = self
+            .read_all(&[batch_path.clone(), resume_path.clone()])
             .await?
-            .pop()
-            .flatten()
-        {
-            None => Ok((None, None)),
-            Some((data, version)) => Ok((
-                Some(self.number(&path, &data, "a batch id")?),
-                Some(version),
-            )),
+            .into_iter();
+        let mut meta = Meta::default();
+        if let Some((data, version)) = read.next().flatten() {
+            meta.batch = Some(self.number(&batch_path, &data, "a batch id")?);
+            meta.batch_version = Some(version);
         }
+        if let Some((data, version)) = read.next().flatten() {
+            let (epochs, topic_ids) = decode_resume(&data).map_err(|why| {
+                self.err(
+                    &resume_path,
+                    format_args!("not kdirect's leader epochs and topic ids: {why}"),
+                )
+            })?;
+            meta.epochs = epochs;
+            meta.topic_ids = topic_ids;
+            meta.resume_version = Some(version);
+        }
+        Ok(meta)
     }
 
     fn parse_plan(&self, path: &str, id: u64, data: &[u8]) -> Result<PlannedBatch, StoreError> {
@@ -337,8 +430,10 @@ impl ZooKeeperStore {
     async fn write(
         &self,
         batch_id: u64,
-        batch_version: Option<i32>,
+        meta: &Meta,
         entries: &[(TopicPartition, i64, Option<i32>)],
+        epochs: &Epochs,
+        topic_ids: &TopicIds,
     ) -> Result<bool, StoreError> {
         self.make_topics(entries.iter().map(|(tp, _, _)| tp.topic.as_str()))
             .await?;
@@ -359,12 +454,20 @@ impl ZooKeeperStore {
         }
         let batch_path = self.batch_path();
         let data = batch_id.to_string();
-        match batch_version {
+        match meta.batch_version {
             Some(v) => w.add_set_data(&batch_path, data.as_bytes(), Some(v)),
             None => w.add_create(&batch_path, data.as_bytes(), &opts),
         }
         .map_err(|e| self.err(&batch_path, e))?;
         paths.push(batch_path);
+        let resume_path = self.resume_path();
+        let data = encode_resume(epochs, topic_ids);
+        match meta.resume_version {
+            Some(v) => w.add_set_data(&resume_path, &data, Some(v)),
+            None => w.add_create(&resume_path, &data, &opts),
+        }
+        .map_err(|e| self.err(&resume_path, e))?;
+        paths.push(resume_path);
         for id in &plans {
             let path = self.plan_path(*id);
             w.add_delete(&path, None).map_err(|e| self.err(&path, e))?;
@@ -384,8 +487,8 @@ impl ZooKeeperStore {
                 match source {
                     zk::Error::BadVersion | zk::Error::NodeExists => Ok(false),
                     // A plan someone else removed: forget it and try again.
-                    zk::Error::NoNode if index > entries.len() => {
-                        if let Some(id) = plans.get(index - entries.len() - 1) {
+                    zk::Error::NoNode if index > entries.len() + 1 => {
+                        if let Some(id) = plans.get(index - entries.len() - 2) {
                             lock(&self.plans).remove(id);
                         }
                         Ok(false)
@@ -518,7 +621,13 @@ impl OffsetStore for ZooKeeperStore {
                 c.positions.insert(tp.clone(), o);
             }
         }
-        c.batch_id = self.read_batch().await?.0;
+        let meta = self.read_meta().await?;
+        c.batch_id = meta.batch;
+        c.epochs = meta.epochs;
+        c.epochs.retain(|tp, _| c.positions.contains_key(tp));
+        c.topic_ids = meta.topic_ids;
+        c.topic_ids
+            .retain(|t, _| c.positions.keys().any(|tp| tp.topic == *t));
         c.pending = self.pending(c.batch_id).await?;
         if let Some(p) = &mut c.pending {
             if !topics.is_empty() {
@@ -596,7 +705,8 @@ impl OffsetStore for ZooKeeperStore {
     async fn commit(&self, batch: &PlannedBatch) -> Result<CommitOutcome, StoreError> {
         let tps: Vec<TopicPartition> = batch.ranges.iter().map(|r| r.topic_partition()).collect();
         for _ in 0..MAX_RACES {
-            let (stored_batch, batch_version) = self.read_batch().await?;
+            let meta = self.read_meta().await?;
+            let stored_batch = meta.batch;
             let stored = self.read_positions(&tps).await?;
             let (mut nonempty, mut already) = (0, 0);
             let mut entries = Vec::with_capacity(batch.ranges.len());
@@ -632,7 +742,12 @@ impl OffsetStore for ZooKeeperStore {
             if nonempty > 0 && already == nonempty {
                 return Ok(CommitOutcome::AlreadyCommitted);
             }
-            if self.write(batch.id, batch_version, &entries).await? {
+            let (mut epochs, mut topic_ids) = (meta.epochs.clone(), meta.topic_ids.clone());
+            crate::merge_resume_state(&mut epochs, &mut topic_ids, batch);
+            if self
+                .write(batch.id, &meta, &entries, &epochs, &topic_ids)
+                .await?
+            {
                 return Ok(CommitOutcome::Committed);
             }
         }
@@ -647,7 +762,7 @@ impl OffsetStore for ZooKeeperStore {
     }
 
     async fn set_positions(&self, batch_id: u64, positions: &Positions) -> Result<(), StoreError> {
-        let (committed, _) = self.read_batch().await?;
+        let committed = self.read_meta().await?.batch;
         if let Some(p) = self.pending(committed).await? {
             return Err(self.err(
                 &self.plan_path(p.id),
@@ -660,14 +775,24 @@ impl OffsetStore for ZooKeeperStore {
         }
         let tps: Vec<TopicPartition> = positions.keys().cloned().collect();
         for _ in 0..MAX_RACES {
-            let (_, batch_version) = self.read_batch().await?;
+            let meta = self.read_meta().await?;
             let stored = self.read_positions(&tps).await?;
             let entries: Vec<_> = positions
                 .iter()
                 .zip(&stored)
                 .map(|((tp, &o), s)| (tp.clone(), o, s.map(|(_, v)| v)))
                 .collect();
-            if self.write(batch_id, batch_version, &entries).await? {
+            let was: Positions = tps
+                .iter()
+                .zip(&stored)
+                .filter_map(|(tp, s)| Some((tp.clone(), s.as_ref()?.0)))
+                .collect();
+            let (mut epochs, mut topic_ids) = (meta.epochs.clone(), meta.topic_ids.clone());
+            crate::forget_set_positions(&mut epochs, &mut topic_ids, &was, positions);
+            if self
+                .write(batch_id, &meta, &entries, &epochs, &topic_ids)
+                .await?
+            {
                 return Ok(());
             }
         }
@@ -681,6 +806,29 @@ impl OffsetStore for ZooKeeperStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resume_state_round_trips_and_bad_content_is_named() {
+        let tp = |p| TopicPartition::new("events", p);
+        let epochs: Epochs = [(tp(0), 5), (tp(3), 0)].into();
+        let ids: TopicIds = [("events".to_owned(), [0xab; 16])].into();
+        let data = encode_resume(&epochs, &ids);
+        assert_eq!(decode_resume(&data).unwrap(), (epochs, ids));
+        assert_eq!(decode_resume(b"{}").unwrap(), Default::default());
+        for (bad, says) in [
+            (
+                &br#"{"leaderEpochs":{"events":{"x":1}}}"#[..],
+                "'x' of events",
+            ),
+            (br#"{"leaderEpochs":{"events":{"0":-2}}}"#, "events-0"),
+            (br#"{"topicIds":{"events":"abc"}}"#, "the id of events"),
+            (br#"{"topicIds":[]}"#, "'topicIds'"),
+            (b"not json", "expected"),
+        ] {
+            let why = decode_resume(bad).unwrap_err();
+            assert!(why.contains(says), "{why}");
+        }
+    }
 
     #[test]
     fn connect_strings() {

@@ -265,7 +265,9 @@ pub async fn keeps_epochs_and_ids<S: OffsetStore>(a: &S, b: &S, topic: &str) {
     );
     assert_eq!(c.positions, pos(topic, &[(0, 15), (1, 4), (2, 4)]));
 
-    // Set by hand: that position has no epoch; the others keep theirs.
+    // Set by hand: that position has no epoch (the others keep theirs), and its topic no id
+    // (set for the topic as it is now: a stream resumed from it must not take the topic for
+    // re-created).
     a.set_positions(3, &pos(topic, &[(0, 100)])).await.unwrap();
     let c = b.load(&topics).await.unwrap();
     assert_eq!(
@@ -275,4 +277,5 @@ pub async fn keeps_epochs_and_ids<S: OffsetStore>(a: &S, b: &S, topic: &str) {
         a.describe()
     );
     assert_eq!(c.positions, pos(topic, &[(0, 100), (1, 4), (2, 4)]));
+    assert!(c.topic_ids.is_empty(), "{}: {c:?}", a.describe());
 }
