@@ -78,6 +78,10 @@ for i, spec in enumerate(["checkpoint:/data/ckpt", "kafka", "sqlite:offsets.db",
                           "postgres://kd:s3cr@t@db:5432/kd?sslmode=require&password=x",
                           "redis://:pw@localhost:6379/0", "mariadb://u:p@h/d"]):
     put("store_spec", f"spec-{i}", b"\x00" + spec.encode())
+put("resume_state", "zookeeper-resume",
+    b"\x00" + b'{"leaderEpochs":{"events":{"0":4,"1":0}},"topicIds":{"events":"5c3e8a0f1d2b4c6a8e9f0a1b2c3d4e5f"}}')
+put("resume_state", "commit-metadata", b"\x01kdirect:batch=7 topicId=5c3e8a0f1d2b4c6a8e9f0a1b2c3d4e5f")
+put("resume_state", "commit-metadata-old", b"\x01kdirect:batch=12")
 put("store_spec", "built-postgres", b"\x01kd\x00p@ss/w?rd\x00db:5432/kd")
 put("store_spec", "built-mysql-query", b"\x05u\x00pw\x00h/d\x00ab@cd")
 

@@ -54,26 +54,6 @@ struct Fetched {
     topic_ids: TopicIds,
 }
 
-/// kdirect's commit metadata: the batch id and the topic id, where known.
-fn metadata(batch_id: u64, topic_id: Option<&[u8; 16]>) -> String {
-    match topic_id.filter(|id| **id != [0; 16]) {
-        Some(id) => format!("{METADATA_PREFIX}{batch_id} topicId={}", crate::hex(id)),
-        None => format!("{METADATA_PREFIX}{batch_id}"),
-    }
-}
-
-/// The batch id and topic id of kdirect's commit metadata (none from metadata another client
-/// wrote).
-fn parse_metadata(m: &str) -> (Option<u64>, Option<[u8; 16]>) {
-    let Some(rest) = m.strip_prefix(METADATA_PREFIX) else {
-        return (None, None);
-    };
-    let mut words = rest.split(' ');
-    let batch = words.next().and_then(|b| b.parse::<u64>().ok());
-    let id = words.find_map(|w| crate::unhex(w.strip_prefix("topicId=")?));
-    (batch, id)
-}
-
 /// Kafka group offsets as an [`OffsetStore`].
 #[derive(Debug)]
 pub struct KafkaGroupStore {
@@ -308,7 +288,8 @@ impl KafkaGroupStore {
                     epochs.insert(tp.clone(), p.leader_epoch);
                 }
                 positions.insert(tp, p.offset);
-                let (id, topic_id) = parse_metadata(p.metadata.as_deref().unwrap_or(""));
+                let (id, topic_id) =
+                    crate::resume::parse_commit_metadata(p.metadata.as_deref().unwrap_or(""));
                 if let Some(id) = id {
                     batch = Some(batch.map_or(id, |b| b.max(id)));
                 }
@@ -365,7 +346,10 @@ impl KafkaGroupStore {
                     offset,
                     // KIP-320: OffsetCommit v6+ keeps it (older versions drop it).
                     leader_epoch: epochs.get(tp).copied().unwrap_or(-1),
-                    metadata: Some(metadata(batch_id, topic_ids.get(&tp.topic))),
+                    metadata: Some(crate::resume::commit_metadata(
+                        batch_id,
+                        topic_ids.get(&tp.topic),
+                    )),
                 });
         }
         let topics: Vec<(&str, Vec<CommitEntry>)> = by_topic.into_iter().collect();

@@ -61,6 +61,8 @@ pub mod hbase;
 mod hdfs;
 pub mod import;
 pub mod kafka;
+pub mod resume;
+pub(crate) use resume::{hex, unhex};
 #[cfg(feature = "object-store")]
 mod object;
 #[cfg(feature = "redis")]
@@ -89,24 +91,6 @@ pub type Epochs = BTreeMap<TopicPartition, i32>;
 /// stream was down is reported as such (`failOnDataLoss`) and read from its new start, instead
 /// of the stored positions (and epochs) being taken for positions in the new log.
 pub type TopicIds = BTreeMap<String, [u8; 16]>;
-
-/// A topic id as 32 lowercase hex digits (how the checkpoint and the Kafka group's commit
-/// metadata keep it).
-pub(crate) fn hex(id: &[u8; 16]) -> String {
-    id.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The inverse of [`hex`]: exactly 32 hex digits.
-pub(crate) fn unhex(s: &str) -> Option<[u8; 16]> {
-    if s.len() != 32 || !s.is_ascii() {
-        return None;
-    }
-    let mut out = [0u8; 16];
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(out)
-}
 
 /// What a committed batch leaves of the epochs and topic ids a store keeps beside its
 /// positions (the rules every store that keeps them follows):

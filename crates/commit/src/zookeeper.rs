@@ -90,67 +90,6 @@ struct Meta {
     resume_version: Option<i32>,
 }
 
-/// `resume`'s JSON.
-fn encode_resume(epochs: &Epochs, topic_ids: &TopicIds) -> Vec<u8> {
-    let mut by_topic = serde_json::Map::new();
-    for (tp, e) in epochs {
-        let entry = by_topic
-            .entry(tp.topic.clone())
-            .or_insert_with(|| serde_json::Value::Object(Default::default()));
-        if let Some(parts) = entry.as_object_mut() {
-            parts.insert(tp.partition.to_string(), (*e).into());
-        }
-    }
-    let ids: serde_json::Map<String, serde_json::Value> = topic_ids
-        .iter()
-        .map(|(t, id)| (t.clone(), crate::hex(id).into()))
-        .collect();
-    serde_json::json!({ "leaderEpochs": by_topic, "topicIds": ids })
-        .to_string()
-        .into_bytes()
-}
-
-/// The inverse of [`encode_resume`], or why not.
-fn decode_resume(data: &[u8]) -> Result<(Epochs, TopicIds), String> {
-    let v: serde_json::Value = serde_json::from_slice(data).map_err(|e| e.to_string())?;
-    let mut epochs = Epochs::new();
-    if let Some(topics) = v.get("leaderEpochs") {
-        let topics = topics
-            .as_object()
-            .ok_or("'leaderEpochs' is not an object")?;
-        for (t, parts) in topics {
-            let parts = parts
-                .as_object()
-                .ok_or_else(|| format!("'leaderEpochs' of {t} is not an object"))?;
-            for (p, e) in parts {
-                let p: i32 = p
-                    .parse()
-                    .ok()
-                    .filter(|p| *p >= 0)
-                    .ok_or_else(|| format!("'{p}' of {t} is not a partition"))?;
-                let e = e
-                    .as_i64()
-                    .and_then(|e| i32::try_from(e).ok())
-                    .filter(|e| *e >= 0)
-                    .ok_or_else(|| format!("{t}-{p}: {e} is not a leader epoch"))?;
-                epochs.insert(TopicPartition::new(t.clone(), p), e);
-            }
-        }
-    }
-    let mut topic_ids = TopicIds::new();
-    if let Some(ids) = v.get("topicIds") {
-        let ids = ids.as_object().ok_or("'topicIds' is not an object")?;
-        for (t, id) in ids {
-            let id = id
-                .as_str()
-                .and_then(crate::unhex)
-                .ok_or_else(|| format!("the id of {t}, {id}, is not 32 hex digits"))?;
-            topic_ids.insert(t.clone(), id);
-        }
-    }
-    Ok((epochs, topic_ids))
-}
-
 impl ZooKeeperStore {
     /// Connects to `spec` (`zk://host:port[,host:port…][/chroot]`, or `zookeeper://…`) for
     /// `group`. The chroot znode is created when missing.
@@ -328,7 +267,7 @@ impl ZooKeeperStore {
             meta.batch_version = Some(version);
         }
         if let Some((data, version)) = read.next().flatten() {
-            let (epochs, topic_ids) = decode_resume(&data).map_err(|why| {
+            let (epochs, topic_ids) = crate::resume::decode_json(&data).map_err(|why| {
                 self.err(
                     &resume_path,
                     format_args!("not kdirect's leader epochs and topic ids: {why}"),
@@ -461,7 +400,7 @@ impl ZooKeeperStore {
         .map_err(|e| self.err(&batch_path, e))?;
         paths.push(batch_path);
         let resume_path = self.resume_path();
-        let data = encode_resume(epochs, topic_ids);
+        let data = crate::resume::encode_json(epochs, topic_ids);
         match meta.resume_version {
             Some(v) => w.add_set_data(&resume_path, &data, Some(v)),
             None => w.add_create(&resume_path, &data, &opts),
@@ -806,29 +745,6 @@ impl OffsetStore for ZooKeeperStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn resume_state_round_trips_and_bad_content_is_named() {
-        let tp = |p| TopicPartition::new("events", p);
-        let epochs: Epochs = [(tp(0), 5), (tp(3), 0)].into();
-        let ids: TopicIds = [("events".to_owned(), [0xab; 16])].into();
-        let data = encode_resume(&epochs, &ids);
-        assert_eq!(decode_resume(&data).unwrap(), (epochs, ids));
-        assert_eq!(decode_resume(b"{}").unwrap(), Default::default());
-        for (bad, says) in [
-            (
-                &br#"{"leaderEpochs":{"events":{"x":1}}}"#[..],
-                "'x' of events",
-            ),
-            (br#"{"leaderEpochs":{"events":{"0":-2}}}"#, "events-0"),
-            (br#"{"topicIds":{"events":"abc"}}"#, "the id of events"),
-            (br#"{"topicIds":[]}"#, "'topicIds'"),
-            (b"not json", "expected"),
-        ] {
-            let why = decode_resume(bad).unwrap_err();
-            assert!(why.contains(says), "{why}");
-        }
-    }
 
     #[test]
     fn connect_strings() {
