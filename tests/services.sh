@@ -19,6 +19,24 @@ wait_up() {
 }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
+# Every service here listens on a fixed port in 39000-40999 (Kafka's brokers and controllers,
+# ZooKeeper, HBase, HDFS, moto, Azurite), which is inside Linux's ephemeral range (32768-60999):
+# an outgoing connection that happens to get one of them as its local port makes the service
+# that owns it fail to bind (the likely cause of a trio node that stopped seconds after it
+# started, in CI). Reserved, the kernel no longer hands them out to outgoing connections;
+# binding them stays allowed.
+reserved=/proc/sys/net/ipv4/ip_local_reserved_ports
+if [ -f "$reserved" ] && ! grep -q '39000-40999' "$reserved"; then
+  ports="$(cat "$reserved")"
+  ports="${ports:+$ports,}39000-40999"
+  if { [ "$(id -u)" = 0 ] && echo "$ports" >"$reserved"; } 2>/dev/null \
+    || { command -v sudo >/dev/null && echo "$ports" | sudo -n tee "$reserved" >/dev/null 2>&1; }; then
+    say "reserved ports 39000-40999 (ip_local_reserved_ports): outgoing connections no longer take them"
+  else
+    say "could not reserve ports 39000-40999 (ip_local_reserved_ports): a service may find its port taken"
+  fi
+fi
+
 apt_updated=
 apt_install() {
   if [ -z "$apt_updated" ]; then as_root apt-get update -qq >&2; apt_updated=1; fi

@@ -227,9 +227,21 @@ start_node() { # cluster node
   echo $! >"$dir/pid"
 }
 
+holder() { # port -> the process listening on it, as far as this machine says
+  if command -v ss >/dev/null; then
+    ss -ltnpH "sport = :$1" 2>/dev/null | grep -o 'pid=[0-9]*' | head -1 | while IFS='=' read -r _ pid; do
+      printf 'pid %s: %s' "$pid" "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-200)"
+    done
+  else
+    echo "(no 'ss' to say which)"
+  fi
+}
+
 show_logs() { # cluster: the tail of each node's logs, to say why it did not come up
   local c=$1
   for n in $(nodes_of "$c"); do
+    say "--- $c node $n: server.log, its first errors ---"
+    grep -m 8 -E ' (ERROR|FATAL) |Exception' "$(node_dir "$c" "$n")/server.log" >&2 2>/dev/null || true
     say "--- $c node $n: server.log (last 40 lines) ---"
     tail -40 "$(node_dir "$c" "$n")/server.log" >&2 2>/dev/null || true
     say "--- $c node $n: stdout.log (last 15 lines) ---"
@@ -242,6 +254,10 @@ wait_ready() { # cluster: every broker port answers, then the cluster serves met
   deadline=$((SECONDS + limit))
   for n in $(nodes_of "$c"); do
     until up "$(port_of "$c" "$n")"; do
+      if ! live_pid "$(node_dir "$c" "$n")/pid" "$(node_dir "$c" "$n")/server.properties" >/dev/null; then
+        say "$c node $n exited before it opened port $(port_of "$c" "$n")"
+        return 1
+      fi
       if ((SECONDS > deadline)); then
         say "$c node $n did not open port $(port_of "$c" "$n") in $limit s"
         return 1
@@ -253,6 +269,11 @@ wait_ready() { # cluster: every broker port answers, then the cluster serves met
   # "Kafka Server started" once it serves.
   for n in $(nodes_of "$c"); do
     until grep -q 'Kafka Server started' "$(node_dir "$c" "$n")/server.log" 2>/dev/null; do
+      # Its port answered, but not from this node: another process holds it.
+      if ! live_pid "$(node_dir "$c" "$n")/pid" "$(node_dir "$c" "$n")/server.properties" >/dev/null; then
+        say "$c node $n exited; port $(port_of "$c" "$n") answers for another process: $(holder "$(port_of "$c" "$n")")"
+        return 1
+      fi
       if ((SECONDS > deadline)); then say "$c node $n never logged 'Kafka Server started' in $limit s"; return 1; fi
       sleep 0.5
     done
@@ -263,6 +284,15 @@ cluster_up() { # cluster
   local c=$1 all=1
   for n in $(nodes_of "$c"); do up "$(port_of "$c" "$n")" || all=; done
   if [ -n "$all" ]; then say "$c already up at $(bootstrap_of "$c")"; return 0; fi
+  # Part of the cluster answers: a node of ours still running is left alone (start_node skips
+  # it); a port held by anything else would take the new node's place, so say who holds it.
+  for n in $(nodes_of "$c"); do
+    local dir; dir="$(node_dir "$c" "$n")"
+    if up "$(port_of "$c" "$n")" && ! live_pid "$dir/pid" "$dir/server.properties" >/dev/null; then
+      say "FAIL: port $(port_of "$c" "$n") of $c node $n is held by another process: $(holder "$(port_of "$c" "$n")")"
+      return 1
+    fi
+  done
   if [ ! -f "$(node_dir "$c" 1)/data/meta.properties" ]; then format_cluster "$c"; fi
   for n in $(nodes_of "$c"); do start_node "$c" "$n"; done
   if ! wait_ready "$c"; then
