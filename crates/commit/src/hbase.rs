@@ -359,7 +359,7 @@ impl HBaseStore {
                     // Set by hand elsewhere than it is: set for the topic as it is now.
                     (None, None) if stored != Some(until) => {
                         forget_id = true;
-                        Some(-1)
+                        Some(crate::EPOCH_UNKNOWN)
                     }
                     _ => None,
                 };
@@ -477,27 +477,16 @@ impl OffsetStore for HBaseStore {
     async fn commit(&self, batch: &PlannedBatch) -> Result<CommitOutcome, StoreError> {
         let mut by_topic: BTreeMap<&str, Vec<Write>> = BTreeMap::new();
         for r in &batch.ranges {
-            // A partition the batch moves takes the batch's epoch, or none (-1) if the fetch
-            // did not know it; one it does not move keeps its own.
-            let epoch = match batch.epochs.get(&r.topic_partition()) {
-                Some(&e) if e >= 0 => Some(e),
-                _ if batch.moves(r) => Some(-1),
-                _ => None,
-            };
             by_topic.entry(r.topic.as_str()).or_default().push((
                 r.partition,
                 r.until,
                 Some(batch.expected_from(r)),
-                epoch,
+                batch.epoch_to_store(r),
             ));
         }
         let mut all_already = !by_topic.is_empty();
         for (topic, writes) in by_topic {
-            let topic_id = batch
-                .topic_ids
-                .get(topic)
-                .filter(|id| **id != [0; 16])
-                .map(crate::hex);
+            let topic_id = batch.topic_id_hex(topic);
             match self
                 .write_topic(
                     topic,

@@ -92,6 +92,11 @@ pub type Epochs = BTreeMap<TopicPartition, i32>;
 /// of the stored positions (and epochs) being taken for positions in the new log.
 pub type TopicIds = BTreeMap<String, [u8; 16]>;
 
+/// An epoch not known, as the stores that keep one per row or cell write it (SQL's
+/// `leader_epoch`, Redis's commit script, HBase's `o:epoch:<partition>`): it replaces, and so
+/// drops, the stored one.
+pub(crate) const EPOCH_UNKNOWN: i32 = -1;
+
 /// What a committed batch leaves of the epochs and topic ids a store keeps beside its
 /// positions (the rules every store that keeps them follows):
 /// - a partition the batch moves takes the batch's epoch, or none if the fetch did not know
@@ -107,15 +112,14 @@ pub(crate) fn merge_resume_state(
     batch: &PlannedBatch,
 ) {
     for r in &batch.ranges {
-        let tp = r.topic_partition();
-        match batch.epochs.get(&tp) {
-            Some(&e) if e >= 0 => {
-                epochs.insert(tp, e);
+        match batch.epoch_to_store(r) {
+            Some(EPOCH_UNKNOWN) => {
+                epochs.remove(&r.topic_partition());
             }
-            _ if batch.moves(r) => {
-                epochs.remove(&tp);
+            Some(e) => {
+                epochs.insert(r.topic_partition(), e);
             }
-            _ => {}
+            None => {}
         }
     }
     for (t, id) in &batch.topic_ids {
@@ -211,6 +215,27 @@ impl PlannedBatch {
     /// `until` under this batch id) from a batch with nothing to write.
     pub fn moves(&self, r: &OffsetRange) -> bool {
         self.expected_from(r) != r.until
+    }
+
+    /// The epoch a store keeps for `r`'s partition once this batch commits, by the rule of
+    /// [`merge_resume_state`]: the batch's epoch; [`EPOCH_UNKNOWN`] when the batch moves the
+    /// partition without knowing one (the stored one is for another position: drop it);
+    /// `None` when the batch does not move it (keep the stored one).
+    pub(crate) fn epoch_to_store(&self, r: &OffsetRange) -> Option<i32> {
+        match self.epochs.get(&r.topic_partition()) {
+            Some(&e) if e >= 0 => Some(e),
+            _ if self.moves(r) => Some(EPOCH_UNKNOWN),
+            _ => None,
+        }
+    }
+
+    /// The id the batch knows for `topic`, in hex (none for an id it did not know, all
+    /// zeros): what a store writes over the stored one.
+    pub(crate) fn topic_id_hex(&self, topic: &str) -> Option<String> {
+        self.topic_ids
+            .get(topic)
+            .filter(|id| **id != [0; 16])
+            .map(hex)
     }
 
     /// The batch with the epochs of the last record batch read before its ranges' `until`s.

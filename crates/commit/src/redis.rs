@@ -273,19 +273,12 @@ impl OffsetStore for RedisStore {
         }
         inv.arg(batch.id).arg(now_ms());
         for r in &batch.ranges {
-            // A partition the batch moves takes the batch's epoch, or none (-1) if the fetch
-            // did not know it; one it does not move keeps its own ('').
-            let epoch = match batch.epochs.get(&r.topic_partition()) {
-                Some(&e) if e >= 0 => e.to_string(),
-                _ if batch.moves(r) => "-1".to_owned(),
-                _ => String::new(),
-            };
-            let topic_id = batch
-                .topic_ids
-                .get(&r.topic)
-                .filter(|id| **id != [0; 16])
-                .map(crate::hex)
+            // '' keeps the stored epoch (a partition the batch does not move), '-1' drops it.
+            let epoch = batch
+                .epoch_to_store(r)
+                .map(|e| e.to_string())
                 .unwrap_or_default();
+            let topic_id = batch.topic_id_hex(&r.topic).unwrap_or_default();
             inv.arg(&r.topic)
                 .arg(r.partition)
                 .arg(batch.expected_from(r))

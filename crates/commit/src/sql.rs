@@ -378,19 +378,8 @@ impl SqlStore {
                     batch.id, self.group, r.topic, r.partition
                 )
             };
-            let tp = r.topic_partition();
-            // A partition the batch moves takes the batch's epoch, or none (-1) if the fetch
-            // did not know it (the stored one is for an older position).
-            let epoch = match batch.epochs.get(&tp) {
-                Some(&e) if e >= 0 => Some(e),
-                _ if batch.moves(r) => Some(-1),
-                _ => None,
-            };
-            let topic_id = batch
-                .topic_ids
-                .get(&r.topic)
-                .filter(|id| **id != [0; 16])
-                .map(crate::hex);
+            let epoch = batch.epoch_to_store(r);
+            let topic_id = batch.topic_id_hex(&r.topic);
             let updated = sqlx::query(&update)
                 .bind(r.until)
                 .bind(batch_id)

@@ -6,9 +6,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use kdirect_commit::checkpoint::CheckpointStore;
-use kdirect_commit::{open_store, CommitOutcome, OffsetStore, OpenOptions, StoreErrorKind};
+use kdirect_commit::{CommitOutcome, OffsetStore, StoreErrorKind};
 
-use crate::common::{batch, exercise, keeps_epochs_and_ids, pos};
+use crate::common::{batch, exercise, keeps_epochs_and_ids, pos, two_writers};
 use crate::support::{rt, tmpdir};
 
 /// Every file under `dir` with its bytes.
@@ -29,30 +29,11 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 fn checkpoint_common_behaviour() {
     let dir = tmpdir("ckpt-common");
     rt().block_on(async {
-        let a = open_store(
-            &format!("checkpoint:{}", dir.display()),
-            "g",
-            &OpenOptions::default(),
-        )
-        .await
-        .unwrap();
-        let b = open_store(
-            &format!("checkpoint:{}", dir.display()),
-            "g",
-            &OpenOptions::default(),
-        )
-        .await
-        .unwrap();
+        let (a, b) = two_writers(&format!("checkpoint:{}", dir.display()), "g").await;
         assert!(a.logs_plans());
         exercise(&a, &b, "events").await;
-        let dir = tmpdir("ckpt-epochs-ids");
-        let url = format!("checkpoint:{}", dir.display());
-        let a = open_store(&url, "g", &OpenOptions::default())
-            .await
-            .unwrap();
-        let b = open_store(&url, "g", &OpenOptions::default())
-            .await
-            .unwrap();
+        let fresh = tmpdir("ckpt-epochs-ids");
+        let (a, b) = two_writers(&format!("checkpoint:{}", fresh.display()), "g").await;
         keeps_epochs_and_ids(&a, &b, "events").await;
     });
     // Readable by a person: the layout and the three-line format.

@@ -2,9 +2,19 @@
 #![allow(dead_code)]
 
 use kdirect_commit::{
-    CommitOutcome, OffsetRange, OffsetStore, PlannedBatch, Positions, StoreErrorKind, Stored,
-    TopicPartition,
+    open_store, AnyStore, CommitOutcome, OffsetRange, OffsetStore, OpenOptions, PlannedBatch,
+    Positions, StoreErrorKind, Stored, TopicPartition,
 };
+
+/// Two handles (two writers) on `group` of the store `spec` names, opened as the CLI opens it.
+pub async fn two_writers(spec: &str, group: &str) -> (AnyStore, AnyStore) {
+    let open = || async {
+        open_store(spec, group, &OpenOptions::default())
+            .await
+            .unwrap()
+    };
+    (open().await, open().await)
+}
 
 pub fn batch(id: u64, topic: &str, ranges: &[(i32, i64, i64)]) -> PlannedBatch {
     PlannedBatch::new(

@@ -1,9 +1,9 @@
 //! The HBase store against `KDIRECT_TEST_HBASE` (standalone HBase and its REST gateway, from
 //! Maven Central jars, started by tests/hbase/hbase.sh).
 use kdirect_commit::hbase::HBaseStore;
-use kdirect_commit::{open_store, OffsetStore, OpenOptions};
+use kdirect_commit::OffsetStore;
 
-use crate::common::{batch, exercise, keeps_epochs_and_ids, pos};
+use crate::common::{batch, exercise, keeps_epochs_and_ids, pos, two_writers};
 use crate::support::{rt, service, unique};
 
 #[test]
@@ -13,20 +13,10 @@ fn hbase_store_conformance() {
     };
     rt().block_on(async {
         let group = unique("g");
-        let a = open_store(&url, &group, &OpenOptions::default())
-            .await
-            .unwrap();
-        let b = open_store(&url, &group, &OpenOptions::default())
-            .await
-            .unwrap();
+        let (a, b) = two_writers(&url, &group).await;
         exercise(&a, &b, &unique("topic")).await;
         let group = unique("g");
-        let a = open_store(&url, &group, &OpenOptions::default())
-            .await
-            .unwrap();
-        let b = open_store(&url, &group, &OpenOptions::default())
-            .await
-            .unwrap();
+        let (a, b) = two_writers(&url, &group).await;
         keeps_epochs_and_ids(&a, &b, &unique("topic")).await;
     });
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use kdirect_commit::checkpoint::CheckpointStore;
 use kdirect_commit::{open_store, OffsetStore, OpenOptions, StoreErrorKind};
 
-use crate::common::{batch, exercise, two_writers_commit_each_batch_once};
+use crate::common::{batch, exercise, two_writers, two_writers_commit_each_batch_once};
 use crate::support::{rt, service, unique};
 
 async fn open(url: &str) -> CheckpointStore {
@@ -49,12 +49,7 @@ fn hdfs_checkpoint_conformance() {
         // Through the store spec, as the command line opens it.
         let dir = format!("/kdirect-test/{}", unique("ckpt"));
         let spec = format!("checkpoint:{nn}{dir}");
-        let a = open_store(&spec, "g", &OpenOptions::default())
-            .await
-            .unwrap();
-        let b = open_store(&spec, "g", &OpenOptions::default())
-            .await
-            .unwrap();
+        let (a, b) = two_writers(&spec, "g").await;
         assert!(a.logs_plans());
         exercise(&a, &b, "events").await;
         // The layout a person (or `hdfs dfs -cat`) reads: the disk's, with no temp file left.

@@ -1,8 +1,8 @@
 //! The Redis store against `KDIRECT_TEST_REDIS`.
 use kdirect_commit::redis::RedisStore;
-use kdirect_commit::{open_store, OffsetStore, OpenOptions};
+use kdirect_commit::OffsetStore;
 
-use crate::common::{batch, exercise, keeps_epochs_and_ids};
+use crate::common::{batch, exercise, keeps_epochs_and_ids, two_writers};
 use crate::support::{rt, service, unique};
 
 #[test]
@@ -12,20 +12,10 @@ fn redis_store() {
     };
     rt().block_on(async {
         let group = unique("g");
-        let a = open_store(&url, &group, &OpenOptions::default())
-            .await
-            .unwrap();
-        let b = open_store(&url, &group, &OpenOptions::default())
-            .await
-            .unwrap();
+        let (a, b) = two_writers(&url, &group).await;
         exercise(&a, &b, &unique("topic")).await;
         let group = unique("g");
-        let a = open_store(&url, &group, &OpenOptions::default())
-            .await
-            .unwrap();
-        let b = open_store(&url, &group, &OpenOptions::default())
-            .await
-            .unwrap();
+        let (a, b) = two_writers(&url, &group).await;
         keeps_epochs_and_ids(&a, &b, &unique("topic")).await;
 
         // Two writers at once on the same batch: the script is atomic, one wins.

@@ -3,19 +3,14 @@
 //! API with the sink table, and two writers racing on the same batch.
 use kdirect_commit::sql::sqlx::{self, Row};
 use kdirect_commit::sql::{Begun, SinkRow, SqlStore};
-use kdirect_commit::{open_store, CommitOutcome, OffsetStore, OpenOptions, StoreErrorKind};
+use kdirect_commit::{CommitOutcome, OffsetStore, StoreErrorKind};
 
-use crate::common::{batch, exercise, keeps_epochs_and_ids, pos};
+use crate::common::{batch, exercise, keeps_epochs_and_ids, pos, two_writers};
 use crate::support::{rt, service, tmpdir, unique};
 
 async fn common(url: &str) {
     let group = unique("g");
-    let a = open_store(url, &group, &OpenOptions::default())
-        .await
-        .unwrap();
-    let b = open_store(url, &group, &OpenOptions::default())
-        .await
-        .unwrap();
+    let (a, b) = two_writers(url, &group).await;
     assert!(a.as_sql().is_some());
     exercise(&a, &b, &unique("topic")).await;
     let group = unique("g");

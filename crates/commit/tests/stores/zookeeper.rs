@@ -1,10 +1,10 @@
 //! The ZooKeeper store against `KDIRECT_TEST_ZOOKEEPER` (ZooKeeper from Debian's package,
 //! started by tests/services.sh).
 use kdirect_commit::zookeeper::ZooKeeperStore;
-use kdirect_commit::{open_store, OffsetStore, OpenOptions, StoreErrorKind};
+use kdirect_commit::{OffsetStore, StoreErrorKind};
 use zookeeper_client as zk;
 
-use crate::common::{batch, exercise, keeps_epochs_and_ids, pos};
+use crate::common::{batch, exercise, keeps_epochs_and_ids, pos, two_writers};
 use crate::support::{rt, service, unique};
 
 fn url() -> Option<String> {
@@ -24,21 +24,11 @@ fn zookeeper_store_conformance() {
     rt().block_on(async {
         let chroot = format!("{url}/{}", unique("kdirect"));
         let group = unique("g");
-        let a = open_store(&chroot, &group, &OpenOptions::default())
-            .await
-            .unwrap();
-        let b = open_store(&chroot, &group, &OpenOptions::default())
-            .await
-            .unwrap();
+        let (a, b) = two_writers(&chroot, &group).await;
         assert!(a.logs_plans());
         exercise(&a, &b, &unique("topic")).await;
         let group = unique("g");
-        let a = open_store(&chroot, &group, &OpenOptions::default())
-            .await
-            .unwrap();
-        let b = open_store(&chroot, &group, &OpenOptions::default())
-            .await
-            .unwrap();
+        let (a, b) = two_writers(&chroot, &group).await;
         keeps_epochs_and_ids(&a, &b, &unique("topic")).await;
     });
 }
