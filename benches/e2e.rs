@@ -6,7 +6,8 @@
 //! ```text
 //! cargo bench --bench e2e -- [--records N] [--partitions P] [--value-size S] [--codec C]
 //!     [--clients kdirect,kdirect-nocrc,librdkafka,librdkafka-nocrc,rskafka]
-//!     [--suite default|scaling|kafka|tls|latency] [--broker fake|kafka|secure] [--memory-mib M]
+//!     [--suite default|scaling|kafka|tls|latency|shapes] [--broker fake|kafka|secure] [--memory-mib M]
+//!     [--batch-size B] [--shape-partitions 1,8,..] [--shape-batch-sizes 16384,..] [--shape-values 100,..]
 //!     [--kdirect-set k=v,..] [--rdkafka-set k=v,..] [--rate R] [--seconds S]
 //! ```
 //!
@@ -24,6 +25,11 @@
 //! reused by later runs), and the clients are kdirect, librdkafka and Kafka's Java consumer
 //! (`KTool perf`, `check.crcs` on). Each row also gives the broker's CPU seconds while that
 //! client read. `--suite kafka` runs 10M × 100 B over 8 partitions and 1M × 1 KB.
+//!
+//! `--suite shapes` (issue 32) reads Apache Kafka topics of every shape producers make, each
+//! written by Kafka's own `ProducerPerformance` with the `batch.size` named (see [`shapes`]),
+//! with kdirect, librdkafka and Kafka's Java consumer at their default settings. `--batch-size
+//! B` writes a single run's topic that way too.
 //!
 //! `--broker secure` reads from the `secure` cluster of `tests/kafka/kafka.sh` (its variables
 //! from `kafka.sh env` in the environment, else the cluster is started): the topic is written
@@ -71,6 +77,14 @@ struct Opts {
     clients: Vec<String>,
     suite: Option<String>,
     memory_mib: usize,
+    /// `--batch-size`: the producer's `batch.size` on Apache Kafka (0: the run's default).
+    batch_size: usize,
+    /// Whether `--clients` was given.
+    clients_set: bool,
+    /// `--suite shapes`: which cells of the grid to run (empty: all).
+    shape_partitions: Vec<i32>,
+    shape_batch_sizes: Vec<usize>,
+    shape_values: Vec<usize>,
     kdirect_set: Vec<(String, String)>,
     rdkafka_set: Vec<(String, String)>,
     kdirect_threads: usize,
@@ -101,6 +115,11 @@ impl Default for Opts {
                 .to_vec(),
             suite: None,
             memory_mib: 64,
+            batch_size: 0,
+            clients_set: false,
+            shape_partitions: Vec::new(),
+            shape_batch_sizes: Vec::new(),
+            shape_values: Vec::new(),
             kdirect_set: Vec::new(),
             rdkafka_set: Vec::new(),
             kdirect_threads: 1,
@@ -124,6 +143,15 @@ fn kv_list(s: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+fn num_list<T: std::str::FromStr>(s: &str, what: &str) -> Result<Vec<T>, String>
+where
+    T::Err: std::fmt::Display,
+{
+    s.split(',')
+        .map(|x| x.trim().parse().map_err(|e| format!("{what} {x}: {e}")))
+        .collect()
+}
+
 fn parse_args() -> Result<Opts, String> {
     let mut o = Opts::default();
     let mut it = std::env::args().skip(1);
@@ -138,11 +166,20 @@ fn parse_args() -> Result<Opts, String> {
                 o.value_size = val()?.parse().map_err(|e| format!("--value-size: {e}"))?
             }
             "--codec" => o.codec = val()?,
-            "--clients" => o.clients = val()?.split(',').map(String::from).collect(),
+            "--clients" => {
+                o.clients = val()?.split(',').map(String::from).collect();
+                o.clients_set = true;
+            }
             "--suite" => o.suite = Some(val()?),
             "--memory-mib" => {
                 o.memory_mib = val()?.parse().map_err(|e| format!("--memory-mib: {e}"))?
             }
+            "--batch-size" => {
+                o.batch_size = val()?.parse().map_err(|e| format!("--batch-size: {e}"))?
+            }
+            "--shape-partitions" => o.shape_partitions = num_list(&val()?, &a)?,
+            "--shape-batch-sizes" => o.shape_batch_sizes = num_list(&val()?, &a)?,
+            "--shape-values" => o.shape_values = num_list(&val()?, &a)?,
             "--kdirect-set" => o.kdirect_set = kv_list(&val()?),
             "--rdkafka-set" => o.rdkafka_set = kv_list(&val()?),
             "--kdirect-threads" => {
@@ -281,9 +318,10 @@ fn orchestrate(o: &Opts) -> Result<(), String> {
             }
             v
         }
+        Some("shapes") => shapes(o),
         Some(s) => {
             return Err(format!(
-                "unknown suite {s} (default, scaling, kafka, tls, latency)"
+                "unknown suite {s} (default, scaling, kafka, tls, latency, shapes)"
             ))
         }
     };
@@ -321,9 +359,77 @@ fn orchestrate(o: &Opts) -> Result<(), String> {
     }
 }
 
+/// `--suite shapes` (issue 32): the topic shapes producers make, each written by Kafka's own
+/// `ProducerPerformance` with `batch.size` as named (`acks=all linger.ms=5`, `buffer.memory`
+/// raised so every partition's batch fills) and read with default settings: partitions {1, 8,
+/// 64, 256, 1024} × `batch.size` {16 KB, 256 KB, 1 MB} × values {100 B, 1 KB}, plus lz4 at 64
+/// partitions; 5M records of 100 B or 500k of 1 KB a cell. `--shape-partitions`,
+/// `--shape-batch-sizes` and `--shape-values` (comma lists) pick cells of the grid.
+fn shapes(o: &Opts) -> Vec<Opts> {
+    let pick = |all: &[usize], chosen: &[usize]| -> Vec<usize> {
+        all.iter()
+            .copied()
+            .filter(|x| chosen.is_empty() || chosen.contains(x))
+            .collect()
+    };
+    let parts: Vec<i32> = [1, 8, 64, 256, 1024]
+        .into_iter()
+        .filter(|p| o.shape_partitions.is_empty() || o.shape_partitions.contains(p))
+        .collect();
+    let clients: Vec<String> = if o.clients_set {
+        o.clients.clone()
+    } else {
+        ["kdirect", "librdkafka", "java"].map(String::from).to_vec()
+    };
+    let o = &Opts {
+        clients,
+        ..o.clone()
+    };
+    let mut v = Vec::new();
+    for value_size in pick(&[100, 1000], &o.shape_values) {
+        let records = if value_size >= 1000 {
+            500_000
+        } else {
+            5_000_000
+        };
+        for &partitions in &parts {
+            for batch_size in pick(&[16_384, 262_144, 1_048_576], &o.shape_batch_sizes) {
+                v.push(Opts {
+                    broker: "kafka".into(),
+                    value_size,
+                    records,
+                    partitions,
+                    batch_size,
+                    codec: "none".into(),
+                    ..o.clone()
+                });
+            }
+        }
+    }
+    if parts.contains(&64) && (o.shape_values.is_empty() || o.shape_values.contains(&100)) {
+        for batch_size in pick(&[262_144], &o.shape_batch_sizes) {
+            v.push(Opts {
+                broker: "kafka".into(),
+                value_size: 100,
+                records: 5_000_000,
+                partitions: 64,
+                batch_size,
+                codec: "lz4".into(),
+                ..o.clone()
+            });
+        }
+    }
+    v
+}
+
 fn data_name(o: &Opts) -> String {
+    let batch = if o.batch_size > 0 {
+        format!(", batch.size {} KB", o.batch_size / 1024)
+    } else {
+        String::new()
+    };
     format!(
-        "{}M × {} B, {} p, {}, {} MiB",
+        "{}M × {} B, {} p, {}{batch}, {} MiB",
         o.records as f64 / 1e6,
         o.value_size,
         o.partitions,
@@ -565,6 +671,9 @@ fn ktool(classpath: &str, args: &[&str]) -> Result<String, String> {
 /// The run's topic on Apache Kafka, written by Kafka's Java producer unless a topic of that
 /// name already holds exactly the run's records.
 fn kafka_topic(o: &Opts, bootstrap: &str, classpath: &str) -> Result<String, String> {
+    if o.batch_size > 0 {
+        return perf_topic(o, bootstrap, classpath);
+    }
     // Stored batches of up to 1 MB, as a producer batching well writes them. The producer's
     // buffer.memory (32 MiB) must hold a batch per partition: with 1 MB batches over 64
     // partitions it ran out and wrote one record per stored batch (78,125 batches of 178 B
@@ -644,6 +753,101 @@ fn kafka_topic(o: &Opts, bootstrap: &str, classpath: &str) -> Result<String, Str
             "20",
         ],
     )?;
+    Ok(topic)
+}
+
+/// Records already in `topic` (the sum of its end offsets), `None` if it does not exist.
+fn kafka_records(bootstrap: &str, classpath: &str, topic: &str) -> Option<u64> {
+    Command::new("java")
+        .args([
+            "-cp",
+            classpath,
+            "KTool",
+            "end-offsets",
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            topic,
+        ])
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| {
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|l| l.split(' ').nth(1)?.parse::<u64>().ok())
+                .sum()
+        })
+}
+
+/// The run's topic written by Kafka's own `ProducerPerformance` with `batch.size` =
+/// `o.batch_size` (`--batch-size`, the shapes suite): `acks=all linger.ms=5`, as the issue's
+/// figures were measured, and `buffer.memory` large enough for a full batch per partition
+/// (twice over), so batches are cut by `batch.size`, not by the producer running out of
+/// buffer. Reused by later runs when it holds exactly the run's records.
+fn perf_topic(o: &Opts, bootstrap: &str, classpath: &str) -> Result<String, String> {
+    let topic = format!(
+        "shape-{}-{}-{}-{}-bs{}",
+        o.records, o.value_size, o.partitions, o.codec, o.batch_size
+    );
+    match kafka_records(bootstrap, classpath, &topic) {
+        Some(n) if n == o.records => return Ok(topic),
+        Some(n) => {
+            return Err(format!(
+                "topic {topic} holds {n} records, not {}: delete it",
+                o.records
+            ))
+        }
+        None => {}
+    }
+    let p = o.partitions.to_string();
+    ktool(
+        classpath,
+        &[
+            "create",
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            &topic,
+            "--partitions",
+            &p,
+        ],
+    )?;
+    let buffer = (o.batch_size * o.partitions.max(1) as usize * 2).clamp(32 << 20, 2 << 30);
+    let heap = format!("-Xmx{}m", (buffer >> 20) + 1024);
+    eprintln!(
+        "e2e: writing {} records into {topic} with Kafka's ProducerPerformance \
+         (batch.size {}, buffer.memory {buffer})",
+        o.records, o.batch_size
+    );
+    let props = [
+        format!("bootstrap.servers={bootstrap}"),
+        "acks=all".to_owned(),
+        "linger.ms=5".to_owned(),
+        format!("batch.size={}", o.batch_size),
+        format!("buffer.memory={buffer}"),
+        format!("compression.type={}", o.codec),
+    ];
+    let st = Command::new("java")
+        .args([&heap, "-cp", classpath])
+        .arg("org.apache.kafka.tools.ProducerPerformance")
+        .args(["--topic", &topic, "--num-records", &o.records.to_string()])
+        .args([
+            "--record-size",
+            &o.value_size.to_string(),
+            "--throughput",
+            "-1",
+        ])
+        .arg("--producer-props")
+        .args(&props)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .status()
+        .map_err(|e| format!("java ProducerPerformance: {e}"))?;
+    if !st.success() {
+        return Err(format!("ProducerPerformance into {topic} failed: {st}"));
+    }
     Ok(topic)
 }
 

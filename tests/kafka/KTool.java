@@ -9,6 +9,8 @@
 //               [--headers] [--value-size S] [--from I] [--timestamp-base MS]
 //               [--transactional-id X --abort-every K] [--batch-size B] [--linger-ms L]
 //               [--keep-going]  (produce round-robin until killed)
+//               [--key-space K] (keys k{p}-{n mod K}: each key rewritten, for compaction)
+//               [--tombstone-every T] (every T-th record of a partition has a null value)
 //               [--hold-open]   (transactional: then open one more transaction, send one
 //                                record per partition, print "OPEN" and wait to be killed)
 //   consume     --topic T [--isolation read_committed|read_uncommitted]
@@ -230,6 +232,8 @@ public class KTool {
     String txId = opts.get("transactional-id");
     int abortEvery = Integer.parseInt(opt("abort-every", "0"));
     boolean keepGoing = opts.containsKey("keep-going");
+    long keySpace = Long.parseLong(opt("key-space", "0"));
+    long tombstoneEvery = Long.parseLong(opt("tombstone-every", "0"));
     // --rate N: at most N records per second (checked per chunk), for runs that must not
     // flood their consumers.
     long rate = Long.parseLong(opt("rate", "0"));
@@ -259,7 +263,8 @@ public class KTool {
         for (; i < end; i++) {
           int part = (int) (i % partitions);
           long n = i / partitions;
-          byte[] key = ("k" + part + "-" + n).getBytes();
+          // --key-space K: keys k{p}-{n mod K}, each rewritten many times (compacted topics).
+          byte[] key = ("k" + part + "-" + (keySpace > 0 ? n % keySpace : n)).getBytes();
           byte[] value;
           if (valueSize > 0) {
             value = new byte[valueSize];
@@ -267,6 +272,8 @@ public class KTool {
           } else {
             value = ("value " + part + "-" + n + (txId != null ? " txn " + txn : "")).getBytes();
           }
+          // --tombstone-every T: every T-th record of a partition is a tombstone (null value).
+          if (tombstoneEvery > 0 && n % tombstoneEvery == tombstoneEvery - 1) value = null;
           ProducerRecord<byte[], byte[]> r = new ProducerRecord<>(topic, part,
               ts0 < 0 ? null : ts0 + n * 1000, key, value);
           if (headers) {

@@ -90,6 +90,7 @@ auto.create.topics.enable=false
 delete.topic.enable=true
 log.retention.check.interval.ms=1000
 log.segment.delete.delay.ms=0
+log.cleaner.backoff.ms=500
 file.delete.delay.ms=0
 unclean.leader.election.enable=false
 PROPS

@@ -37,7 +37,8 @@ use kdirect_commit::{
 use kdirect_engine::cluster::Cluster;
 use kdirect_engine::conn::ConnConfig;
 use kdirect_engine::fetch::{
-    fetch_ranges_within, FetchConfig, MemoryBudget, ObservedEnds, RangeData, RangeRecords,
+    fetch_ranges_fitting, fetch_ranges_within, FetchConfig, MemoryBudget, ObservedEnds, RangeData,
+    RangeRecords,
 };
 use kdirect_engine::group::{Assignor, GroupConfig, GroupMember, GroupProtocol};
 use kdirect_engine::plan::{
@@ -2014,14 +2015,23 @@ impl Driver {
     /// (`failOnDataLoss=false`: a range truncated under records an earlier batch handed out
     /// widens back to where the new leader's log stops agreeing, KIP-320; one whose start
     /// retention removed goes on from the log start). Returns the data and what was lost.
+    /// Fetches `want`. With `fit`, the ranges are read up to what fits in memory
+    /// ([`fetch_ranges_fitting`]: each data's range says where it ends); without, exactly.
     async fn fetch_planned(
         &self,
         want: &mut Vec<OffsetRange>,
         reconnect: &mut Reconnect,
+        mut fit: bool,
     ) -> Result<(Vec<RangeData>, Vec<LostRange>), EngineError> {
         let mut fetch_lost: Vec<LostRange> = Vec::new();
         let data = loop {
-            match fetch_ranges_within(&self.cluster, want, &self.config.fetch, &self.budget).await {
+            let (cluster, cfg, budget) = (&self.cluster, &self.config.fetch, &self.budget);
+            let fetched = if fit {
+                fetch_ranges_fitting(cluster, want, cfg, budget).await
+            } else {
+                fetch_ranges_within(cluster, want, cfg, budget).await
+            };
+            match fetched {
                 Ok(d) => break d,
                 Err(e) if e.is_retriable() => {
                     self.forget();
@@ -2061,6 +2071,8 @@ impl Driver {
                              {lost_from})"
                         );
                         r.from = *lost_from;
+                        // Read below the plan's start: exactly, never ended early.
+                        fit = false;
                         (*lost_from, *lost_until)
                     } else {
                         // Retention removed records of the range: the whole range up to the
@@ -2280,7 +2292,7 @@ impl Driver {
             // the committed position, which the fetch finds with the stored epoch; records
             // removed by retention) goes by the data-loss policy as in any batch.
             let (data, mut lost) = self
-                .fetch_planned(&mut want, &mut Reconnect::default())
+                .fetch_planned(&mut want, &mut Reconnect::default(), false)
                 .await?;
             lost.splice(0..0, recreated_lost);
             self.observe(&data);
@@ -2399,14 +2411,54 @@ impl Driver {
                             want.push(OffsetRange::new(tp.topic, tp.partition, from, p.until));
                         }
                     }
+                    // A batch not yet handed out is read up to what fits in memory, in whole
+                    // stored batches, and its ranges end where the reading stopped (issue 32);
+                    // not when a range reads below the plan's start (a truncation, KIP-320).
+                    let fit = want.iter().all(|w| {
+                        plan.ranges
+                            .iter()
+                            .find(|r| r.topic == w.topic && r.partition == w.partition)
+                            .is_none_or(|r| w.from >= r.from)
+                    });
                     let fetch_started = Instant::now();
-                    let (data, fetch_lost) = self.fetch_planned(&mut want, &mut reconnect).await?;
+                    let (data, fetch_lost) =
+                        self.fetch_planned(&mut want, &mut reconnect, fit).await?;
+                    for d in &data {
+                        let read = &d.range;
+                        let Some(r) = plan
+                            .ranges
+                            .iter_mut()
+                            .find(|r| r.topic == read.topic && r.partition == read.partition)
+                        else {
+                            continue;
+                        };
+                        if read.until < r.until {
+                            r.until = read.until.max(r.from);
+                            self.planner().end_early(&r.topic_partition(), r.until);
+                        }
+                    }
+                    for w in &mut want {
+                        if let Some(d) = data
+                            .iter()
+                            .find(|d| d.range.topic == w.topic && d.range.partition == w.partition)
+                        {
+                            w.until = d.range.until;
+                        }
+                    }
                     self.observe(&data);
                     let offsets: u64 = want.iter().map(OffsetRange::len).sum();
                     let bytes: usize = data.iter().map(RangeData::bytes).sum();
                     self.record_metrics(&snap, offsets, bytes, fetch_started.elapsed());
                     if self.adaptive && offsets > 0 {
-                        let cap = adaptive_cap(self.budget.total(), bytes as f64 / offsets as f64);
+                        // By the data's bytes per offset, not the bytes this batch held: a
+                        // short range holds a whole stored batch, and sizing by what it held
+                        // made the next ranges shorter still, down to a few records of a
+                        // stored batch per partition, each fetched again and again (issue 32).
+                        let per_offset = self
+                            .budget
+                            .bytes_per_offset()
+                            .unwrap_or(bytes as f64 / offsets as f64);
+                        let cap = adaptive_cap(self.budget.total(), per_offset);
                         self.planner().set_max_offsets_per_trigger(Some(cap));
                     }
                     let partitions =

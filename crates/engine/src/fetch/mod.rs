@@ -298,6 +298,19 @@ impl MemoryBudget {
         (max > 0).then(|| usize::try_from(max).unwrap_or(usize::MAX))
     }
 
+    /// The bytes an offset takes in the stored batches the fetches on this budget read (a
+    /// moving average over the offsets the batches span); `None` before the first. This is
+    /// the data's size, not what a batch held: a range of a few offsets holds a whole stored
+    /// batch (KIP-74), and sizing batches by what they held shrank them to slivers of a stored
+    /// batch on wide topics (issue 32).
+    pub fn bytes_per_offset(&self) -> Option<f64> {
+        let x1024 = self
+            .sizing
+            .bytes_per_offset_x1024
+            .load(std::sync::atomic::Ordering::Relaxed);
+        (x1024 > 0).then(|| x1024 as f64 / 1024.0)
+    }
+
     /// KIP-320: where the last completed fetch on this budget left `topic`-`partition`, and the
     /// epoch of the last batch it read; `None` if no fetch read it (or a truncation check
     /// dropped it).
@@ -450,6 +463,8 @@ struct Walked {
     next: i64,
     /// The `partition_leader_epoch` of the last batch read (-1: none).
     last_epoch: i32,
+    /// The whole batch at or past the walk's `until` that ended it, if one did.
+    past_until: Option<RecordBatch>,
 }
 
 /// The one walk over a partition's records in a Fetch answer, a batch's or a long-poll's:
@@ -472,11 +487,13 @@ fn walk_answer(
         }
     };
     let (next, last_epoch) = (reader.next_offset(), reader.last_epoch());
+    let past_until = reader.take_past_until();
     scratch.give(reader.into_scratch());
     walked.map(|()| Walked {
         batches,
         next,
         last_epoch,
+        past_until,
     })
 }
 
@@ -664,6 +681,34 @@ pub async fn fetch_ranges_within(
     cfg: &FetchConfig,
     budget: &MemoryBudget,
 ) -> Result<Vec<RangeData>, Error> {
+    fetch(cluster, ranges, cfg, budget, false).await
+}
+
+/// [`fetch_ranges_within`] for a batch that is planned, not yet handed out: each range is read
+/// from its `from` in whole stored batches for as long as the data fits half the budget (the
+/// other half is for the batch before it, which the caller may still hold), and ends where the
+/// reading stopped — at a stored batch's end, or its `until`. [`RangeData::range`] names where
+/// each range ends; a range can end at its `from` (nothing read). So a batch planned larger
+/// than memory (a large `maxOffsetsPerTrigger`, records of several MB, many partitions of
+/// large stored batches) is read as the part of it that fits, never as slivers of stored
+/// batches (issue 32). Only a single stored batch larger than the whole budget is
+/// [`ErrorKind::BudgetExceeded`].
+pub async fn fetch_ranges_fitting(
+    cluster: &Cluster,
+    ranges: &[OffsetRange],
+    cfg: &FetchConfig,
+    budget: &MemoryBudget,
+) -> Result<Vec<RangeData>, Error> {
+    fetch(cluster, ranges, cfg, budget, true).await
+}
+
+async fn fetch(
+    cluster: &Cluster,
+    ranges: &[OffsetRange],
+    cfg: &FetchConfig,
+    budget: &MemoryBudget,
+    fit: bool,
+) -> Result<Vec<RangeData>, Error> {
     let carried = budget.sizing.take_carried();
     let mut topics: Vec<&str> = ranges.iter().map(|r| r.topic.as_str()).collect();
     topics.sort_unstable();
@@ -681,7 +726,7 @@ pub async fn fetch_ranges_within(
         piece_ranges = ranges.to_vec();
         groups = pipeline_groups(&view, &piece_ranges, cfg.in_flight_per_leader, budget);
     }
-    let read = read_groups(cluster, &view, &pieces, &groups, cfg, budget, carried).await;
+    let read = read_groups(cluster, &view, &pieces, &groups, cfg, budget, carried, fit).await;
     let (read_pieces, straddling) = match read {
         Err(e)
             if groups.len() > 1 && matches!(e.root().kind(), ErrorKind::BudgetExceeded { .. }) =>
@@ -700,6 +745,7 @@ pub async fn fetch_ranges_within(
                 cfg,
                 budget,
                 Default::default(),
+                fit,
             )
             .await?
         }
@@ -707,7 +753,8 @@ pub async fn fetch_ranges_within(
     };
     let mut out: Vec<Option<RangeData>> = (0..ranges.len()).map(|_| None).collect();
     // Each range from its pieces, in offset order (the stored batch a cut falls inside of is
-    // in both pieces, each bounded to its own offsets).
+    // in both pieces, each bounded to its own offsets). A piece that ended early (fitting the
+    // budget) ends its range: the pieces after it are dropped.
     for (piece, d) in pieces.iter().zip(read_pieces) {
         let (Some(d), Some(slot)) = (d, out.get_mut(piece.of)) else {
             continue;
@@ -716,11 +763,13 @@ pub async fn fetch_ranges_within(
             None => {
                 let mut d = d;
                 if let Some(r) = ranges.get(piece.of) {
-                    d.range = r.clone();
+                    d.range = OffsetRange::new(r.topic.clone(), r.partition, r.from, d.range.until);
                 }
                 *slot = Some(d);
             }
+            Some(whole) if whole.range.until != d.range.from => {}
             Some(whole) => {
+                whole.range.until = d.range.until;
                 whole.chunks.extend(d.chunks);
                 whole.observed = match (whole.observed, d.observed) {
                     (Some(a), Some(b)) => Some(if b.end >= a.end { b } else { a }),
@@ -827,32 +876,37 @@ async fn read_groups(
     cfg: &FetchConfig,
     budget: &MemoryBudget,
     mut carried: std::collections::HashMap<(String, i32), Carried>,
+    fit: bool,
 ) -> Result<(Vec<Option<RangeData>>, Vec<session::Straddling>), Error> {
     let share = budget.total() / groups.len().max(1);
-    let reads: Vec<_> = groups
-        .iter()
-        .map(|g| {
-            let group: Vec<OffsetRange> = g
-                .iter()
-                .filter_map(|&i| pieces.get(i).map(|p| p.range.clone()))
-                .collect();
-            // A sub-range that ends before its range does is not where the partition's next
-            // fetch starts (no carried batch, no epoch to remember from there).
-            let inner: Vec<bool> = g
-                .iter()
-                .map(|&i| pieces.get(i).is_some_and(|p| !p.last))
-                .collect();
-            let mine: std::collections::HashMap<(String, i32), Carried> = group
-                .iter()
-                .filter_map(|r| {
-                    let k = (r.topic.clone(), r.partition);
-                    carried.remove(&k).map(|c| (k, c))
-                })
-                .collect();
-            let view = view.clone();
-            async move { read_group(cluster, view, &group, &inner, cfg, budget, share, mine).await }
-        })
-        .collect();
+    let reads: Vec<_> =
+        groups
+            .iter()
+            .map(|g| {
+                let group: Vec<OffsetRange> = g
+                    .iter()
+                    .filter_map(|&i| pieces.get(i).map(|p| p.range.clone()))
+                    .collect();
+                // A sub-range that ends before its range does is not where the partition's next
+                // fetch starts (no carried batch, no epoch to remember from there).
+                let inner: Vec<bool> = g
+                    .iter()
+                    .map(|&i| pieces.get(i).is_some_and(|p| !p.last))
+                    .collect();
+                let mine: std::collections::HashMap<(String, i32), Carried> = group
+                    .iter()
+                    .filter_map(|r| {
+                        let k = (r.topic.clone(), r.partition);
+                        carried.remove(&k).map(|c| (k, c))
+                    })
+                    .collect();
+                let view = view.clone();
+                let share = if fit { share / 2 } else { share };
+                async move {
+                    read_group(cluster, view, &group, &inner, cfg, budget, share, mine, fit).await
+                }
+            })
+            .collect();
     // Carried batches no range starts with are freed before anything waits for room.
     drop(carried);
     let mut straddling = Vec::new();
@@ -1034,9 +1088,13 @@ async fn read_group(
     budget: &MemoryBudget,
     share: usize,
     carried: std::collections::HashMap<(String, i32), Carried>,
+    fit: bool,
 ) -> Result<(Vec<RangeData>, Vec<session::Straddling>), Error> {
     let mut session = FetchSession::new(ranges, cfg, budget);
     session.limit_room(share);
+    if fit {
+        session.fit_to_room();
+    }
     session.mark_inner(inner);
     let topics = session.topics();
     let topic_refs: Vec<&str> = topics.iter().map(String::as_str).collect();
@@ -1083,6 +1141,7 @@ async fn read_group(
             .filter(|(_, req, a)| oversized(req, a))
             .map(|(_, req, _)| req.reserve)
             .sum();
+        let mut cut = false;
         for (conn, req, answer) in answers {
             let mut a = match answer {
                 Ok(a) => a,
@@ -1095,6 +1154,12 @@ async fn read_group(
                 // Account for all of it, waiting for room unless this call alone would
                 // overflow the budget.
                 reserved_by_oversized -= req.reserve;
+                if session.cut_instead_of(a.size - req.reserve) {
+                    // Fitting the budget: the ranges end where they are (this answer's
+                    // partitions are read by a later batch).
+                    cut = true;
+                    continue;
+                }
                 let needed = session.held() + reserved_by_oversized + a.size;
                 if needed > budget.total() {
                     return Err(oversized_error(&a.view, &session, needed, budget.total()));
@@ -1113,6 +1178,9 @@ async fn read_group(
                 a.size,
                 Some(Arc::new(a.permit)),
             )?;
+        }
+        if cut {
+            session.cut_at_positions();
         }
         match session.end_round() {
             RoundEnd::Done | RoundEnd::Continue => {}

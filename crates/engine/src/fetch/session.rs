@@ -91,6 +91,10 @@ pub struct FetchSession {
     /// Ranges that are sub-ranges ending before the range they were cut from: where they
     /// end is not where the partition's next fetch starts.
     inner: Vec<bool>,
+    /// Whether the ranges may end early to fit the session's room ([`Self::fit_to_room`]).
+    fit: bool,
+    /// Whether they did: the open ranges were cut at their positions.
+    cut: bool,
 }
 
 /// What a range read past its `until`: the stored batch it ended inside of (its last batch
@@ -194,7 +198,48 @@ impl FetchSession {
             divergences: vec![0; ranges.len()],
             straddling: ranges.iter().map(|_| None).collect(),
             inner: vec![false; ranges.len()],
+            fit: false,
+            cut: false,
         }
+    }
+
+    /// Lets the ranges end early, each at a stored batch's end, when the session's room
+    /// (the budget, or its share) is full: a freshly planned batch is read up to what fits,
+    /// whole stored batches each, instead of failing with [`ErrorKind::BudgetExceeded`] or
+    /// being planned in slivers of stored batches (issue 32). The data's
+    /// [`RangeData::range`] then names where each range really ends. A logged plan re-run
+    /// after a crash must be read exactly and never uses this.
+    pub fn fit_to_room(&mut self) {
+        self.fit = true;
+    }
+
+    /// Whether [`fit_to_room`](Self::fit_to_room) cut any range short.
+    pub fn was_cut(&self) -> bool {
+        self.cut
+    }
+
+    /// Ends every open range at its position: what was read so far is the range
+    /// ([`fit_to_room`](Self::fit_to_room)).
+    pub(super) fn cut_at_positions(&mut self) {
+        for i in 0..self.ranges.len() {
+            let (Some(r), Some(&p), Some(out)) =
+                (self.ranges.get_mut(i), self.pos.get(i), self.out.get_mut(i))
+            else {
+                continue;
+            };
+            if p < r.until {
+                r.until = p.max(r.from);
+                out.range.until = r.until;
+                self.cut = true;
+            }
+        }
+    }
+
+    /// Whether a response of `size` more bytes than reserved should be dropped and the session
+    /// cut instead ([`fit_to_room`](Self::fit_to_room)): it holds data already, and the
+    /// response would take it past its room.
+    pub(super) fn cut_instead_of(&self, extra: usize) -> bool {
+        self.fit && self.held > 0 && self.held.saturating_add(extra) > self.budget_total
     }
 
     /// Starts each range with what was `carried` for its partition (see
@@ -242,6 +287,13 @@ impl FetchSession {
                     rest.push(b);
                 }
             }
+            // The epoch of the last batch read before the range's end: of the last one used,
+            // or, when the range lies in a gap before the carried batches, of the first batch
+            // after it (see `RecordBatchReader::take_past_until`).
+            let epoch = used
+                .last()
+                .or(rest.first())
+                .map(|b| b.header().partition_leader_epoch);
             if c.until > r.until && !rest.is_empty() {
                 // Whoever drops last of the chunk and the data carried on frees the bytes.
                 if let Some(s) = self.straddling.get_mut(i) {
@@ -255,10 +307,8 @@ impl FetchSession {
                 }
             }
             let bytes: usize = used.iter().map(|b| b.bytes().len()).sum();
-            if let Some(e) = self.last_epoch.get_mut(i) {
-                if let Some(b) = used.last() {
-                    *e = b.header().partition_leader_epoch;
-                }
+            if let (Some(e), Some(epoch)) = (self.last_epoch.get_mut(i), epoch) {
+                *e = epoch;
             }
             if let Some(out) = self.out.get_mut(i) {
                 out.chunks.push(Chunk {
@@ -270,8 +320,10 @@ impl FetchSession {
                     _budget: Some(c.permit),
                 });
             }
+            // Where the range's fetching goes on; a range the carried data covers ends at its
+            // `until`, where the partition's next range (and its epoch, KIP-320) starts.
             if let Some(p) = self.pos.get_mut(i) {
-                *p = c.until;
+                *p = c.until.min(r.until);
             }
             if let Some(e) = self.asked_epoch.get_mut(i) {
                 *e = c.leader_epoch;
@@ -413,6 +465,20 @@ impl FetchSession {
         // max.partition.fetch.bytes); when that does not fit the room left, the room is
         // shared in proportion. (A broker still returns a first batch larger than the limit.)
         let room = self.budget_total.saturating_sub(self.held);
+        // Fitting the room: once it has less left than a stored batch (the least an answer
+        // brings, KIP-74), the ranges end where they are.
+        let least = usize::try_from(
+            self.sizing
+                .max_batch
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
+        .unwrap_or(usize::MAX)
+        .max(1);
+        if self.fit && self.held > 0 && room < least && !by_leader.is_empty() {
+            self.cut_at_positions();
+            self.retry = None;
+            return Ok(Vec::new());
+        }
         if room == 0 && !by_leader.is_empty() {
             return Err(ErrorKind::BudgetExceeded {
                 what: format!(
@@ -621,26 +687,31 @@ impl FetchSession {
             let max_batch = batches.iter().map(|b| b.bytes().len()).max().unwrap_or(0);
             let used: usize = batches.iter().map(|b| b.bytes().len()).sum();
             if next > at {
-                // The bytes are whole stored batches, which may start before the position and
-                // end past the range (a range inside a batch): count the offsets the batches
-                // span, or the bytes per offset come out several times too large and every
-                // request after asks (and the budget holds) that much more.
-                let first = batches
-                    .first()
-                    .map_or(at, |b: &RecordBatch| b.header().base_offset.min(at));
-                let last = batches
-                    .last()
-                    .map_or(next, |b: &RecordBatch| b.header().next_offset().max(next));
-                self.sizing.learn(used, last - first, max_batch);
-                // The range ends inside its last batch: that batch starts the partition's
-                // next range.
+                if !batches.is_empty() {
+                    // The bytes are whole stored batches, which may start before the position and
+                    // end past the range (a range inside a batch): count the offsets the batches
+                    // span, or the bytes per offset come out several times too large and every
+                    // request after asks (and the budget holds) that much more.
+                    let first = batches
+                        .first()
+                        .map_or(at, |b: &RecordBatch| b.header().base_offset.min(at));
+                    let last = batches
+                        .last()
+                        .map_or(next, |b: &RecordBatch| b.header().next_offset().max(next));
+                    self.sizing.learn(used, last - first, max_batch);
+                }
+                // The range ends inside its last batch, or the answer holds the whole batch
+                // after its end (after a gap, or where the range ended at a batch's end):
+                // that batch starts the partition's next range.
                 if let Some(s) = self.straddling.get_mut(i) {
                     *s = batches
                         .last()
                         .filter(|b| next >= r.until && b.header().next_offset() > r.until)
+                        .cloned()
+                        .or(walked.past_until)
                         .map(|b| Leftover {
-                            batches: vec![b.clone()],
                             until: b.header().next_offset(),
+                            batches: vec![b],
                             broker: broker.clone(),
                             kept: None,
                             frame: hold.clone(),

@@ -888,3 +888,191 @@ fn a_straddled_batch_is_carried_in_its_frame_when_it_is_a_large_part_of_it() {
     let (shared, _, _) = straddle(10 * len);
     assert!(shared.is_empty());
 }
+
+/// A compacted log (issue 32): the range's offsets were all removed, and the answer's first
+/// whole batch starts past the range's end. That batch proves the range holds no records: the
+/// range completes with none (not "no progress"), the fetch from its end sends that batch's
+/// epoch (KIP-320), and the batch is carried to the range it belongs to, which reads it
+/// without asking again.
+#[test]
+fn a_range_inside_a_compaction_gap_completes_empty_and_carries_the_next_batch() {
+    let budget = MemoryBudget::new(64 << 20);
+    let v = view(&[1]);
+    let mut s = FetchSession::new(&ranges(&[(0, 0, 1000)]), &FetchConfig::default(), &budget);
+    let reqs = s.next_requests(&v).unwrap();
+    // Records 0..10 are left of [0, 93326); then the log goes on at 93326.
+    let mut records = batch_at_epoch(0, 10, 2);
+    records.extend(batch_at_epoch(93_326, 50, 3));
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![part(0, 93_376, records)]),
+        500,
+        None,
+    )
+    .unwrap();
+    assert!(matches!(s.end_round(), RoundEnd::Done));
+    let left = s.take_straddling();
+    assert_eq!((left.len(), left[0].from, left[0].until), (1, 1000, 93_376));
+    let data = s.finish();
+    let mut got = Vec::new();
+    data[0].for_each_record(|r| got.push(r.offset())).unwrap();
+    assert_eq!(got, (0..10).collect::<Vec<_>>());
+    let f = budget.last_fetched("t", 0).unwrap();
+    assert_eq!((f.position, f.epoch), (1000, 3));
+
+    // The next ranges: one more inside the gap, then the one holding the batch; both read
+    // from the carried batch alone (no Fetch).
+    let carried = |left: &super::session::Straddling| {
+        let c = super::Carried {
+            from: left.from,
+            until: left.until,
+            batches: left.batches.clone(),
+            broker: broker(1),
+            leader_epoch: 5,
+            topic_id: TOPIC_ID,
+            permit: std::sync::Arc::new(budget.try_reserve(1).unwrap()),
+        };
+        std::collections::HashMap::from([(("t".to_owned(), 0), c)])
+    };
+    let mut gap = FetchSession::new(
+        &ranges(&[(0, 1000, 2000)]),
+        &FetchConfig::default(),
+        &budget,
+    );
+    gap.start_with(carried(&left[0]), &v);
+    assert!(
+        gap.is_done(),
+        "a range inside the gap is read from the carried batch"
+    );
+    let left = gap.take_straddling();
+    assert_eq!((left.len(), left[0].from, left[0].until), (1, 2000, 93_376));
+    let data = gap.finish();
+    assert_eq!(data[0].for_each_record(|_| ()).unwrap(), 0);
+    assert_eq!(budget.epoch_at("t", 0, 2000), Some(3));
+
+    let mut tail = FetchSession::new(
+        &ranges(&[(0, 2000, 93_350)]),
+        &FetchConfig::default(),
+        &budget,
+    );
+    tail.start_with(carried(&left[0]), &v);
+    assert!(tail.is_done());
+    let mut got = Vec::new();
+    tail.finish()[0]
+        .for_each_record(|r| got.push(r.offset()))
+        .unwrap();
+    assert_eq!(got, (93_326..93_350).collect::<Vec<_>>());
+}
+
+/// The same gap met at the start of a range's second fetch: the first answer held records
+/// below the gap only (the broker cut it at the byte limit), the second starts past the
+/// range. Was "no progress ... no whole record batch" after retrying for a minute.
+#[test]
+fn a_gap_met_by_a_later_fetch_of_the_range_ends_it() {
+    let budget = MemoryBudget::new(64 << 20);
+    let v = view(&[1]);
+    let mut s = FetchSession::new(&ranges(&[(0, 0, 1000)]), &FetchConfig::default(), &budget);
+    let reqs = s.next_requests(&v).unwrap();
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![part(0, 93_376, batch(0, 10))]),
+        500,
+        None,
+    )
+    .unwrap();
+    assert!(matches!(s.end_round(), RoundEnd::Continue));
+    let reqs = s.next_requests(&v).unwrap();
+    assert_eq!(reqs[0].topics[0].partitions[0].fetch_offset, 10);
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![part(0, 93_376, batch(93_326, 50))]),
+        500,
+        None,
+    )
+    .unwrap();
+    assert!(matches!(s.end_round(), RoundEnd::Done));
+    assert_eq!(s.positions(), &[1000]);
+}
+
+/// Fitting the room (issue 32): a freshly planned batch whose ranges need more than the
+/// session's room is read in whole stored batches until less than a stored batch of room is
+/// left, and each open range ends where it stands (a range never reached ends at its `from`),
+/// instead of failing with BudgetExceeded or being planned as slivers. Without fitting, the
+/// ranges are read whole (they are a logged plan, re-run).
+#[test]
+fn fitting_the_room_ends_the_ranges_at_whole_stored_batches() {
+    let budget = MemoryBudget::new(64 << 20);
+    let v = view(&[1, 1]);
+    let mut s = FetchSession::new(
+        &ranges(&[(0, 0, 100), (1, 0, 100)]),
+        &FetchConfig::default(),
+        &budget,
+    );
+    s.fit_to_room();
+    s.limit_room(2_000);
+    let reqs = s.next_requests(&v).unwrap();
+    // Nothing is known of the data: one partition goes first. Its answer leaves less room
+    // than a stored batch.
+    assert_eq!(reqs[0].topics[0].partitions.len(), 1);
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![part(0, 100, batch(0, 10))]),
+        1_950,
+        None,
+    )
+    .unwrap();
+    assert!(matches!(s.end_round(), RoundEnd::Continue));
+    assert!(s.next_requests(&v).unwrap().is_empty());
+    assert!(s.was_cut());
+    assert!(matches!(s.end_round(), RoundEnd::Done));
+    let data = s.finish();
+    let ends: Vec<(i32, i64, i64)> = data
+        .iter()
+        .map(|d| (d.range.partition, d.range.from, d.range.until))
+        .collect();
+    assert_eq!(ends, vec![(0, 0, 10), (1, 0, 0)]);
+    assert_eq!(data[0].for_each_record(|_| ()).unwrap(), 10);
+    // The partition's next fetch starts where the range ended, with its epoch.
+    assert_eq!(budget.last_fetched("t", 0).unwrap().position, 10);
+
+    // A response larger than the room left, once the session holds data: dropped, the
+    // ranges cut (never for the first response: one stored batch always fits).
+    let mut s = FetchSession::new(&ranges(&[(0, 0, 100)]), &FetchConfig::default(), &budget);
+    s.fit_to_room();
+    s.limit_room(2_000);
+    assert!(!s.cut_instead_of(5_000), "nothing held yet");
+    let reqs = s.next_requests(&v).unwrap();
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![part(0, 100, batch(0, 10))]),
+        500,
+        None,
+    )
+    .unwrap();
+    assert!(s.cut_instead_of(5_000));
+    assert!(!s.cut_instead_of(1_000));
+    s.cut_at_positions();
+    assert!(s.is_done());
+    assert_eq!(s.finish()[0].range.until, 10);
+
+    // Not fitting: the same room asks again (or fails when full), never cuts.
+    let mut s = FetchSession::new(&ranges(&[(0, 0, 100)]), &FetchConfig::default(), &budget);
+    s.limit_room(2_000);
+    let reqs = s.next_requests(&v).unwrap();
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![part(0, 100, batch(0, 10))]),
+        1_950,
+        None,
+    )
+    .unwrap();
+    assert!(!s.cut_instead_of(5_000));
+    assert_eq!(s.next_requests(&v).unwrap().len(), 1);
+    assert!(!s.was_cut());
+}

@@ -695,6 +695,19 @@ impl Planner {
         self.config.max_partitions_per_batch = max.map(|m| m.max(1));
     }
 
+    /// The batch last planned was read only up to `until` for `tp`: a driver that reads a plan
+    /// in whole stored batches up to what fits in memory ended the range there, before
+    /// handing the batch out (issue 32). The partition's next range starts at `until`. A
+    /// value at or past the position changes nothing; this is not a move back (nothing was
+    /// handed out past `until`).
+    pub fn end_early(&mut self, tp: &TopicPartition, until: i64) {
+        if let Some(p) = self.positions.get_mut(tp) {
+            if until < *p {
+                *p = until;
+            }
+        }
+    }
+
     /// Moves a partition's position (data loss handled under [`DataLossPolicy::Earliest`], or
     /// an operator's answer to a data-loss error). Forgets the partition's previous end offset,
     /// so the end-moved-back check restarts. A move below the position is reported in the next

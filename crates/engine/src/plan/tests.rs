@@ -1601,3 +1601,22 @@ fn kcat_offset_and_from_end_starts() {
         })
     ));
 }
+
+/// A batch read only up to what fits in memory (issue 32): its ranges end early, and the next
+/// plan starts each partition where its range really ended; that is not a move back (nothing
+/// past it was handed out), and a value at or past the position changes nothing.
+#[test]
+fn a_range_ended_early_is_where_the_next_batch_starts() {
+    let mut p = earliest(secs(1), RatePolicy::default());
+    let b = batch(p.plan(secs(0), &logs(&[100, 100])));
+    assert_eq!(spans(&b), [(0, 0, 100), (1, 0, 100)]);
+    p.end_early(&tp(T, 0), 40);
+    p.end_early(&tp(T, 1), 0);
+    p.end_early(&tp(T, 1), 500);
+    p.end_early(&tp(T, 9), 5);
+    assert_eq!(p.positions().get(&tp(T, 0)), Some(&40));
+    let b = batch(p.plan(secs(1), &logs(&[100, 100])));
+    assert_eq!(spans(&b), [(0, 40, 100), (1, 0, 100)]);
+    assert!(b.moved_back.is_empty());
+    assert!(!p.positions().contains_key(&tp(T, 9)));
+}

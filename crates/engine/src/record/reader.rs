@@ -79,6 +79,10 @@ impl DecodeOptions {
 /// Reads the data batches of one partition's `records` bytes with fetch semantics:
 ///
 /// - records below the fetch offset and at or past `until` are skipped;
+/// - a whole batch at or past `until` ends the read and proves that the offsets between the
+///   last batch read and `until` hold no records (compacted away, or any other gap): the
+///   position moves to `until`, and the batch is kept ([`take_past_until`](Self::take_past_until))
+///   for the range that starts there;
 /// - control batches are never returned but advance the position;
 /// - with [`IsolationLevel::ReadCommitted`], batches of aborted transactions are skipped whole;
 /// - a truncated final batch ends the read without error ([`tail`](Self::tail));
@@ -98,6 +102,8 @@ pub struct RecordBatchReader {
     /// The `partition_leader_epoch` of the batch that last moved `next_offset` (-1: none).
     last_epoch: i32,
     reached_until: bool,
+    /// The whole batch at or past `until` that ended the read.
+    past_until: Option<RecordBatch>,
     failed: bool,
 }
 
@@ -112,6 +118,7 @@ impl RecordBatchReader {
             txn: TxnFilter::default(),
             scratch: Scratch::new(),
             reached_until: false,
+            past_until: None,
             failed: false,
         }
     }
@@ -140,7 +147,8 @@ impl RecordBatchReader {
     }
 
     /// The offset where the next fetch starts: after the last whole batch read (data, control
-    /// or aborted), capped at `until`; the fetch offset if no batch was read.
+    /// or aborted), capped at `until`; `until` once a whole batch at or past it was met (see
+    /// [`take_past_until`](Self::take_past_until)); the fetch offset if no batch was read.
     pub fn next_offset(&self) -> i64 {
         self.next_offset
     }
@@ -161,6 +169,12 @@ impl RecordBatchReader {
     /// Whether reading stopped at a batch starting at or past `until`.
     pub fn reached_until(&self) -> bool {
         self.reached_until
+    }
+
+    /// The whole batch at or past `until` that ended the read, if one did: the first batch of
+    /// the partition's next range (its records are not bounded to any range yet).
+    pub fn take_past_until(&mut self) -> Option<RecordBatch> {
+        self.past_until.take()
     }
 
     /// Byte position of the next batch in the buffer.
@@ -197,7 +211,19 @@ impl RecordBatchReader {
             };
             let h = *batch.header();
             if h.base_offset >= self.opts.until {
+                // Batches come in offset order, so no record lies between the last batch read
+                // and this one: whatever of the range is left is a gap (a compacted log, an
+                // aborted transaction's or a control batch's offsets removed), complete with
+                // no records, as the Java consumer reads through it.
                 self.reached_until = true;
+                if self.opts.until > self.next_offset {
+                    self.next_offset = self.opts.until;
+                    // The epoch of a record batch at or past the new position: every offset
+                    // below it was written under this epoch or an earlier one, so a fetch from
+                    // the new position with it as its last fetched epoch is valid (KIP-320).
+                    self.last_epoch = h.partition_leader_epoch;
+                }
+                self.past_until = Some(batch);
                 return Ok(None);
             }
             if self.opts.isolation == IsolationLevel::ReadCommitted && h.has_producer_id() {

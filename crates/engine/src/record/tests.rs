@@ -459,6 +459,36 @@ fn skips_below_fetch_offset_and_stops_before_until() {
     assert_eq!(r.next_offset(), 20);
 }
 
+/// A gap (a compacted log): the first batch at or past `until` completes the range with the
+/// records it has, moves the position to `until`, and is kept for the next range.
+#[test]
+fn a_batch_past_until_ends_the_range_across_a_gap_and_is_kept() {
+    let buf = three_batches();
+    // Fetch at 5, range [5, 8): batch 5-9 straddles; nothing is past until.
+    let (got, mut r) =
+        read_all(buf.clone(), DecodeOptions::new().fetch_offset(5).until(8)).unwrap();
+    assert_eq!(offsets(&got), vec![5, 6, 7]);
+    assert_eq!(r.next_offset(), 8);
+    assert_eq!(
+        r.take_past_until().map(|b| b.header().base_offset),
+        Some(10)
+    );
+    // Only the batch at 10 is in the buffer (0-9 compacted away): [0, 10) is empty and ends.
+    let tail = buf.slice(2 * buf.len() / 3..);
+    let (got, mut r) = read_all(tail.clone(), DecodeOptions::new().until(10)).unwrap();
+    assert!(got.is_empty());
+    assert_eq!(r.next_offset(), 10);
+    assert!(r.reached_until());
+    assert_eq!(
+        r.take_past_until().map(|b| b.header().base_offset),
+        Some(10)
+    );
+    // A range below a gap that ends before it: [3, 7) from a buffer starting at 10.
+    let (got, r) = read_all(tail, DecodeOptions::new().fetch_offset(3).until(7)).unwrap();
+    assert!(got.is_empty());
+    assert_eq!(r.next_offset(), 7);
+}
+
 #[test]
 fn truncated_final_batch_is_not_an_error_at_any_cut() {
     let buf = three_batches();
