@@ -5,10 +5,15 @@
 //! Each batch: refresh the subscribed topics' metadata (new partitions are picked up here),
 //! ask every leader where its partitions begin and end (ListOffsets earliest, and latest — the
 //! last stable offset under read_committed), let the [`Planner`] cut exact ranges under the
-//! rate policy, and fetch them whole within the memory budget. Every range costs at least one
-//! whole stored batch (KIP-74), so a batch reads at most `max(1, budget / 4 / largest stored
-//! batch)` partitions with data, taken in turn by the planner's rotation (1 MiB per stored
-//! batch is assumed until a fetch has seen one). While the user holds batch N,
+//! rate policy, and fetch them within the memory budget: a planned batch is read in whole
+//! stored batches up to what fits in half the budget, and its ranges end where the reading
+//! stopped (the planner is told, before the plan is logged), so a batch planned larger than
+//! memory is read as the part that fits and the next batch goes on from there. Without a
+//! rate limit a batch is sized at a quarter of the budget by the data's bytes per offset.
+//! Every range costs at least one whole stored batch (KIP-74), so a batch reads at most
+//! `max(1, budget / 4 / largest stored batch)` partitions with data, taken in turn by the
+//! planner's rotation (1 MiB per stored batch is assumed until a fetch has seen one). A
+//! logged plan re-run after a crash is read exactly. While the user holds batch N,
 //! batch N+1 is planned and fetched in the background (prefetch); the memory budget is shared,
 //! so the prefetch waits when the user holds too much.
 //!
