@@ -326,7 +326,10 @@ fn orchestrate(o: &Opts) -> Result<(), String> {
         }
     };
     println!("{}", machine());
-    if o.broker == "kafka" || o.broker == "secure" {
+    if runs
+        .iter()
+        .any(|r| r.broker == "kafka" || r.broker == "secure")
+    {
         println!(
             "| data | client | records/s | MB/s | wall s | CPU s | CPU s / M records | peak RSS MiB | broker CPU s | records/s vs Java | CPU vs Java | records/s vs librdkafka |"
         );

@@ -14,13 +14,12 @@ use std::collections::BTreeMap;
 use kdirect::{parse_offsets_json, starting_offsets_json, DirectStream};
 use libfuzzer_sys::fuzz_target;
 
-/// Every key the builder knows: the facade's settings and the engine's security keys.
+/// Every name the builder knows (each setting's key and aliases, the security ones too).
 fn key(i: usize) -> Option<&'static str> {
     kdirect::stream::SETTINGS
         .iter()
-        .chain(kdirect_engine::security::KEYS)
+        .flat_map(kdirect::stream::Setting::names)
         .nth(i)
-        .copied()
 }
 
 fuzz_target!(|data: &[u8]| {

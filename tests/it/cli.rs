@@ -733,33 +733,36 @@ fn the_cli_reference_is_generated_from_the_clap_definitions() {
     );
 }
 
-/// `docs/config.md` is the table of every setting with its default, generated from
-/// `kdirect::stream::SETTINGS_REFERENCE`, which must name every key `set` takes (and no
-/// other). `KDIRECT_UPDATE_DOCS=1 cargo test --test it config_reference` rewrites it.
+/// `docs/config.md` is the table of every setting with its aliases and default, generated
+/// from `kdirect::stream::SETTINGS`, the one table `set` reads; the engine's security keys
+/// are all in it. `KDIRECT_UPDATE_DOCS=1 cargo test --test it config_reference` rewrites it.
 #[test]
 fn the_config_reference_lists_every_setting() {
-    use kdirect::stream::{SETTINGS, SETTINGS_REFERENCE};
-    let documented: std::collections::BTreeSet<&str> =
-        SETTINGS_REFERENCE.iter().map(|(k, _, _)| *k).collect();
-    let known: std::collections::BTreeSet<&str> = SETTINGS
-        .iter()
-        .chain(kdirect::engine::security::KEYS)
-        .copied()
-        .collect();
-    assert_eq!(
-        documented, known,
-        "SETTINGS_REFERENCE and the keys set() takes"
-    );
+    use kdirect::stream::SETTINGS;
+    for key in kdirect::engine::security::KEYS {
+        assert!(
+            SETTINGS.iter().any(|s| s.key == *key),
+            "the security setting {key} is not in SETTINGS"
+        );
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for name in SETTINGS.iter().flat_map(kdirect::stream::Setting::names) {
+        assert!(names.insert(name), "{name} names two settings");
+    }
     let mut doc = String::from(
         "# kdirect settings\n\n\
          Every key `DirectStreamBuilder::set`, `consume -X key=value`, `-F file.properties` and \
          the `KDIRECT_<KEY>` environment variables take, with its default. Generated from \
-         `SETTINGS_REFERENCE` (`crates/kdirect/src/stream.rs`) by `tests/it/cli.rs`; \
+         `SETTINGS` (`crates/kdirect/src/stream/settings.rs`) by `tests/it/cli.rs`; \
          `KDIRECT_UPDATE_DOCS=1 cargo test --test it config_reference` rewrites it.\n\n\
          | key | default | meaning |\n| --- | --- | --- |\n",
     );
-    for (k, d, m) in SETTINGS_REFERENCE {
-        doc.push_str(&format!("| `{k}` | {d} | {m} |\n"));
+    for s in SETTINGS {
+        let aliases: String = s.aliases.iter().map(|a| format!(" (or `{a}`)")).collect();
+        doc.push_str(&format!(
+            "| `{}`{aliases} | {} | {} |\n",
+            s.key, s.default, s.doc
+        ));
     }
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/config.md");
     if std::env::var_os("KDIRECT_UPDATE_DOCS").is_some() {
