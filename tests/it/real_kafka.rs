@@ -1263,6 +1263,91 @@ fn a_compacted_topic_is_read_as_the_java_consumer_reads_it() {
     }
 }
 
+/// Records of several MB (issue 32): 40 records of 3 MB over 2 partitions (120 MB, almost
+/// twice the default 64 MiB memory budget), written by Kafka's Java producer, read with the
+/// default settings: every record once, in order, its bytes as the producer wrote them
+/// (value byte j of the n-th record of a partition is 'a' + (n + j) mod 26). Was:
+/// "needs more than the memory budget (… > 67108864 bytes): lower maxOffsetsPerTrigger" at
+/// the first batch.
+#[test]
+fn records_of_several_mb_are_read_with_the_default_budget() {
+    let Some(kafka) = Kafka::single("records_of_several_mb_are_read_with_the_default_budget")
+    else {
+        return;
+    };
+    let t = topic("big-records");
+    kafka.create(&t, 2, &["--config", "max.message.bytes=10485760"]);
+    let size = 3_000_000usize;
+    kafka.produce(
+        &t,
+        2,
+        40,
+        &[
+            "--value-size",
+            &size.to_string(),
+            "--max-request-size",
+            "10485760",
+        ],
+    );
+    let read = rt().block_on(async {
+        let mut stream = DirectStream::builder()
+            .bootstrap(&kafka.bootstrap)
+            .topics(&[t.as_str()])
+            .start(StartPolicy::Earliest)
+            .until_latest(true)
+            .build()
+            .await
+            .expect("build stream");
+        let mut read: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+        let mut batches = 0;
+        while let Some(batch) = stream.next_batch().await.expect("next batch") {
+            batches += 1;
+            assert!(
+                batch.byte_count() <= 64 << 20,
+                "batch {} holds {} bytes",
+                batch.id(),
+                batch.byte_count()
+            );
+            batch
+                .for_each_record(|range, r| {
+                    let n = i64::try_from(read.get(&range.partition).map_or(0, Vec::len)).unwrap();
+                    let v = r.value().expect("a value");
+                    assert_eq!(
+                        v.len(),
+                        size,
+                        "{}-{} at {}",
+                        range.topic,
+                        range.partition,
+                        r.offset()
+                    );
+                    let right = v
+                        .iter()
+                        .enumerate()
+                        .all(|(j, &b)| b == b'a' + ((n + j as i64) % 26) as u8);
+                    assert!(
+                        right,
+                        "{}-{} at {}: not the producer's bytes",
+                        range.topic,
+                        range.partition,
+                        r.offset()
+                    );
+                    read.entry(range.partition).or_default().push(r.offset());
+                })
+                .expect("decode");
+            stream.done(batch);
+        }
+        assert!(batches > 1, "{batches} batches");
+        read
+    });
+    for p in 0..2 {
+        assert_eq!(
+            read.get(&p).cloned().unwrap_or_default(),
+            (0..20).collect::<Vec<_>>(),
+            "partition {p}"
+        );
+    }
+}
+
 /// The version kdirect negotiates for each API with the broker at `bootstrap`.
 fn negotiated(bootstrap: &str) -> BTreeMap<&'static str, i16> {
     use kdirect::proto::api::{

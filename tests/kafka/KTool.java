@@ -11,6 +11,7 @@
 //               [--keep-going]  (produce round-robin until killed)
 //               [--key-space K] (keys k{p}-{n mod K}: each key rewritten, for compaction)
 //               [--tombstone-every T] (every T-th record of a partition has a null value)
+//               [--max-request-size B] (records larger than 1 MiB)
 //               [--hold-open]   (transactional: then open one more transaction, send one
 //                                record per partition, print "OPEN" and wait to be killed)
 //   consume     --topic T [--isolation read_committed|read_uncommitted]
@@ -245,6 +246,8 @@ public class KTool {
     p.put(ProducerConfig.BATCH_SIZE_CONFIG, opt("batch-size", "65536"));
     p.put(ProducerConfig.LINGER_MS_CONFIG, opt("linger-ms", "5"));
     p.put(ProducerConfig.ACKS_CONFIG, "all");
+    // --max-request-size B: records larger than the default 1 MiB request.
+    p.put(ProducerConfig.MAX_REQUEST_SIZE_CONFIG, opt("max-request-size", "1048576"));
     if (txId != null) p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txId);
     try (KafkaProducer<byte[], byte[]> prod =
         new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer())) {

@@ -94,7 +94,7 @@ pub struct Cluster {
     bootstrap_conn: tokio::sync::Mutex<Option<BrokerConnection>>,
     view: RwLock<Arc<ClusterView>>,
     /// KIP-227 fetch sessions, per broker (see `fetch/incremental.rs`).
-    fetch_sessions: Arc<crate::fetch::SessionPool>,
+    fetch_sessions: Arc<crate::incremental::SessionPool>,
 }
 
 impl Cluster {
@@ -124,12 +124,12 @@ impl Cluster {
     }
 
     /// The fetch sessions this client holds with its brokers.
-    pub(crate) fn fetch_sessions(&self) -> &Arc<crate::fetch::SessionPool> {
+    pub(crate) fn fetch_sessions(&self) -> &Arc<crate::incremental::SessionPool> {
         &self.fetch_sessions
     }
 
     /// What this client's fetch sessions (KIP-227) did so far, over every broker.
-    pub fn fetch_session_stats(&self) -> crate::fetch::FetchSessionStats {
+    pub fn fetch_session_stats(&self) -> crate::incremental::FetchSessionStats {
         self.fetch_sessions.stats()
     }
 
@@ -454,7 +454,7 @@ impl Cluster {
                 });
                 return Err(last.gave_up(attempt, since.elapsed()));
             }
-            tokio::time::sleep(crate::fetch::backoff(
+            tokio::time::sleep(crate::retry::backoff(
                 Duration::from_millis(50),
                 attempt,
                 Duration::from_millis(1600),

@@ -738,7 +738,7 @@ impl FramePool {
         let fit = idle
             .iter()
             .enumerate()
-            .filter(|(_, b)| b.len() >= size && b.len() - size <= size / 2)
+            .filter(|(_, b)| fits_frame(b.len(), size))
             .min_by_key(|(_, b)| b.len())
             .map(|(i, _)| i);
         if let Some(i) = fit {
@@ -755,7 +755,7 @@ impl FramePool {
             drop(idle.swap_remove(i));
         }
         drop(idle);
-        let map = MmapMut::map_anon(size)?;
+        let map = MmapMut::map_anon(size_class(size))?;
         // Transparent huge pages where the system leaves them to the program (`madvise`
         // mode): a multi-MiB frame then costs a few page faults instead of hundreds (halved
         // the faults of the 64-partition run from Kafka). A refusal only costs those faults.
@@ -769,7 +769,12 @@ impl FramePool {
     /// Keeps `buf` for reuse if it fits the idle bound and the budget's free room; else
     /// unmaps it.
     fn give(&self, buf: MmapMut) {
-        let limit = POOL_MAX_IDLE_BYTES.min(self.free_room());
+        // The buffer's own bytes count as room: the budget permit charged for its frame is
+        // released with it (the chunk or carried batch holding the frame drops its views
+        // first, then the permit), so keeping it adds nothing to what is resident. Counting
+        // the room without it unmapped almost every frame when the budget was busy (the
+        // prefetch holding its half), and the next response faulted in fresh pages.
+        let limit = POOL_MAX_IDLE_BYTES.min(self.free_room().saturating_add(buf.len()));
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         if bytes_of(&idle).saturating_add(buf.len()) <= limit {
             idle.push(buf);
@@ -785,17 +790,38 @@ impl FramePool {
                 *b = Some(budget.clone());
             }
         }
-        let keep = budget.available_permits().saturating_sub(n);
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        // The buffer the frame of this reservation will be read into (the one `take` picks
+        // for a frame of `n` bytes) is part of the `n` charged, not beside it: freeing it to
+        // make room, then mapping a fresh one for the frame, faulted in fresh pages for most
+        // frames once batches filled the budget (three quarters of the consumer's page
+        // faults at 64 partitions of 1 MB stored batches).
+        let reused = idle
+            .iter()
+            .filter(|b| fits_frame(b.len(), n))
+            .map(|b| b.len())
+            .min()
+            .unwrap_or(0);
+        let keep = budget
+            .available_permits()
+            .saturating_sub(n)
+            .saturating_add(reused);
         let mut held = bytes_of(&idle);
         if held <= keep {
             return;
         }
+        // Free the largest first, but never the one the frame will use.
         idle.sort_unstable_by_key(|b| b.len());
+        let mut spared = None;
         while held > keep {
             let Some(largest) = idle.pop() else { break };
+            if spared.is_none() && largest.len() == reused && reused > 0 {
+                spared = Some(largest);
+                continue;
+            }
             held -= largest.len();
         }
+        idle.extend(spared);
     }
 
     /// The free room of the budget the frames are charged to (unbounded before any fetch).
@@ -810,6 +836,28 @@ impl FramePool {
     fn idle_bytes(&self) -> usize {
         bytes_of(&self.idle.lock().unwrap_or_else(PoisonError::into_inner))
     }
+}
+
+/// The size a new buffer for a frame of `size` bytes is mapped at: the smallest of 2^k and
+/// 1.5 × 2^k (k ≥ 16) that holds it, so that frames of about the same size (a response per
+/// round, whose size varies with the stored batches in it) find each other's buffers: mapped
+/// at their exact sizes, a frame a few bytes larger than every idle buffer mapped fresh pages
+/// (most frames, at 64 partitions of 1 MB stored batches). A class is at most 1.5 × the frame,
+/// as [`fits_frame`] allows.
+fn size_class(size: usize) -> usize {
+    let pow = size.max(1 << 16).next_power_of_two();
+    let three_quarters = pow / 4 * 3;
+    if size <= three_quarters {
+        three_quarters
+    } else {
+        pow
+    }
+}
+
+/// Whether a pooled buffer of `len` bytes is handed out for a frame of `size` bytes: it holds
+/// the frame with at most half the frame's size to spare.
+fn fits_frame(len: usize, size: usize) -> bool {
+    len >= size && len - size <= size / 2
 }
 
 /// The bytes `buffers` hold.
@@ -1061,7 +1109,7 @@ mod pool_tests {
         drop(view);
         let again = pool.take(90_000).unwrap();
         assert_eq!(again.as_ptr(), ptr, "the idle buffer is reused");
-        assert_eq!(again.len(), 100_000);
+        assert_eq!(again.len(), size_class(100_000));
     }
 
     #[test]
@@ -1069,7 +1117,7 @@ mod pool_tests {
         let pool = FramePool::default();
         pool.give(map(1000));
         let big = pool.take(5000).unwrap();
-        assert_eq!(big.len(), 5000);
+        assert_eq!(big.len(), size_class(5000));
         assert_eq!(pool.idle_bytes(), 0, "the small one was freed");
         for _ in 0..3 {
             pool.give(map(POOL_MAX_IDLE_BYTES / 2));
@@ -1084,7 +1132,7 @@ mod pool_tests {
         let pool = FramePool::default();
         pool.give(map(100_000));
         let small = pool.take(60_000).unwrap();
-        assert_eq!(small.len(), 60_000);
+        assert_eq!(small.len(), size_class(60_000));
         assert_eq!(pool.idle_bytes(), 100_000);
         let close = pool.take(70_000).unwrap();
         assert_eq!(close.len(), 100_000, "within half of the frame: reused");
@@ -1092,26 +1140,55 @@ mod pool_tests {
     }
 
     /// Idle buffers live within the free room of the budget the frames are charged to: a
-    /// buffer given back while the budget is full is freed, and a fetch about to charge the
-    /// budget frees idle buffers (largest first) down to the room it leaves.
+    /// buffer given back as its frame's permit is released counts its own bytes as room, one
+    /// given back while others hold the budget is freed, and a fetch about to charge the budget
+    /// frees idle buffers (largest first) down to the room it leaves, except the one its frame
+    /// will be read into (part of what it charges).
     #[test]
     fn idle_buffers_fit_in_the_budgets_free_room() {
         let pool = FramePool::default();
         let budget = Arc::new(tokio::sync::Semaphore::new(1_000_000));
         pool.make_room(&budget, 0);
-        pool.give(map(600_000));
-        pool.give(map(300_000));
-        pool.give(map(200_000));
-        assert_eq!(pool.idle_bytes(), 900_000, "the last one is past the room");
-        pool.make_room(&budget, 500_000);
-        assert_eq!(pool.idle_bytes(), 300_000, "the largest freed first");
+        for n in [600_000, 300_000] {
+            let permit = budget.clone().try_acquire_many_owned(n as u32).unwrap();
+            pool.give(map(n));
+            drop(permit);
+        }
+        assert_eq!(pool.idle_bytes(), 900_000);
         let held = budget.clone().try_acquire_many_owned(900_000).unwrap();
-        pool.make_room(&budget, 0);
-        assert_eq!(pool.idle_bytes(), 0);
         pool.give(map(200_000));
-        assert_eq!(pool.idle_bytes(), 0, "no room while the budget is held");
+        assert_eq!(
+            pool.idle_bytes(),
+            900_000,
+            "no room while others hold the budget"
+        );
         drop(held);
-        pool.give(map(200_000));
-        assert_eq!(pool.idle_bytes(), 200_000);
+        // A frame of 550k will be read into the 600k buffer: nothing is freed for it.
+        pool.make_room(&budget, 550_000);
+        assert_eq!(
+            pool.idle_bytes(),
+            900_000,
+            "the buffer the frame will use is kept"
+        );
+        // No idle buffer fits a 900k frame: freed, largest first, down to the 100k left.
+        pool.make_room(&budget, 900_000);
+        assert_eq!(pool.idle_bytes(), 0);
+    }
+
+    #[test]
+    fn size_classes_are_at_most_half_again_the_frame() {
+        for size in [
+            1, 1000, 65_536, 65_537, 98_304, 98_305, 1_048_451, 3_145_880, 14_680_682,
+        ] {
+            let class = size_class(size);
+            assert!(class >= size, "{size}");
+            assert!(
+                size < 1 << 16 || fits_frame(class, size),
+                "{size} -> {class}"
+            );
+        }
+        assert_eq!(size_class(1_048_451), 1_048_576);
+        assert_eq!(size_class(1_048_577), 1_572_864);
+        assert_eq!(size_class(3_145_880), 4_194_304);
     }
 }

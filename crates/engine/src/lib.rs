@@ -13,8 +13,12 @@
 //! - [`fetch`]: reads planned ranges exactly, within a memory budget — a sans-IO
 //!   [`fetch::FetchSession`] (positions, request sizing, retry classification) and its driver
 //!   [`fetch::fetch_ranges_within`] (sockets, tasks, permits, backoff).
-//! - [`group`]: consumer-group membership, classic protocol (JoinGroup, SyncGroup, Heartbeat,
-//!   LeaveGroup; the `range` and `roundrobin` assignors): a pure state machine and its driver.
+//!   Incremental fetch sessions (KIP-227) are per-broker state the cluster keeps
+//!   (`incremental.rs`, beside `conn`, so `cluster` and `fetch` do not import each other).
+//! - [`group`]: consumer-group membership, the classic protocol (JoinGroup, SyncGroup,
+//!   Heartbeat, LeaveGroup; the `range`, `roundrobin` and `cooperative-sticky` assignors) and
+//!   KIP-848's consumer protocol: pure state machines and their drivers.
+//! - [`retry`]: the one backoff (exponential, jittered) every retrying part uses.
 //! - [`io`]: where the network tasks run (the caller's multi-thread runtime, or kdirect's own
 //!   thread under a current-thread runtime, so that fetching goes on while a batch is processed).
 //! - [`record`]: the zero-copy record-batch decoder, the hot path (sans-IO: no tokio in it).
@@ -33,9 +37,11 @@ pub mod conn;
 pub mod error;
 pub mod fetch;
 pub mod group;
+pub(crate) mod incremental;
 pub mod io;
 pub mod plan;
 pub mod record;
+pub mod retry;
 pub mod sasl;
 pub mod security;
 mod tls;

@@ -30,14 +30,14 @@ use crate::plan::TopicPartition;
 use crate::record::{DecodeError, DecodeOptions, OwnedRecord, Record, RecordBatch, Scratch};
 
 mod epoch;
-mod incremental;
 mod session;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
+pub use crate::incremental::FetchSessionStats;
+use crate::incremental::{self, SessionPool};
+pub use crate::retry::backoff;
 pub use epoch::{check_truncation, judge_epoch_end, EpochVerdict, Truncation};
-pub use incremental::FetchSessionStats;
-pub(crate) use incremental::SessionPool;
 pub use session::{FetchSession, LeaderRequest, RoundEnd};
 
 pub use crate::plan::OffsetRange;
@@ -996,25 +996,21 @@ fn split_large(
         let k = if r.is_empty() || n == 0 { 1 } else { depth / n };
         let fits = || budget.sizing.partition_bytes(len / k as i64).unwrap_or(0) >= min_piece;
         // One piece (the range itself) unless cutting it in `k` is worth it.
-        let cut = if k >= 2 && len >= k as i64 && fits() {
-            k as i64
-        } else {
-            1
-        };
-        let mut from = r.from;
-        for j in 1..=cut {
-            let until = if j == cut {
-                r.until
-            } else {
-                r.from + len * j / cut
-            };
+        if !(k >= 2 && len >= k as i64 && fits()) {
             out.push(Piece {
                 of: i,
-                range: OffsetRange::new(r.topic.clone(), r.partition, from, until),
-                last: j == cut,
+                range: r.clone(),
+                last: true,
             });
-            from = until;
+            continue;
         }
+        let parts = crate::plan::divide(r, k as u64);
+        let n = parts.len();
+        out.extend(parts.into_iter().enumerate().map(|(j, range)| Piece {
+            of: i,
+            range,
+            last: j + 1 == n,
+        }));
     }
     out
 }
@@ -1217,26 +1213,6 @@ async fn read_group(
     }
     let straddling = session.take_straddling();
     Ok((session.finish(), straddling))
-}
-
-/// The wait before retry number `attempt` (from 1): `base` doubled per attempt up to `cap`,
-/// spread by ±20 % (jitter). The one backoff of the fetcher, ListOffsets and the stream's
-/// reconnects.
-pub fn backoff(base: Duration, attempt: u32, cap: Duration) -> Duration {
-    jittered(base.saturating_mul(1 << attempt.min(10)).min(cap))
-}
-
-/// `d` spread by ±20%, so that clients that failed together do not retry together (as the
-/// Java client's `retry.backoff` jitter does).
-fn jittered(d: Duration) -> Duration {
-    use std::hash::{BuildHasher, Hasher};
-    // A fresh random key per call: RandomState is seeded from the OS once per thread and
-    // then varied, which is random enough to spread retries.
-    let r = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    let factor = 0.8 + 0.4 * (r % 1_000) as f64 / 1_000.0;
-    d.mul_f64(factor)
 }
 
 /// A response that cannot fit the budget. A broker answers more than was asked only with a

@@ -63,6 +63,10 @@ pub struct FetchSession {
     /// Ranges that came back empty while asked for less than `max.partition.fetch.bytes` (a
     /// batch larger than any seen so far): asked for the full size from then on.
     uncapped: Vec<bool>,
+    /// Ranges whose partition got no whole batch because another partition's data came first
+    /// in the answer: a broker returns a batch larger than the limits only for the first
+    /// partition with data (KIP-74), so these go first in the next round's requests.
+    starved: Vec<bool>,
     out: Vec<RangeData>,
     cfg: FetchConfig,
     isolation: IsolationLevel,
@@ -173,6 +177,7 @@ impl FetchSession {
             ranges: ranges.to_vec(),
             pos: ranges.iter().map(|r| r.from).collect(),
             uncapped: vec![false; ranges.len()],
+            starved: vec![false; ranges.len()],
             out: ranges
                 .iter()
                 .map(|r| RangeData {
@@ -436,6 +441,8 @@ impl FetchSession {
         let fetch_max = usize::try_from(self.cfg.params.max_bytes.max(1)).unwrap_or(usize::MAX);
         let part_max = usize::try_from(self.cfg.partition_max_bytes.max(1)).unwrap_or(usize::MAX);
         let mut open: Vec<usize> = self.open().collect();
+        // Starved partitions first (see `starved`); the rest in range order.
+        open.sort_by_key(|&i| !self.starved.get(i).copied().unwrap_or(false));
         // The first fetch on a budget knows nothing of the data: asking every partition for
         // max.partition.fetch.bytes would fill the budget with bytes past the ranges' ends.
         // One partition goes first, and the others are asked for what their ranges need.
@@ -511,7 +518,8 @@ impl FetchSession {
             } else {
                 ((room as u128 * want as u128 / want_sum.max(1) as u128) as usize).max(1)
             };
-            let mut topics: BTreeMap<&str, TopicFetch> = BTreeMap::new();
+            // Topics in the order their first partition is asked (a starved one first).
+            let mut topics: Vec<TopicFetch> = Vec::new();
             let mut names: HashMap<[u8; 16], String> = HashMap::new();
             let mut asked_items = Vec::with_capacity(items.len());
             for &(i, epoch) in &items {
@@ -525,21 +533,27 @@ impl FetchSession {
                 if let Some(a) = self.asked_epoch.get_mut(i) {
                     *a = epoch;
                 }
-                topics
-                    .entry(r.topic.as_str())
-                    .or_insert_with(|| TopicFetch {
-                        name: r.topic.clone(),
-                        id,
-                        partitions: Vec::new(),
-                    })
-                    .partitions
-                    .push(PartitionFetch {
-                        partition: r.partition,
-                        fetch_offset: p,
-                        partition_max_bytes: bytes,
-                        current_leader_epoch: epoch,
-                        last_fetched_epoch: self.last_epoch.get(i).copied().unwrap_or(-1),
-                    });
+                let at = match topics.iter().position(|t| t.name == r.topic) {
+                    Some(at) => at,
+                    None => {
+                        topics.push(TopicFetch {
+                            name: r.topic.clone(),
+                            id,
+                            partitions: Vec::new(),
+                        });
+                        topics.len() - 1
+                    }
+                };
+                let Some(topic) = topics.get_mut(at) else {
+                    continue;
+                };
+                topic.partitions.push(PartitionFetch {
+                    partition: r.partition,
+                    fetch_offset: p,
+                    partition_max_bytes: bytes,
+                    current_leader_epoch: epoch,
+                    last_fetched_epoch: self.last_epoch.get(i).copied().unwrap_or(-1),
+                });
             }
             // fetch.max.bytes limits the records; the response also carries per-partition
             // fields (about 60 bytes each at v16) and headers. Leave room for them, or a
@@ -553,7 +567,7 @@ impl FetchSession {
                 rack: self.cfg.client_rack.clone(),
                 reserve,
                 params,
-                topics: topics.into_values().collect(),
+                topics,
                 names,
                 items: asked_items,
             });
@@ -600,7 +614,11 @@ impl FetchSession {
             }
         }
         let mut kept = false;
+        // Whether a partition before this one in the answer had data (see `starved`).
+        let mut data_before = false;
         for p in resp.partitions {
+            let after_data = data_before;
+            data_before |= !p.records.is_empty();
             // Partitions the request did not ask for (or asked twice) are ignored.
             let Some(&(i, asked)) = req.items.iter().find(|(i, _)| {
                 self.ranges
@@ -730,6 +748,9 @@ impl FetchSession {
                 if let Some(pos) = self.pos.get_mut(i) {
                     *pos = next;
                 }
+                if let Some(s) = self.starved.get_mut(i) {
+                    *s = false;
+                }
                 if let Some(e) = self.last_epoch.get_mut(i) {
                     *e = next_epoch;
                 }
@@ -751,10 +772,15 @@ impl FetchSession {
                 }
                 .into());
             }
-            if p.records.is_empty() && size.saturating_add(asked) > req.reserve {
-                // No bytes for it, and no room left for them: the response reached
-                // fetch.max.bytes before this partition's turn (other partitions' data filled
-                // it). It goes again in the next round.
+            if after_data || (p.records.is_empty() && size.saturating_add(asked) > req.reserve) {
+                // Other partitions' data came first: the response reached fetch.max.bytes
+                // before this partition's turn, or its first batch is larger than the limits,
+                // which a broker returns only for the first partition with data (KIP-74; 1 MB
+                // producer batches against max.partition.fetch.bytes 1 MiB). It goes first in
+                // the next round (was: a retry after a backoff, for each such partition).
+                if let Some(s) = self.starved.get_mut(i) {
+                    *s = true;
+                }
                 continue;
             }
             let part_max =

@@ -98,7 +98,7 @@ fn batch(base: i64, n: i32) -> Vec<u8> {
     b
 }
 
-pub(super) fn part(p: i32, hw: i64, records: Vec<u8>) -> FetchedPartition {
+pub(crate) fn part(p: i32, hw: i64, records: Vec<u8>) -> FetchedPartition {
     FetchedPartition {
         topic: "t".into(),
         partition: p,
@@ -1075,4 +1075,99 @@ fn fitting_the_room_ends_the_ranges_at_whole_stored_batches() {
     assert!(!s.cut_instead_of(5_000));
     assert_eq!(s.next_requests(&v).unwrap().len(), 1);
     assert!(!s.was_cut());
+}
+
+/// A partition whose stored batch is larger than the limits gets nothing when another
+/// partition's data comes first in the answer: a broker returns an oversized batch only for
+/// the first partition with data (KIP-74; 1 MB producer batches against the default
+/// max.partition.fetch.bytes). That is not "no progress": it goes first in the next round's
+/// request, where the broker returns its batch (issue 32: was a retry after a backoff for
+/// each such partition, 0.1–0.15× librdkafka at 64–1024 partitions of 1 MB batches).
+#[test]
+fn a_partition_starved_by_an_oversized_batch_goes_first_next_round() {
+    let budget = MemoryBudget::new(64 << 20);
+    let v = view(&[1, 1]);
+    // Batches larger than this (KIP-74): each partition is asked for all of it.
+    let cfg = FetchConfig {
+        partition_max_bytes: 100,
+        ..FetchConfig::default()
+    };
+    let mut s = FetchSession::new(&ranges(&[(0, 0, 20), (1, 0, 10)]), &cfg, &budget);
+    // The first round asks one partition (nothing learned); p0 reads half its range.
+    let reqs = s.next_requests(&v).unwrap();
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![part(0, 20, batch(0, 10))]),
+        500,
+        None,
+    )
+    .unwrap();
+    assert!(matches!(s.end_round(), RoundEnd::Continue));
+    let reqs = s.next_requests(&v).unwrap();
+    let order: Vec<i32> = reqs[0].topics[0]
+        .partitions
+        .iter()
+        .map(|p| p.partition)
+        .collect();
+    assert_eq!(order, vec![0, 1]);
+    // p0's data comes first; p1 (asked for max.partition.fetch.bytes) gets nothing.
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![part(0, 20, batch(10, 10)), part(1, 10, Vec::new())]),
+        500,
+        None,
+    )
+    .unwrap();
+    assert!(
+        matches!(s.end_round(), RoundEnd::Continue),
+        "p0 moved: no backoff"
+    );
+    assert_eq!(s.positions(), &[20, 0]);
+    let reqs = s.next_requests(&v).unwrap();
+    let order: Vec<i32> = reqs[0].topics[0]
+        .partitions
+        .iter()
+        .map(|p| p.partition)
+        .collect();
+    assert_eq!(order, vec![1], "the starved partition is asked (first)");
+
+    // Two open partitions: the starved one is listed first.
+    let mut s = FetchSession::new(&ranges(&[(0, 0, 30), (1, 0, 10)]), &cfg, &budget);
+    let reqs = s.next_requests(&v).unwrap();
+    assert_eq!(
+        reqs[0].topics[0].partitions.len(),
+        2,
+        "the budget learned the data"
+    );
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![part(0, 30, batch(0, 10)), part(1, 10, Vec::new())]),
+        500,
+        None,
+    )
+    .unwrap();
+    assert!(
+        matches!(s.end_round(), RoundEnd::Continue),
+        "p0 moved: no backoff"
+    );
+    let reqs = s.next_requests(&v).unwrap();
+    let order: Vec<i32> = reqs[0].topics[0]
+        .partitions
+        .iter()
+        .map(|p| p.partition)
+        .collect();
+    assert_eq!(order, vec![1, 0]);
+    // Asked first and still nothing: that is no progress (a retry after a backoff).
+    s.on_response(
+        &reqs[0],
+        &broker(1),
+        answer(vec![part(1, 10, Vec::new()), part(0, 30, batch(10, 10))]),
+        50,
+        None,
+    )
+    .unwrap();
+    assert!(matches!(s.end_round(), RoundEnd::Retry(_)));
 }

@@ -209,7 +209,7 @@ impl ConsumerMember {
                 return Err(e.gave_up(attempts, started.elapsed()));
             }
             let wait =
-                crate::fetch::backoff(Duration::from_millis(100), attempts, Duration::from_secs(2));
+                crate::retry::backoff(Duration::from_millis(100), attempts, Duration::from_secs(2));
             tracing::warn!(
                 group = group.as_str(),
                 attempt = attempts,

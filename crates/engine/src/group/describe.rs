@@ -39,7 +39,7 @@ pub async fn describe_group(cluster: &Cluster, group: &str) -> Result<GroupDescr
                 if started.elapsed() >= retry_timeout {
                     return Err(e.gave_up(attempts, started.elapsed()));
                 }
-                let wait = crate::fetch::backoff(
+                let wait = crate::retry::backoff(
                     Duration::from_millis(100),
                     attempts,
                     Duration::from_secs(2),

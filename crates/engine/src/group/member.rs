@@ -210,7 +210,7 @@ impl ClassicMember {
                 if started.elapsed() >= retry_timeout {
                     return Err(e.gave_up(attempts, started.elapsed()));
                 }
-                let wait = crate::fetch::backoff(base, attempts, Duration::from_secs(2));
+                let wait = crate::retry::backoff(base, attempts, Duration::from_secs(2));
                 tracing::warn!(
                     group = config.group.as_str(),
                     attempt = attempts,

@@ -67,6 +67,7 @@ mod tests;
 
 pub use pid::{BatchCompletion, PidConfig, PidRateEstimator};
 pub use rate::RatePolicy;
+pub(crate) use split::divide;
 pub use split::{split_ranges, SplitPolicy};
 pub use start::{DataLossPolicy, StartOffset, StartPolicy, TimestampLookup, TimestampStrategy};
 

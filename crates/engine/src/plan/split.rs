@@ -121,7 +121,10 @@ pub fn split_ranges(ranges: &[OffsetRange], policy: &SplitPolicy) -> Vec<OffsetR
 
 /// Cuts `range` into `parts` contiguous pieces: piece `k` takes `remaining / (parts − k)`
 /// offsets. Empty pieces are dropped.
-fn divide(range: &OffsetRange, parts: u64) -> Vec<OffsetRange> {
+/// `range` cut into `parts` consecutive non-empty sub-ranges (fewer when it has fewer
+/// offsets), the last ones absorbing the rounding: the one way a range is cut, for
+/// [`split_ranges`] and for the fetcher's sub-ranges of a large range.
+pub(crate) fn divide(range: &OffsetRange, parts: u64) -> Vec<OffsetRange> {
     let mut remaining = range.len();
     let parts = parts.min(remaining).max(1);
     let mut from = range.from;

@@ -1155,7 +1155,7 @@ impl Reconnect {
         }
         self.attempts += 1;
         metrics::counter!("kdirect_reconnect_attempts_total").increment(1);
-        let backoff = kdirect_engine::fetch::backoff(
+        let backoff = kdirect_engine::retry::backoff(
             c.fetch.retry_backoff,
             self.attempts,
             Duration::from_secs(5),

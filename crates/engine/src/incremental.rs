@@ -13,7 +13,7 @@
 //! session's request; [`IncrementalSession::complete`] reads the answer back into a full one,
 //! adding each partition the broker left out with the ends the session last saw for it and no
 //! records, which is what leaving it out means. So the fetch state machine
-//! ([`super::FetchSession`]) sees the same answers with or without a session.
+//! ([`crate::fetch::FetchSession`]) sees the same answers with or without a session.
 //!
 //! Requests of one session must be sent one at a time, each after the answer to the one
 //! before (the epoch orders them), so the fetcher checks a session out of the
