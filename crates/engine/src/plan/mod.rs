@@ -615,6 +615,9 @@ pub struct Planner {
     /// The next batch does not start before this time (the trigger's interval, the rate
     /// limits' pacing).
     not_before: Option<Duration>,
+    /// When the last batch was planned and its ranges' rates (records/s, by range), to pace
+    /// the next batch by what the last one really read ([`Planner::end_early`]).
+    last_pace: Option<(Duration, Option<Vec<f64>>)>,
 }
 
 impl Planner {
@@ -640,6 +643,7 @@ impl Planner {
             pending_moved_back: BTreeMap::new(),
             rotation: None,
             not_before: None,
+            last_pace: None,
         })
     }
 
@@ -696,16 +700,24 @@ impl Planner {
         self.config.max_partitions_per_batch = max.map(|m| m.max(1));
     }
 
-    /// The batch last planned was read only up to `until` for `tp`: a driver that reads a plan
-    /// in whole stored batches up to what fits in memory ended the range there, before
-    /// handing the batch out (issue 32). The partition's next range starts at `until`. A
-    /// value at or past the position changes nothing; this is not a move back (nothing was
-    /// handed out past `until`).
-    pub fn end_early(&mut self, tp: &TopicPartition, until: i64) {
-        if let Some(p) = self.positions.get_mut(tp) {
-            if until < *p {
-                *p = until;
+    /// The batch last planned was read only up to each of `read`'s `until`s: a driver that
+    /// reads a plan in whole stored batches up to what fits in memory ended its ranges there,
+    /// before handing the batch out (issue 32). `read` is the plan's ranges, in the plan's
+    /// order, each `until` where its reading stopped. Each partition's next range starts at
+    /// its `until` (an `until` at or past the position, or below the range's `from`, changes
+    /// nothing; this is not a move back: nothing past it was handed out), and the rate limits
+    /// pace the next batch by what was read.
+    pub fn end_early(&mut self, read: &[OffsetRange]) {
+        for r in read {
+            if let Some(p) = self.positions.get_mut(&r.topic_partition()) {
+                if r.until < *p && r.until >= r.from {
+                    *p = r.until;
+                }
             }
+        }
+        if let Some((at, rates)) = self.last_pace.take() {
+            self.not_before = self.next_start(at, read, rates.as_deref());
+            self.last_pace = Some((at, rates));
         }
     }
 
@@ -950,6 +962,7 @@ impl Planner {
             self.rotation = rotation;
         }
         self.not_before = self.next_start(now, &ranges, rates.as_deref());
+        self.last_pace = Some((now, rates));
         let batch_id = self.next_batch_id;
         self.next_batch_id += 1;
         // The moves of the partitions this plan has a range for; a partition the snapshot

@@ -1610,13 +1610,37 @@ fn a_range_ended_early_is_where_the_next_batch_starts() {
     let mut p = earliest(secs(1), RatePolicy::default());
     let b = batch(p.plan(secs(0), &logs(&[100, 100])));
     assert_eq!(spans(&b), [(0, 0, 100), (1, 0, 100)]);
-    p.end_early(&tp(T, 0), 40);
-    p.end_early(&tp(T, 1), 0);
-    p.end_early(&tp(T, 1), 500);
-    p.end_early(&tp(T, 9), 5);
+    let read = |spans: &[(i32, i64, i64)]| -> Vec<OffsetRange> {
+        spans
+            .iter()
+            .map(|&(p, from, until)| OffsetRange::new(T, p, from, until))
+            .collect()
+    };
+    p.end_early(&read(&[(0, 0, 40), (1, 0, 0)]));
+    // Past the position, below the range's start, an unknown partition: nothing.
+    p.end_early(&read(&[(1, 0, 500), (9, 0, 5)]));
+    p.end_early(&read(&[(0, 50, 45)]));
     assert_eq!(p.positions().get(&tp(T, 0)), Some(&40));
     let b = batch(p.plan(secs(1), &logs(&[100, 100])));
     assert_eq!(spans(&b), [(0, 40, 100), (1, 0, 100)]);
     assert!(b.moved_back.is_empty());
     assert!(!p.positions().contains_key(&tp(T, 9)));
+}
+
+/// maxRatePerPartition paces the next batch by what the last one read, not by what it
+/// planned: a batch planned for 100 records a partition at 10/s waits 10 s; read only up to
+/// 20 of them (memory), it waits 2 s.
+#[test]
+fn a_batch_ended_early_is_paced_by_what_it_read() {
+    let mut p = earliest(
+        secs(1),
+        RatePolicy::default().with_max_rate_per_partition(10),
+    );
+    let b = batch(p.plan(secs(0), &logs(&[1000])));
+    assert_eq!(spans(&b), [(0, 0, 10)]);
+    assert_eq!(p.not_before(), Some(secs(1)));
+    p.end_early(&[OffsetRange::new(T, 0, 0, 2)]);
+    assert_eq!(p.not_before(), Some(ms(200)));
+    let b = batch(p.plan(ms(200), &logs(&[1000])));
+    assert_eq!(spans(&b), [(0, 2, 12)]);
 }

@@ -2266,6 +2266,7 @@ impl Driver {
                     let fetch_started = Instant::now();
                     let (data, fetch_lost) =
                         self.fetch_planned(&mut want, &mut reconnect, fit).await?;
+                    let mut early = false;
                     for d in &data {
                         let read = &d.range;
                         let Some(r) = plan
@@ -2277,8 +2278,11 @@ impl Driver {
                         };
                         if read.until < r.until {
                             r.until = read.until.max(r.from);
-                            self.planner().end_early(&r.topic_partition(), r.until);
+                            early = true;
                         }
+                    }
+                    if early {
+                        self.planner().end_early(&plan.ranges);
                     }
                     for w in &mut want {
                         if let Some(d) = data
