@@ -809,6 +809,37 @@ fn wide_topic_with_big_batches_rotates_partitions_within_the_budget() {
     });
 }
 
+/// Issue 32: a wide topic of large stored batches (16 partitions × 8 stored batches of 500
+/// records × 500 B, ~260 KB each, as a producer with a large `batch.size` writes them), default
+/// settings but a 16 MiB budget. Batches are sized by the data's bytes per offset (a quarter of
+/// the budget: ~8,000 offsets), so the topic is read in about 8 batches. Was: sized by what the
+/// last batch held, a whole stored batch for a range shorter than one, so each batch was planned
+/// shorter than the last (48 batches here; 4,582 for 5M records over 64 partitions of 256 KB
+/// batches on Kafka, each stored batch fetched again and again). A count, not a time.
+#[test]
+fn a_wide_topic_of_large_stored_batches_is_read_in_few_batches() {
+    rt().block_on(async {
+        let fake = FakeCluster::builder()
+            .brokers(1)
+            .topic("wide256k", 16)
+            .build()
+            .await
+            .unwrap();
+        fill_wide(&fake, "wide256k", 16, 8, 500, 500);
+        let mut stream = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["wide256k"])
+            .start(StartPolicy::Earliest)
+            .until_latest(true)
+            .memory_budget(16 << 20)
+            .build()
+            .await
+            .unwrap();
+        let (_, batches) = drain_within(&mut stream, 16, 4000, 16).await;
+        assert!(batches <= 16, "{batches} batches for 64,000 offsets");
+    });
+}
+
 #[test]
 fn partition_rotation_applies_with_a_rate_limit_too() {
     // 10 KB values in stored batches of 25 (~250 KB), 32 partitions × 4 batches, budget

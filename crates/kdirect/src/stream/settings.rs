@@ -19,7 +19,8 @@ use super::{
 /// How a setting applies: the builder, the key as given (for errors), the value.
 type Apply = fn(DirectStreamBuilder, &str, &str) -> Result<DirectStreamBuilder, EngineError>;
 
-/// One setting; see the [module docs](self).
+/// One setting: a row of [`SETTINGS`], the one table every way of setting a stream by name
+/// reads.
 #[derive(Clone, Copy)]
 #[non_exhaustive]
 pub struct Setting {
