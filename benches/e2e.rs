@@ -686,54 +686,14 @@ fn kafka_topic(o: &Opts, bootstrap: &str, classpath: &str) -> Result<String, Str
         "bench-{}-{}-{}-{}-b{}",
         o.records, o.value_size, o.partitions, o.codec, batch_size
     );
-    let have: Option<u64> = Command::new("java")
-        .args([
-            "-cp",
-            classpath,
-            "KTool",
-            "end-offsets",
-            "--bootstrap",
-            bootstrap,
-            "--topic",
-            &topic,
-        ])
-        .stderr(Stdio::null())
-        .output()
-        .ok()
-        .filter(|out| out.status.success())
-        .map(|out| {
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter_map(|l| l.split(' ').nth(1)?.parse::<u64>().ok())
-                .sum()
-        });
-    match have {
-        Some(n) if n == o.records => return Ok(topic),
-        Some(n) => {
-            return Err(format!(
-                "topic {topic} holds {n} records, not {}: delete it",
-                o.records
-            ))
-        }
-        None => {}
+    if !create_unless_written(o, bootstrap, classpath, &topic)? {
+        return Ok(topic);
     }
     let p = o.partitions.to_string();
     eprintln!(
         "e2e: writing {} records into {topic} with Kafka's Java producer",
         o.records
     );
-    ktool(
-        classpath,
-        &[
-            "create",
-            "--bootstrap",
-            bootstrap,
-            "--topic",
-            &topic,
-            "--partitions",
-            &p,
-        ],
-    )?;
     ktool(
         classpath,
         &[
@@ -757,6 +717,41 @@ fn kafka_topic(o: &Opts, bootstrap: &str, classpath: &str) -> Result<String, Str
         ],
     )?;
     Ok(topic)
+}
+
+/// Whether `topic` is to be written: `false` when it holds exactly the run's records already
+/// (reused), `true` after creating it with the run's partitions; a topic holding other
+/// records is an error.
+fn create_unless_written(
+    o: &Opts,
+    bootstrap: &str,
+    classpath: &str,
+    topic: &str,
+) -> Result<bool, String> {
+    match kafka_records(bootstrap, classpath, topic) {
+        Some(n) if n == o.records => return Ok(false),
+        Some(n) => {
+            return Err(format!(
+                "topic {topic} holds {n} records, not {}: delete it",
+                o.records
+            ))
+        }
+        None => {}
+    }
+    let p = o.partitions.to_string();
+    ktool(
+        classpath,
+        &[
+            "create",
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            topic,
+            "--partitions",
+            &p,
+        ],
+    )?;
+    Ok(true)
 }
 
 /// Records already in `topic` (the sum of its end offsets), `None` if it does not exist.
@@ -794,29 +789,9 @@ fn perf_topic(o: &Opts, bootstrap: &str, classpath: &str) -> Result<String, Stri
         "shape-{}-{}-{}-{}-bs{}",
         o.records, o.value_size, o.partitions, o.codec, o.batch_size
     );
-    match kafka_records(bootstrap, classpath, &topic) {
-        Some(n) if n == o.records => return Ok(topic),
-        Some(n) => {
-            return Err(format!(
-                "topic {topic} holds {n} records, not {}: delete it",
-                o.records
-            ))
-        }
-        None => {}
+    if !create_unless_written(o, bootstrap, classpath, &topic)? {
+        return Ok(topic);
     }
-    let p = o.partitions.to_string();
-    ktool(
-        classpath,
-        &[
-            "create",
-            "--bootstrap",
-            bootstrap,
-            "--topic",
-            &topic,
-            "--partitions",
-            &p,
-        ],
-    )?;
     let buffer = (o.batch_size * o.partitions.max(1) as usize * 2).clamp(32 << 20, 2 << 30);
     let heap = format!("-Xmx{}m", (buffer >> 20) + 1024);
     eprintln!(
