@@ -878,7 +878,8 @@ async fn read_groups(
     mut carried: std::collections::HashMap<(String, i32), Carried>,
     fit: bool,
 ) -> Result<(Vec<Option<RangeData>>, Vec<session::Straddling>), Error> {
-    let share = budget.total() / groups.len().max(1);
+    // Fitting, a group's session fills half its share (the rest is the held batch's).
+    let share = budget.total() / groups.len().max(1) / if fit { 2 } else { 1 };
     let reads: Vec<_> =
         groups
             .iter()
@@ -901,7 +902,6 @@ async fn read_groups(
                     })
                     .collect();
                 let view = view.clone();
-                let share = if fit { share / 2 } else { share };
                 async move {
                     read_group(cluster, view, &group, &inner, cfg, budget, share, mine, fit).await
                 }

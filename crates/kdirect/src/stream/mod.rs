@@ -2272,7 +2272,7 @@ impl Driver {
                         let Some(r) = plan
                             .ranges
                             .iter_mut()
-                            .find(|r| r.topic == read.topic && r.partition == read.partition)
+                            .find(|r| r.partition == read.partition && r.topic == read.topic)
                         else {
                             continue;
                         };
@@ -2284,16 +2284,9 @@ impl Driver {
                     if early {
                         self.planner().end_early(&plan.ranges);
                     }
-                    for w in &mut want {
-                        if let Some(d) = data
-                            .iter()
-                            .find(|d| d.range.topic == w.topic && d.range.partition == w.partition)
-                        {
-                            w.until = d.range.until;
-                        }
-                    }
                     self.observe(&data);
-                    let offsets: u64 = want.iter().map(OffsetRange::len).sum();
+                    // The offsets read: each range as the fetch ended it.
+                    let offsets: u64 = data.iter().map(|d| d.range.len()).sum();
                     let bytes: usize = data.iter().map(RangeData::bytes).sum();
                     self.record_metrics(&snap, offsets, bytes, fetch_started.elapsed());
                     if self.adaptive && offsets > 0 {
