@@ -28,7 +28,6 @@ use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -41,29 +40,28 @@ use kdirect_commit::{
 
 use kdirect_engine::cluster::Cluster;
 use kdirect_engine::conn::ConnConfig;
-use kdirect_engine::fetch::{
-    fetch_ranges_fitting, fetch_ranges_within, FetchConfig, MemoryBudget, ObservedEnds, RangeData,
-    RangeRecords,
-};
+use kdirect_engine::fetch::{FetchConfig, MemoryBudget, RangeData, RangeRecords};
 use kdirect_engine::group::{GroupConfig, GroupMember};
 use kdirect_engine::plan::{
-    BatchCompletion, DataLossPolicy, DataLossReason, LostRange, OffsetRange, PartitionSnapshot,
-    PidConfig, PlanError, PlanOutcome, Planner, PlannerConfig, RatePolicy, StartOffset,
-    StartPolicy, TimestampLookup, TimestampStrategy, TopicPartition, Trigger, WaitReason,
+    BatchCompletion, DataLossPolicy, LostRange, OffsetRange, PidConfig, Planner, PlannerConfig,
+    RatePolicy, StartOffset, StartPolicy, TimestampStrategy, TopicPartition, Trigger,
 };
 use kdirect_engine::record::{OwnedRecord, Record};
 use kdirect_engine::security::{
     EndpointIdentification, SaslMechanism, Secret, Security, SecurityProtocol,
 };
 use kdirect_engine::{Error as EngineError, ErrorKind};
-use kdirect_proto::api::list_offsets::PartitionOffset;
 
 use crate::Error;
-use kdirect_proto::api::list_offsets::OffsetSpec;
 use kdirect_proto::IsolationLevel;
 use tokio::task::JoinHandle;
 
+mod core;
+mod driver;
 mod settings;
+
+use core::{CoreConfig, StreamCore};
+use driver::{subscribed, Driver};
 pub use settings::{closest, find as find_setting, Setting, SETTINGS};
 
 /// When no rate limit is set, batches are still bounded so that one batch takes at most a
@@ -1091,30 +1089,26 @@ impl DirectStreamBuilder {
                 Some(((*t).to_owned(), id))
             })
             .collect();
-        let driver = Arc::new(Driver {
-            replay: Mutex::new(replay),
-            topic_ids: Mutex::new(topic_ids),
-            recreated: Mutex::new(Vec::new()),
-            rewinds: Mutex::new(BTreeMap::new()),
-            cluster,
-            budget,
-            planner: Mutex::new(planner),
-            started: Instant::now(),
-            until: Mutex::new(None),
-            adaptive,
-            metadata: Mutex::new(None),
-            observed: Mutex::new(BTreeMap::new()),
-            caught_up: Mutex::new(BTreeMap::new()),
-            lag: Mutex::new(None),
+        let core = StreamCore::new(
+            CoreConfig {
+                planner: planner_cfg,
+                data_loss: c.data_loss,
+                ending: c.ending.clone(),
+                partitions: c.partitions.clone(),
+                metadata_max_age: c.metadata_max_age,
+                ends_max_age: c.ends_max_age,
+                max_wait: Duration::from_millis(
+                    u64::try_from(c.fetch.params.max_wait_ms).unwrap_or(0),
+                ),
+                adaptive,
+            },
+            planner,
+            replay,
+            topic_ids,
             // A member reads nothing until the group assigns it partitions.
-            assigned: Mutex::new(member.as_ref().map(|_| BTreeSet::new())),
-            joined_topics: Mutex::new(BTreeMap::new()),
-            subscription_changed: tokio::sync::watch::channel(false).0,
-            planner_config: planner_cfg,
-            quick_polls: AtomicU32::new(0),
-            interval_polls: AtomicU64::new(0),
-            config: c,
-        });
+            member.is_some(),
+        );
+        let driver = Arc::new(Driver::new(core, cluster, c, budget));
         Ok(DirectStream {
             driver,
             pending: None,
@@ -1124,1230 +1118,6 @@ impl DirectStreamBuilder {
             member,
             listener: self.listener,
         })
-    }
-}
-
-/// How long a stream has been unable to reach the brokers, and the backoff before its next try.
-#[derive(Debug, Default)]
-struct Reconnect {
-    since: Option<Instant>,
-    attempts: u32,
-}
-
-impl Reconnect {
-    /// Sleeps before the next try after `e` (retriable), or gives `e` back once
-    /// `reconnect.timeout.ms` has passed since the first failure (`default.api.timeout.ms` for a
-    /// bounded stream without one; unbounded otherwise). Backoff doubles from
-    /// `retry.backoff.ms` up to 5 s.
-    async fn wait(&mut self, e: EngineError, c: &StreamConfig) -> Result<(), EngineError> {
-        let since = *self.since.get_or_insert_with(Instant::now);
-        let limit = c
-            .conn
-            .reconnect_timeout
-            .or(c.ending.is_some().then_some(c.conn.retry_timeout));
-        if limit.is_some_and(|l| since.elapsed() >= l) {
-            tracing::error!(
-                attempts = self.attempts,
-                elapsed_ms = since.elapsed().as_millis() as u64,
-                "still failing after reconnect.timeout.ms, giving up: {e}"
-            );
-            return Err(e.gave_up(self.attempts + 1, since.elapsed()));
-        }
-        self.attempts += 1;
-        metrics::counter!("kdirect_reconnect_attempts_total").increment(1);
-        let backoff = kdirect_engine::retry::backoff(
-            c.fetch.retry_backoff,
-            self.attempts,
-            Duration::from_secs(5),
-        );
-        tracing::warn!(
-            attempt = self.attempts,
-            elapsed_ms = since.elapsed().as_millis() as u64,
-            backoff_ms = backoff.as_millis() as u64,
-            "retrying: {e}"
-        );
-        tokio::time::sleep(backoff).await;
-        Ok(())
-    }
-}
-
-/// The topics a stream reads now, with fresh metadata: the configured ones, or every
-/// non-internal topic matching the pattern (one Metadata request for all topics).
-async fn subscribed(
-    cluster: &Cluster,
-    c: &StreamConfig,
-) -> Result<(Arc<kdirect_engine::cluster::ClusterView>, Vec<String>), EngineError> {
-    let Some(re) = &c.pattern else {
-        let topics: Vec<&str> = c.topics.iter().map(String::as_str).collect();
-        return Ok((cluster.refresh(Some(&topics)).await?, c.topics.clone()));
-    };
-    let view = cluster.refresh(None).await?;
-    let names = view
-        .topics
-        .values()
-        .filter(|t| !t.internal && t.error.is_ok() && re.is_match(&t.name))
-        .map(|t| t.name.clone())
-        .collect();
-    Ok((view, names))
-}
-
-/// A partition a Fetch answer showed with nothing past the position (`Driver::caught_up`).
-#[derive(Debug, Clone, Copy)]
-struct CaughtUp {
-    ends: ObservedEnds,
-    at: Instant,
-    /// The planner's next batch id when the answer came.
-    batch: u64,
-}
-
-struct Driver {
-    /// A logged batch to re-run before planning.
-    replay: Mutex<Option<PlannedBatch>>,
-    /// Each topic's id (KIP-516) as first seen; all zeros when the broker sends none.
-    topic_ids: Mutex<BTreeMap<String, [u8; 16]>>,
-    /// Partitions of re-created topics, and truncations found before a plan (KIP-320),
-    /// reported with the next batch.
-    recreated: Mutex<Vec<LostRange>>,
-    /// KIP-320 under `failOnDataLoss=false`: partitions whose log was truncated under the
-    /// position while the new leader's log reaches past it. The next batch's fetch of each
-    /// starts at the truncation point (the planned range, which the store commits, is left
-    /// as planned: the stored position is still the old one).
-    rewinds: Mutex<BTreeMap<TopicPartition, i64>>,
-    cluster: Arc<Cluster>,
-    config: StreamConfig,
-    budget: MemoryBudget,
-    planner: Mutex<Planner>,
-    started: Instant,
-    /// With an ending: each partition's end, resolved at the first snapshot.
-    until: Mutex<Option<BTreeMap<TopicPartition, i64>>>,
-    /// No rate limit was set: bound batches by the memory they take.
-    adaptive: bool,
-    /// The last metadata refresh and the topics it subscribed: reused for
-    /// `metadata.max.age.ms`, dropped on any error.
-    metadata: Mutex<Option<(Instant, Vec<String>)>>,
-    /// Each partition's ends as the last Fetch answer for it gave them, and when: they plan
-    /// the next batch while younger than `ends.max.age.ms`, instead of a ListOffsets round.
-    observed: Mutex<BTreeMap<TopicPartition, (ObservedEnds, Instant)>>,
-    /// Partitions a Fetch answer (a batch's or a long-poll's) showed with nothing past the
-    /// position: their ends, when, and the planner's next batch id then. They plan a batch
-    /// while every partition is caught up (the planner waits, and the long-poll sees a new
-    /// record at once), or within one batch of the answer; older, while other partitions
-    /// keep the stream busy, they are asked by ListOffsets, so a record there waits at most
-    /// a batch or two, never `ends.max.age.ms`.
-    caught_up: Mutex<BTreeMap<TopicPartition, CaughtUp>>,
-    /// The offsets left to read as of the last plan: the sum over its snapshot's partitions
-    /// of end − position (what `kdirect_partition_lag` reports per partition).
-    lag: Mutex<Option<u64>>,
-    /// Group mode: the partitions the group assigned this member (`None`: not a member,
-    /// every partition is read).
-    assigned: Mutex<Option<BTreeSet<TopicPartition>>>,
-    /// Group mode: each subscribed topic's partition count when the member joined; a change
-    /// (partitions added, a pattern matching a new topic) makes it rejoin.
-    joined_topics: Mutex<BTreeMap<String, usize>>,
-    /// Set when the metadata shows the subscription changed since the join.
-    subscription_changed: tokio::sync::watch::Sender<bool>,
-    /// The planner's settings, for a new planner per assignment.
-    planner_config: PlannerConfig,
-    /// Long-polls in a row answered at once with nothing new (see `long_poll`).
-    quick_polls: AtomicU32,
-    /// Times the stream fell back to polling at intervals (`DirectStream::interval_polls`).
-    interval_polls: AtomicU64,
-}
-
-/// Long-polls in a row that may be answered at once with nothing new before the stream polls
-/// at intervals instead (a broker that does not hold fetches).
-const QUICK_POLLS: u32 = 3;
-
-impl std::fmt::Debug for Driver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Driver")
-            .field("topics", &self.config.topics)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Driver {
-    fn planner(&self) -> std::sync::MutexGuard<'_, Planner> {
-        self.planner.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn now(&self) -> Duration {
-        self.started.elapsed()
-    }
-
-    /// The subscribed topics with their metadata: refreshed when older than
-    /// `metadata.max.age.ms` or after an error, else the cluster's current view (which the
-    /// fetcher refreshes itself when a leader moves).
-    async fn metadata(
-        &self,
-    ) -> Result<(Arc<kdirect_engine::cluster::ClusterView>, Vec<String>), EngineError> {
-        let cached = self
-            .metadata
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-            .filter(|(at, _)| at.elapsed() < self.config.metadata_max_age)
-            .map(|(_, names)| names.clone());
-        if let Some(names) = cached {
-            return Ok((self.cluster.view(), names));
-        }
-        let (view, names) = subscribed(&self.cluster, &self.config).await?;
-        *self.metadata.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some((Instant::now(), names.clone()));
-        Ok((view, names))
-    }
-
-    /// The stream's metrics after a batch is fetched (through the `metrics` facade: nothing
-    /// is recorded unless the application installs a recorder): each partition's position,
-    /// end, log start and lag, the batch's offsets, bytes and fetch time, memory in use.
-    fn record_metrics(
-        &self,
-        snap: &[PartitionSnapshot],
-        offsets: u64,
-        bytes: usize,
-        fetch: Duration,
-    ) {
-        metrics::counter!("kdirect_batches_total").increment(1);
-        metrics::counter!("kdirect_offsets_total").increment(offsets);
-        metrics::counter!("kdirect_fetched_bytes_total").increment(bytes as u64);
-        metrics::histogram!("kdirect_fetch_seconds").record(fetch.as_secs_f64());
-        metrics::gauge!("kdirect_memory_in_use_bytes").set(self.budget.in_use() as f64);
-        let planner = self.planner();
-        let positions = planner.positions();
-        let mut lag = 0u64;
-        for s in snap {
-            let labels = [
-                ("topic", s.topic.clone()),
-                ("partition", s.partition.to_string()),
-            ];
-            let position = positions
-                .get(&TopicPartition::new(s.topic.clone(), s.partition))
-                .copied()
-                .unwrap_or(s.log_start);
-            metrics::gauge!("kdirect_partition_position", &labels).set(position as f64);
-            metrics::gauge!("kdirect_partition_end_offset", &labels).set(s.end as f64);
-            metrics::gauge!("kdirect_partition_log_start_offset", &labels).set(s.log_start as f64);
-            let left = (s.end - position).max(0);
-            metrics::gauge!("kdirect_partition_lag", &labels).set(left as f64);
-            lag = lag.saturating_add(left as u64);
-        }
-        *self.lag.lock().unwrap_or_else(PoisonError::into_inner) = Some(lag);
-    }
-
-    /// Whether a snapshot shows a partition's position outside its log (below the log start
-    /// or past the end): what the planner would report as data loss.
-    fn outside_the_log(&self, snap: &[PartitionSnapshot]) -> bool {
-        let planner = self.planner();
-        let pos = planner.positions();
-        snap.iter().any(|s| {
-            pos.get(&TopicPartition::new(s.topic.clone(), s.partition))
-                .is_some_and(|p| *p < s.log_start || *p > s.end)
-        })
-    }
-
-    /// After an error: the next snapshot refreshes metadata and asks ListOffsets.
-    fn forget(&self) {
-        *self.metadata.lock().unwrap_or_else(PoisonError::into_inner) = None;
-        self.observed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
-        self.caught_up
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
-    }
-
-    /// Drops what Fetch answers showed of `parts`' ends (a ListOffsets round asked them
-    /// afresh).
-    fn forget_ends(&self, parts: &[(String, i32)]) {
-        let mut seen = self.observed.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut caught = self
-            .caught_up
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        for (t, p) in parts {
-            let tp = TopicPartition::new(t.clone(), *p);
-            seen.remove(&tp);
-            caught.remove(&tp);
-        }
-    }
-
-    /// Keeps the ends the Fetch answers of `data` reported: for partitions with more to read
-    /// past their range in `observed`, for partitions the batch caught up in `caught_up`
-    /// (see there for when they plan).
-    fn observe(&self, data: &[RangeData]) {
-        let now = Instant::now();
-        let batch = self.planner().next_batch_id();
-        let mut seen = self.observed.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut caught = self
-            .caught_up
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        for d in data {
-            let tp = d.range.topic_partition();
-            match d.observed {
-                Some(o) if o.end > d.range.until => {
-                    caught.remove(&tp);
-                    seen.insert(tp, (o, now));
-                }
-                Some(ends) => {
-                    seen.remove(&tp);
-                    caught.insert(
-                        tp,
-                        CaughtUp {
-                            ends,
-                            at: now,
-                            batch,
-                        },
-                    );
-                }
-                // No answer for it (a range read from a carried batch): what was seen before
-                // keeps its own age.
-                None => {
-                    caught.remove(&tp);
-                }
-            }
-        }
-    }
-
-    async fn snapshot(&self) -> Result<Vec<PartitionSnapshot>, EngineError> {
-        let (view, names) = self.metadata().await?;
-        let topics: Vec<&str> = names.iter().map(String::as_str).collect();
-        for t in &topics {
-            self.check_topic_id(t, view.topic(t)?.id)?;
-        }
-        let assigned = self
-            .assigned
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        if assigned.is_some() {
-            self.check_subscription(&view, &topics);
-        }
-        let mut parts: Vec<(String, i32)> = Vec::new();
-        for t in &topics {
-            for p in &view.topic(t)?.partitions {
-                if self
-                    .config
-                    .partitions
-                    .as_ref()
-                    .is_none_or(|ps| ps.contains(&p.partition))
-                    && assigned
-                        .as_ref()
-                        .is_none_or(|a| a.contains(&TopicPartition::new(*t, p.partition)))
-                {
-                    parts.push(((*t).to_owned(), p.partition));
-                }
-            }
-        }
-        let iso = self.config.fetch.params.isolation;
-        // Partitions a recent Fetch answer gave both ends of need no ListOffsets round (the
-        // end it saw is at most ends.max.age.ms old: a batch planned from it is smaller at
-        // worst, never wrong). The ends of a bounded stream are asked at its start.
-        let unresolved_ending = self.config.ending.is_some()
-            && self
-                .until
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .is_none();
-        let mut fresh: BTreeMap<TopicPartition, ObservedEnds> = if unresolved_ending {
-            BTreeMap::new()
-        } else {
-            let seen = self.observed.lock().unwrap_or_else(PoisonError::into_inner);
-            parts
-                .iter()
-                .filter_map(|(t, p)| {
-                    let tp = TopicPartition::new(t.clone(), *p);
-                    seen.get(&tp)
-                        .filter(|(_, at)| at.elapsed() < self.config.ends_max_age)
-                        .map(|(o, _)| (tp, *o))
-                })
-                .collect()
-        };
-        // Partitions a recent answer showed caught up (see `caught_up`). When every partition
-        // is, the planner waits and the stream long-polls the leaders at once (a Fetch the
-        // broker answers as soon as a record is appended), where ListOffsets for earliest
-        // and latest would be two more round trips between a record's append and its
-        // delivery, at every batch of a stream that keeps up. While others have data, only
-        // answers from the last batch or the long-poll before it plan.
-        if !unresolved_ending && self.config.fetch.params.max_wait_ms > 0 {
-            let caught = self
-                .caught_up
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            let planner = self.planner();
-            let pos = planner.positions();
-            let caught: BTreeMap<TopicPartition, CaughtUp> = parts
-                .iter()
-                .filter_map(|(t, p)| {
-                    let tp = TopicPartition::new(t.clone(), *p);
-                    let c = *caught.get(&tp)?;
-                    let still = pos.get(&tp).is_some_and(|p| c.ends.end <= *p);
-                    (still && c.at.elapsed() < self.config.ends_max_age).then_some((tp, c))
-                })
-                .collect();
-            let idle = fresh
-                .iter()
-                .all(|(tp, o)| pos.get(tp).is_some_and(|p| o.end <= *p))
-                && parts.iter().all(|(t, p)| {
-                    let tp = TopicPartition::new(t.clone(), *p);
-                    fresh.contains_key(&tp) || caught.contains_key(&tp)
-                });
-            let next = planner.next_batch_id();
-            for (tp, c) in caught {
-                if idle || next.saturating_sub(c.batch) <= 1 {
-                    fresh.insert(tp, c.ends);
-                }
-            }
-        }
-        let ask: Vec<(String, i32)> = parts
-            .iter()
-            .filter(|(t, p)| !fresh.contains_key(&TopicPartition::new(t.clone(), *p)))
-            .cloned()
-            .collect();
-        let (mut starts, mut ends) = if ask.is_empty() {
-            (Vec::new(), Vec::new())
-        } else {
-            let starts = self
-                .cluster
-                .list_offsets(&ask, OffsetSpec::Earliest, iso)
-                .await?;
-            let ends = self
-                .cluster
-                .list_offsets(&ask, OffsetSpec::Latest, iso)
-                .await?;
-            // What Fetch answers showed of these partitions is older than what this plan
-            // uses: kept, a later plan would take it for the log's end moving back.
-            self.forget_ends(&ask);
-            (starts, ends)
-        };
-        for (tp, o) in &fresh {
-            let listed = |offset| PartitionOffset {
-                topic: tp.topic.clone(),
-                partition: tp.partition,
-                error: kdirect_proto::ErrorCode::NONE,
-                offset,
-                timestamp: -1,
-                leader_epoch: -1,
-            };
-            starts.push(listed(o.log_start));
-            ends.push(listed(o.end));
-        }
-        let key = |o: &PartitionOffset| (o.topic.clone(), o.partition);
-        starts.sort_by_key(key);
-        ends.sort_by_key(key);
-        let tps: Vec<TopicPartition> = parts
-            .iter()
-            .map(|(t, p)| TopicPartition::new(t.clone(), *p))
-            .collect();
-        let lookups = self.planner().timestamp_lookups(tps.iter());
-        let mut found: BTreeMap<TopicPartition, TimestampLookup> = BTreeMap::new();
-        // One ListOffsets round per distinct timestamp (usually one).
-        let mut by_time: BTreeMap<i64, Vec<(String, i32)>> = BTreeMap::new();
-        for (tp, ts) in &lookups {
-            by_time
-                .entry(*ts)
-                .or_default()
-                .push((tp.topic.clone(), tp.partition));
-        }
-        for (ts, ask) in by_time {
-            for o in self
-                .cluster
-                .list_offsets(&ask, OffsetSpec::Timestamp(ts), iso)
-                .await?
-            {
-                let l = if o.offset < 0 {
-                    TimestampLookup::NoMatch
-                } else {
-                    TimestampLookup::Offset(o.offset)
-                };
-                found.insert(TopicPartition::new(o.topic, o.partition), l);
-            }
-        }
-        let unresolved = self
-            .until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_none();
-        let at_time = match (&self.config.ending, unresolved) {
-            (Some(Ending::Timestamp(ts)), true) => Some(
-                self.cluster
-                    .list_offsets(&parts, OffsetSpec::Timestamp(*ts), iso)
-                    .await?,
-            ),
-            _ => None,
-        };
-        let mut until = self.until.lock().unwrap_or_else(PoisonError::into_inner);
-        if let (Some(ending), None) = (&self.config.ending, until.as_ref()) {
-            let latest: BTreeMap<TopicPartition, i64> = ends
-                .iter()
-                .map(|e| (TopicPartition::new(e.topic.clone(), e.partition), e.offset))
-                .collect();
-            *until = Some(match ending {
-                Ending::Latest => latest,
-                Ending::Offsets(wanted) => {
-                    let mut m = BTreeMap::new();
-                    for (tp, end) in latest {
-                        match wanted.get(&tp) {
-                            Some(&o) if o >= 0 => m.insert(tp, o),
-                            // -1: the latest offset, as in Spark's JSON.
-                            Some(_) => m.insert(tp, end),
-                            None => {
-                                return Err(ErrorKind::Config(format!(
-                                    "endingOffsets names no offset for {}-{} (give every \
-                                     partition read, -1 for latest)",
-                                    tp.topic, tp.partition
-                                ))
-                                .into())
-                            }
-                        };
-                    }
-                    m
-                }
-                Ending::Timestamp(_) => {
-                    let found: BTreeMap<TopicPartition, i64> = at_time
-                        .iter()
-                        .flatten()
-                        .map(|o| (TopicPartition::new(o.topic.clone(), o.partition), o.offset))
-                        .collect();
-                    latest
-                        .into_iter()
-                        .map(|(tp, end)| {
-                            // No record that recent: everything up to the end seen now.
-                            let at = found.get(&tp).copied().filter(|o| *o >= 0).unwrap_or(end);
-                            (tp, at.min(end))
-                        })
-                        .collect()
-                }
-            });
-        }
-        let mut snap = Vec::with_capacity(parts.len());
-        for (s, e) in starts.iter().zip(&ends) {
-            let tp = TopicPartition::new(s.topic.clone(), s.partition);
-            let mut end = e.offset;
-            // The end is asked after the start, and a log start never passes the end at any
-            // moment, so these two can only disagree when the broker's offsets are wrong.
-            // Offsets that make no sense (a negative log start, an end below it) are the
-            // broker's fault, reported as such: never read as "nothing to read".
-            if s.offset < 0 || end < s.offset {
-                return Err(kdirect_engine::plan::PlanError::InvalidSnapshot {
-                    topic: s.topic.clone(),
-                    partition: s.partition,
-                    log_start: s.offset,
-                    end,
-                }
-                .into());
-            }
-            if let Some(u) = until.as_ref() {
-                // Partitions that appeared after the start have nothing to read in this run.
-                end = end.min(u.get(&tp).copied().unwrap_or(s.offset));
-            }
-            let mut ps =
-                PartitionSnapshot::new(s.topic.clone(), s.partition, s.offset, end.max(s.offset));
-            if let Some(l) = found.remove(&tp) {
-                ps = ps.with_timestamp_lookup(l);
-            }
-            snap.push(ps);
-        }
-        Ok(snap)
-    }
-
-    /// Group mode: a subscribed topic whose partition count changed, or a topic the pattern
-    /// matches now and did not at the join, makes the member rejoin (the leader then
-    /// assigns the new partitions), as the Java consumer's metadata check does.
-    fn check_subscription(&self, view: &kdirect_engine::cluster::ClusterView, topics: &[&str]) {
-        let now: BTreeMap<String, usize> = topics
-            .iter()
-            .filter_map(|t| {
-                view.topic(t)
-                    .ok()
-                    .map(|i| ((*t).to_owned(), i.partitions.len()))
-            })
-            .collect();
-        let joined = self
-            .joined_topics
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if *joined != now && !*self.subscription_changed.borrow() {
-            tracing::info!(
-                "the subscription changed since the group was joined ({joined:?} → {now:?}): \
-                 rejoining"
-            );
-            self.subscription_changed.send_replace(true);
-        }
-    }
-
-    /// Group mode: a new assignment. The planner starts again from the store's positions
-    /// for exactly these partitions (the others were given up with the old generation).
-    fn reassign(
-        &self,
-        partitions: BTreeSet<TopicPartition>,
-        committed: &Committed,
-        topics: BTreeMap<String, usize>,
-    ) -> Result<(), EngineError> {
-        let positions: BTreeMap<TopicPartition, i64> = committed
-            .positions
-            .iter()
-            .filter(|(tp, _)| partitions.contains(*tp))
-            .map(|(tp, o)| (tp.clone(), *o))
-            .collect();
-        let next_id = committed
-            .next_batch_id()
-            .max(self.planner().next_batch_id());
-        // KIP-320: positions another member committed (or this one, earlier) with their
-        // epochs are checked with their leaders before the first plan of the assignment.
-        for (tp, pos) in &positions {
-            if let Some(&epoch) = committed.epochs.get(tp) {
-                self.budget.resume_at(&tp.topic, tp.partition, *pos, epoch);
-            }
-        }
-        // KIP-516: positions committed under another id of their topic (re-created since)
-        // are found by the next snapshot's id check, as in a resumed stream.
-        {
-            let mut ids = self
-                .topic_ids
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            for (topic, id) in &committed.topic_ids {
-                if *id != [0; 16] && positions.keys().any(|tp| tp.topic == *topic) {
-                    ids.insert(topic.clone(), *id);
-                }
-            }
-        }
-        let planner = Planner::resume(self.planner_config.clone(), next_id, positions)
-            .map_err(EngineError::from)?;
-        *self.planner() = planner;
-        self.observed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
-        self.caught_up
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
-        *self.assigned.lock().unwrap_or_else(PoisonError::into_inner) = Some(partitions);
-        *self
-            .joined_topics
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = topics;
-        self.subscription_changed.send_replace(false);
-        Ok(())
-    }
-
-    /// A topic whose id changed was deleted and re-created: never read its new log at the old
-    /// positions. `failOnDataLoss` (the default) fails; otherwise its partitions start again at
-    /// the new log's start (as new partitions) and the batch reports them as lost.
-    /// True when the topic was re-created (and `failOnDataLoss=false` moved its partitions
-    /// to the new log's start).
-    fn check_topic_id(&self, topic: &str, id: [u8; 16]) -> Result<bool, EngineError> {
-        let mut ids = self
-            .topic_ids
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let previous = *ids.entry(topic.to_owned()).or_insert(id);
-        if previous == id || previous == [0; 16] || id == [0; 16] {
-            ids.insert(topic.to_owned(), id);
-            return Ok(false);
-        }
-        if self.config.data_loss == DataLossPolicy::Fail {
-            let hex = |b: [u8; 16]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-            return Err(ErrorKind::TopicRecreated {
-                topic: topic.to_owned(),
-                previous: hex(previous),
-                now: hex(id),
-            }
-            .into());
-        }
-        ids.insert(topic.to_owned(), id);
-        let mut planner = self.planner();
-        let old: Vec<(TopicPartition, i64)> = planner
-            .positions()
-            .iter()
-            .filter(|(tp, _)| tp.topic == topic)
-            .map(|(tp, p)| (tp.clone(), *p))
-            .collect();
-        let mut lost = self
-            .recreated
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        for (tp, pos) in old {
-            // Offset 0 is the start of every new log (a later data-loss check reports any
-            // records already removed from it).
-            planner.set_position(tp.clone(), 0);
-            lost.push(LostRange {
-                topic: tp.topic,
-                partition: tp.partition,
-                from: pos,
-                until: pos,
-                reason: kdirect_engine::plan::DataLossReason::TopicRecreated,
-            });
-        }
-        Ok(true)
-    }
-
-    /// KIP-320: before planning, asks the leaders of partitions whose leader epoch moved since
-    /// the stream read up to its position whether the log still holds what was read
-    /// ([`kdirect_engine::fetch::check_truncation`]). A truncation fails the stream under
-    /// `failOnDataLoss=true` (the default), naming the partition, the exact lost range and
-    /// the leader; otherwise it is logged, reported with the next batch, and the partition
-    /// goes on at the truncation point — by widening the next fetch back to it when the new
-    /// log reaches the position (the plan and the store keep the old position), or by moving
-    /// the planner's position back when the new log ends below it (the planner would
-    /// otherwise see a position past the end and restart from the log start).
-    async fn check_truncation(&self, snap: &[PartitionSnapshot]) -> Result<(), EngineError> {
-        let positions: Vec<(TopicPartition, i64)> = {
-            let planner = self.planner();
-            let pos = planner.positions();
-            snap.iter()
-                .filter_map(|s| {
-                    let tp = TopicPartition::new(s.topic.clone(), s.partition);
-                    let p = *pos.get(&tp)?;
-                    Some((tp, p))
-                })
-                .collect()
-        };
-        let found =
-            match kdirect_engine::fetch::check_truncation(&self.cluster, &self.budget, &positions)
-                .await
-            {
-                Ok(found) => found,
-                // Unchecked this time; asked again before the next plan (and the fetch sends the
-                // last fetched epoch meanwhile).
-                Err(e) if e.is_retriable() => {
-                    tracing::debug!("truncation check postponed: {e}");
-                    return Ok(());
-                }
-                Err(e) => return Err(e),
-            };
-        for t in found {
-            if self.config.data_loss == DataLossPolicy::Fail {
-                return Err(t.to_error());
-            }
-            tracing::warn!(
-                "{} (failOnDataLoss=false: {}-{} goes on at {})",
-                t.to_error(),
-                t.partition.topic,
-                t.partition.partition,
-                t.lost_from
-            );
-            let end = snap
-                .iter()
-                .find(|s| s.topic == t.partition.topic && s.partition == t.partition.partition)
-                .map(|s| s.end);
-            if end.is_some_and(|end| end < t.lost_until) {
-                self.planner()
-                    .set_position(t.partition.clone(), t.lost_from);
-            } else {
-                self.rewinds
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(t.partition.clone(), t.lost_from);
-            }
-            self.recreated
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(t.lost());
-        }
-        Ok(())
-    }
-
-    /// Fetches the ranges of a batch whose plan is made (the planner's positions moved): a
-    /// fetch that ran out of retries while the brokers are away is tried again, the same
-    /// ranges; data lost between the plan and the fetch is handled by the data-loss policy
-    /// (`failOnDataLoss=false`: a range truncated under records an earlier batch handed out
-    /// widens back to where the new leader's log stops agreeing, KIP-320; one whose start
-    /// retention removed goes on from the log start). Returns the data and what was lost.
-    /// Fetches `want`. With `fit`, the ranges are read up to what fits in memory
-    /// ([`fetch_ranges_fitting`]: each data's range says where it ends); without, exactly.
-    async fn fetch_planned(
-        &self,
-        want: &mut Vec<OffsetRange>,
-        reconnect: &mut Reconnect,
-        mut fit: bool,
-    ) -> Result<(Vec<RangeData>, Vec<LostRange>), EngineError> {
-        let mut fetch_lost: Vec<LostRange> = Vec::new();
-        let data = loop {
-            let (cluster, cfg, budget) = (&self.cluster, &self.config.fetch, &self.budget);
-            let fetched = if fit {
-                fetch_ranges_fitting(cluster, want, cfg, budget).await
-            } else {
-                fetch_ranges_within(cluster, want, cfg, budget).await
-            };
-            match fetched {
-                Ok(d) => break d,
-                Err(e) if e.is_retriable() => {
-                    self.forget();
-                    reconnect.wait(e, &self.config).await?
-                }
-                Err(e) => {
-                    let (
-                        DataLossPolicy::Earliest,
-                        ErrorKind::Plan(PlanError::DataLoss {
-                            topic,
-                            partition,
-                            lost_from,
-                            lost_until,
-                            reason,
-                        }),
-                    ) = (self.config.data_loss, e.root().kind())
-                    else {
-                        return Err(e);
-                    };
-                    let Some(r) = want
-                        .iter_mut()
-                        .find(|r| r.topic == *topic && r.partition == *partition)
-                    else {
-                        return Err(e);
-                    };
-                    let lost = if let DataLossReason::Truncated { .. } = reason {
-                        // KIP-320: records an earlier batch handed out are no longer in the
-                        // log (the fetch's diverging epoch). Read on from where the new
-                        // leader's log stops agreeing: the range widens back to it, and the
-                        // batch reports what was lost. Each step moves the range's start
-                        // back: finite.
-                        if *lost_from >= r.from || *lost_from < 0 {
-                            return Err(e);
-                        }
-                        tracing::warn!(
-                            "{e} (failOnDataLoss=false: {topic}-{partition} goes on at \
-                             {lost_from})"
-                        );
-                        r.from = *lost_from;
-                        // Read below the plan's start: exactly, never ended early.
-                        fit = false;
-                        (*lost_from, *lost_until)
-                    } else {
-                        // Retention removed records of the range: the whole range up to the
-                        // log start is lost (a failed fetch keeps none of what it read).
-                        let until = (*lost_until).min(r.until);
-                        if until <= r.from {
-                            return Err(e);
-                        }
-                        let lost = (r.from.min(*lost_from), until);
-                        r.from = until;
-                        lost
-                    };
-                    fetch_lost.push(LostRange {
-                        topic: topic.clone(),
-                        partition: *partition,
-                        from: lost.0,
-                        until: lost.1,
-                        reason: *reason,
-                    });
-                    want.retain(|r| !r.is_empty());
-                    self.forget();
-                }
-            }
-        };
-        Ok((data, fetch_lost))
-    }
-
-    /// KIP-320: the epoch of the last record batch read before each range's `until`, as the
-    /// fetch that just read the ranges left them (batches are fetched one after the other,
-    /// and the next one's fetch starts after this call). An empty range's partition keeps the
-    /// epoch its last read (or the store) left at the position.
-    fn epochs_at(&self, ranges: &[OffsetRange]) -> BTreeMap<TopicPartition, i32> {
-        ranges
-            .iter()
-            .filter_map(|r| {
-                let e = self.budget.epoch_at(&r.topic, r.partition, r.until)?;
-                Some((r.topic_partition(), e))
-            })
-            .collect()
-    }
-
-    /// KIP-516: the ids of the ranges' topics, as the stream last saw them (none for a
-    /// broker without topic ids).
-    fn topic_ids_of(&self, ranges: &[OffsetRange]) -> BTreeMap<String, [u8; 16]> {
-        let ids = self
-            .topic_ids
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        ranges
-            .iter()
-            .filter_map(|r| {
-                let id = *ids.get(&r.topic).filter(|id| **id != [0; 16])?;
-                Some((r.topic.clone(), id))
-            })
-            .collect()
-    }
-
-    /// `e` is "unknown topic" for a topic this stream has read before.
-    fn was_known(&self, e: &EngineError) -> bool {
-        let ErrorKind::UnknownTopic { topic } = e.root().kind() else {
-            return false;
-        };
-        self.topic_ids
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains_key(topic)
-    }
-
-    /// Long-polls every partition of `snap` that the planner has a position for and has read
-    /// up to its end (see [`kdirect_engine::fetch::wait_for_data`]), and records the ends
-    /// the brokers answered with, so the next snapshot needs no ListOffsets round; the
-    /// records the answers held are kept by the fetcher for the batch planned from them (no
-    /// second Fetch between a record's append and its delivery). False
-    /// when nothing could be asked (no such partition, or the poll failed: the caller
-    /// falls back to polling at intervals).
-    async fn long_poll(&self, snap: &[PartitionSnapshot]) -> bool {
-        if self.config.fetch.params.max_wait_ms <= 0 {
-            return false;
-        }
-        let asked: Vec<(TopicPartition, i64)> = {
-            let planner = self.planner();
-            let pos = planner.positions();
-            snap.iter()
-                .filter_map(|s| {
-                    let tp = TopicPartition::new(s.topic.clone(), s.partition);
-                    let p = *pos.get(&tp)?;
-                    (p >= s.end).then_some((tp, p))
-                })
-                .collect()
-        };
-        if asked.is_empty() {
-            return false;
-        }
-        let asked_at: std::collections::HashMap<&TopicPartition, i64> =
-            asked.iter().map(|(tp, p)| (tp, *p)).collect();
-        // Nothing past the position asked: caught up.
-        let nothing_new =
-            |tp: &TopicPartition, e: &ObservedEnds| asked_at.get(tp).is_some_and(|p| e.end <= *p);
-        let started = Instant::now();
-        let answer = kdirect_engine::fetch::wait_for_data(
-            &self.cluster,
-            &asked,
-            &self.config.fetch,
-            &self.budget,
-        )
-        .await;
-        match answer {
-            Ok(ends) => {
-                // An answer at once with nothing new: a broker that does not hold fetches, or
-                // one that answered because something else changed (Kafka answers a fetch
-                // session's request at once when the ends it last sent that session moved,
-                // which with several sessions per broker happens while records arrive). The
-                // first few such answers in a row poll again at once (the next one is held);
-                // after that the stream polls at intervals rather than spin.
-                let quick_and_empty = started.elapsed().as_millis() * 2
-                    < u128::try_from(self.config.fetch.params.max_wait_ms).unwrap_or(0)
-                    && ends.iter().all(|(tp, e)| nothing_new(tp, e));
-                if quick_and_empty
-                    && self.quick_polls.fetch_add(1, Ordering::Relaxed) >= QUICK_POLLS
-                {
-                    self.interval_polls.fetch_add(1, Ordering::Relaxed);
-                    metrics::counter!("kdirect_interval_polls_total").increment(1);
-                    return false;
-                }
-                if ends.is_empty() {
-                    return false;
-                }
-                if !quick_and_empty {
-                    self.quick_polls.store(0, Ordering::Relaxed);
-                }
-                let now = Instant::now();
-                let batch = self.planner().next_batch_id();
-                let mut seen = self.observed.lock().unwrap_or_else(PoisonError::into_inner);
-                let mut caught = self
-                    .caught_up
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                for (tp, e) in ends {
-                    // Nothing new there yet: caught up, as after a batch (a record appended
-                    // while other partitions keep the stream busy is asked for within a batch).
-                    if nothing_new(&tp, &e) {
-                        seen.remove(&tp);
-                        caught.insert(
-                            tp,
-                            CaughtUp {
-                                ends: e,
-                                at: now,
-                                batch,
-                            },
-                        );
-                    } else {
-                        caught.remove(&tp);
-                        seen.insert(tp, (e, now));
-                    }
-                }
-                true
-            }
-            Err(e) => {
-                tracing::debug!("long-poll failed, polling at intervals instead: {e}");
-                false
-            }
-        }
-    }
-
-    /// True once every partition reached the end offsets captured at start.
-    fn reached_until(&self) -> bool {
-        let until = self.until.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(until) = until.as_ref() else {
-            return false;
-        };
-        let planner = self.planner();
-        let pos = planner.positions();
-        until
-            .iter()
-            .all(|(tp, end)| pos.get(tp).is_some_and(|p| p >= end))
-    }
-
-    async fn next(self: Arc<Self>) -> Result<Option<Batch>, EngineError> {
-        let replay = self
-            .replay
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(PlannedBatch {
-            id,
-            ranges,
-            moved_back,
-            ..
-        }) = replay
-        {
-            let mut want: Vec<OffsetRange> =
-                ranges.iter().filter(|r| !r.is_empty()).cloned().collect();
-            // A topic re-created while the stream was down (the stored id is not the
-            // cluster's): the logged ranges' records went with the old topic. Checked before
-            // the fetch, which would read the old offsets in the new log.
-            let mut recreated_lost = Vec::new();
-            if let Ok((view, _)) = self.metadata().await {
-                let topics: BTreeSet<String> = want.iter().map(|r| r.topic.clone()).collect();
-                for t in topics {
-                    let Ok(info) = view.topic(&t) else { continue };
-                    if !self.check_topic_id(&t, info.id)? {
-                        continue;
-                    }
-                    for r in want.iter().filter(|r| r.topic == t) {
-                        recreated_lost.push(LostRange {
-                            topic: t.clone(),
-                            partition: r.partition,
-                            from: r.from,
-                            until: r.until,
-                            reason: DataLossReason::TopicRecreated,
-                        });
-                    }
-                    want.retain(|r| r.topic != t);
-                }
-            }
-            // The logged ranges, as they were planned; data lost since (a log truncated under
-            // the committed position, which the fetch finds with the stored epoch; records
-            // removed by retention) goes by the data-loss policy as in any batch.
-            let (data, mut lost) = self
-                .fetch_planned(&mut want, &mut Reconnect::default(), false)
-                .await?;
-            lost.splice(0..0, recreated_lost);
-            self.observe(&data);
-            let now = self.now();
-            let epochs = self.epochs_at(&ranges);
-            let topic_ids = self.topic_ids_of(&ranges);
-            return Ok(Some(Batch {
-                id,
-                ranges,
-                epochs,
-                topic_ids,
-                moved_back,
-                data,
-                lost,
-                planned_at: now,
-                handed_at: now,
-                replay: true,
-            }));
-        }
-        // Since when a topic read before has been missing from the metadata (deleted, maybe
-        // about to be re-created): waited for up to default.api.timeout.ms, as the Java
-        // consumer keeps polling a subscribed topic that is gone.
-        let mut missing_since: Option<Instant> = None;
-        let mut reconnect = Reconnect::default();
-        let mut loss_rechecked = false;
-        loop {
-            if self.config.ending.is_some() && self.reached_until() {
-                return Ok(None);
-            }
-            // Paced by the trigger or the rate limits: sleep until the next batch may start,
-            // without asking the brokers for a snapshot the planner would only refuse.
-            let not_before = self.planner().not_before();
-            if let Some(at) = not_before {
-                let wait = at.saturating_sub(self.now());
-                if !wait.is_zero() {
-                    tokio::time::sleep(wait).await;
-                }
-            }
-            let snap = match self.snapshot().await {
-                Ok(snap) => snap,
-                Err(e) if self.was_known(&e) => {
-                    self.forget();
-                    let since = *missing_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= self.config.conn.retry_timeout {
-                        return Err(e);
-                    }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    continue;
-                }
-                // The brokers are unreachable (a restart, a network cut): keep trying with
-                // backoff, as a long-running consumer does, for reconnect.timeout.ms.
-                Err(e) if e.is_retriable() => {
-                    self.forget();
-                    reconnect.wait(e, &self.config).await?;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            missing_since = None;
-            reconnect = Reconnect::default();
-            // A position outside the log is data loss only if the topic is still the one read:
-            // a topic deleted and re-created under the same name shows a log ending below the
-            // position (ListOffsets asks by name) before the cached metadata shows its new id.
-            // So the metadata is asked again, and the ends with it, before anything is lost.
-            if !loss_rechecked && self.outside_the_log(&snap) {
-                loss_rechecked = true;
-                self.forget();
-                continue;
-            }
-            self.check_truncation(&snap).await?;
-            let now = self.now();
-            let outcome = self.planner().plan(now, &snap)?;
-            match outcome {
-                PlanOutcome::Batch(mut plan) => {
-                    let mut want: Vec<OffsetRange> = plan
-                        .ranges
-                        .iter()
-                        .filter(|r| !r.is_empty())
-                        .cloned()
-                        .collect();
-                    // Offsets retention removed below the position (failOnDataLoss=false): the
-                    // fetch starts at the log start, but the batch's range starts where the
-                    // partition stood, so that an offset store's compare-and-set on `from`
-                    // (the stored position) holds, the lost offsets are inside the committed
-                    // range, and a re-run of the logged plan finds the same loss.
-                    for l in &plan.lost {
-                        if l.reason != DataLossReason::BelowLogStart {
-                            continue;
-                        }
-                        if let Some(r) = plan.ranges.iter_mut().find(|r| {
-                            r.topic == l.topic
-                                && r.partition == l.partition
-                                && r.from == l.until
-                                && l.from < r.from
-                        }) {
-                            r.from = l.from;
-                        }
-                    }
-                    // Truncations found before the plan (KIP-320): read again from where the
-                    // new leader's log stops agreeing with what was read.
-                    let rewinds = std::mem::take(
-                        &mut *self.rewinds.lock().unwrap_or_else(PoisonError::into_inner),
-                    );
-                    for (tp, from) in rewinds {
-                        let same = |r: &&mut OffsetRange| {
-                            r.topic == tp.topic && r.partition == tp.partition
-                        };
-                        if let Some(w) = want.iter_mut().find(same) {
-                            w.from = w.from.min(from);
-                        } else if let Some(p) = plan
-                            .ranges
-                            .iter()
-                            .find(|r| r.topic == tp.topic && r.partition == tp.partition)
-                            .filter(|r| from < r.until)
-                        {
-                            want.push(OffsetRange::new(tp.topic, tp.partition, from, p.until));
-                        }
-                    }
-                    // A batch not yet handed out is read up to what fits in memory, in whole
-                    // stored batches, and its ranges end where the reading stopped (issue 32);
-                    // not when a range reads below the plan's start (a truncation, KIP-320).
-                    let fit = want.iter().all(|w| {
-                        plan.ranges
-                            .iter()
-                            .find(|r| r.topic == w.topic && r.partition == w.partition)
-                            .is_none_or(|r| w.from >= r.from)
-                    });
-                    let fetch_started = Instant::now();
-                    let (data, fetch_lost) =
-                        self.fetch_planned(&mut want, &mut reconnect, fit).await?;
-                    let mut early = false;
-                    for d in &data {
-                        let read = &d.range;
-                        let Some(r) = plan
-                            .ranges
-                            .iter_mut()
-                            .find(|r| r.partition == read.partition && r.topic == read.topic)
-                        else {
-                            continue;
-                        };
-                        if read.until < r.until {
-                            r.until = read.until.max(r.from);
-                            early = true;
-                        }
-                    }
-                    if early {
-                        self.planner().end_early(&plan.ranges);
-                    }
-                    self.observe(&data);
-                    // The offsets read: each range as the fetch ended it.
-                    let offsets: u64 = data.iter().map(|d| d.range.len()).sum();
-                    let bytes: usize = data.iter().map(RangeData::bytes).sum();
-                    self.record_metrics(&snap, offsets, bytes, fetch_started.elapsed());
-                    if self.adaptive && offsets > 0 {
-                        // By the data's bytes per offset, not the bytes this batch held: a
-                        // short range holds a whole stored batch, and sizing by what it held
-                        // made the next ranges shorter still, down to a few records of a
-                        // stored batch per partition, each fetched again and again (issue 32).
-                        let per_offset = self
-                            .budget
-                            .bytes_per_offset()
-                            .unwrap_or(bytes as f64 / offsets as f64);
-                        let cap = adaptive_cap(self.budget.total(), per_offset);
-                        self.planner().set_max_offsets_per_trigger(Some(cap));
-                    }
-                    let partitions =
-                        partition_cap(self.budget.total(), self.budget.largest_batch());
-                    self.planner()
-                        .set_max_partitions_per_batch(Some(partitions));
-                    let mut lost = std::mem::take(
-                        &mut *self
-                            .recreated
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner),
-                    );
-                    lost.extend(plan.lost);
-                    lost.extend(fetch_lost);
-                    let epochs = self.epochs_at(&plan.ranges);
-                    let topic_ids = self.topic_ids_of(&plan.ranges);
-                    return Ok(Some(Batch {
-                        id: plan.batch_id,
-                        epochs,
-                        topic_ids,
-                        moved_back: plan.moved_back,
-                        ranges: plan.ranges,
-                        data,
-                        lost,
-                        planned_at: plan.planned_at,
-                        handed_at: self.now(),
-                        replay: false,
-                    }));
-                }
-                PlanOutcome::Wait(w) => {
-                    if self.config.ending.is_some() && self.reached_until() {
-                        return Ok(None);
-                    }
-                    if w.reason == WaitReason::Paced {
-                        continue;
-                    }
-                    // Caught up: long-poll the leaders (fetch.max.wait.ms) instead of asking
-                    // ListOffsets again and again; their answer's ends plan the next batch.
-                    if w.reason == WaitReason::NoNewData && self.long_poll(&snap).await {
-                        continue;
-                    }
-                    let poll = self.config.batch_interval.min(Duration::from_millis(200));
-                    let sleep = w
-                        .retry_at
-                        .map_or(poll, |at| at.saturating_sub(self.now()).min(poll));
-                    tokio::time::sleep(sleep.max(Duration::from_millis(5))).await;
-                }
-            }
-        }
     }
 }
 
@@ -2474,13 +1244,7 @@ impl DirectStream {
         if let Some(t) = self.pending.take() {
             t.abort();
         }
-        let held = self
-            .driver
-            .assigned
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .replace(BTreeSet::new())
-            .unwrap_or_default();
+        let held = self.driver.core().give_up_assignment();
         // Eager: everything is given up before joining. Cooperative: only what the new
         // assignment leaves out, once it is known.
         let cooperative = member.is_cooperative();
@@ -2527,13 +1291,18 @@ impl DirectStream {
             .filter(|(tp, _)| joined.partitions.contains(*tp))
             .map(|(tp, o)| (tp.clone(), *o))
             .collect();
-        self.driver
-            .reassign(joined.partitions.clone(), &committed, counts)?;
-        *self
+        let epochs = self
             .driver
-            .metadata
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = None;
+            .core()
+            .reassign(joined.partitions.clone(), &committed, counts)?;
+        // KIP-320: positions another member committed (or this one, earlier) with their
+        // epochs are checked with their leaders before the first plan of the assignment.
+        for (tp, pos, epoch) in epochs {
+            self.driver
+                .budget
+                .resume_at(&tp.topic, tp.partition, pos, epoch);
+        }
+        self.driver.subscription_changed.send_replace(false);
         self.notify(&Rebalance::Assigned {
             generation: joined.generation_id,
             member_id: joined.member_id,
@@ -2552,11 +1321,7 @@ impl DirectStream {
 
     /// Group mode: the partitions this member reads now (`None` when not a group member).
     pub fn assignment(&self) -> Option<BTreeSet<TopicPartition>> {
-        self.driver
-            .assigned
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.driver.core().assigned().cloned()
     }
 
     /// Group mode: this member's id and generation, while it is in one.
@@ -2746,12 +1511,12 @@ impl DirectStream {
             now.saturating_sub(batch.handed_at),
             batch.handed_at.saturating_sub(batch.planned_at),
         );
-        self.driver.planner().on_batch_completed(&completion);
+        self.driver.core().on_batch_completed(&completion);
     }
 
     /// The next offset to read per partition, as planned so far.
     pub fn positions(&self) -> BTreeMap<TopicPartition, i64> {
-        self.driver.planner().positions().clone()
+        self.driver.core().positions().clone()
     }
 
     /// The positions the store held when the stream was built, before any replay (empty
@@ -2762,7 +1527,7 @@ impl DirectStream {
 
     /// The batch id the next plan will get.
     pub fn next_batch_id(&self) -> u64 {
-        self.driver.planner().next_batch_id()
+        self.driver.core().next_batch_id()
     }
 
     /// The offsets left to read as of the last planned batch: the sum over the partitions
@@ -2770,20 +1535,12 @@ impl DirectStream {
     /// found minus the position after the batch. `None` before the first planned batch.
     /// Records produced since are not counted until the next plan.
     pub fn lag(&self) -> Option<u64> {
-        *self
-            .driver
-            .lag
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.driver.core().lag()
     }
 
     /// The end offsets captured at start with `until_latest`.
     pub fn until_offsets(&self) -> Option<BTreeMap<TopicPartition, i64>> {
-        self.driver
-            .until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.driver.core().until().cloned()
     }
 
     /// Bytes of the memory budget in use (held batches plus the prefetch).
@@ -2795,7 +1552,7 @@ impl DirectStream {
     /// apart) because its long-polls were answered at once with nothing new, more than a few
     /// times in a row: a broker that does not hold fetches (`fetch.max.wait.ms`).
     pub fn interval_polls(&self) -> u64 {
-        self.driver.interval_polls.load(Ordering::Relaxed)
+        self.driver.core().interval_polls()
     }
 
     /// How many Fetch requests found the memory budget full and waited for room before being

@@ -1,0 +1,730 @@
+//! The stream core over virtual time: each test feeds snapshots and fetch answers and checks
+//! what the core decides. No broker, no clock, no runtime.
+
+use super::*;
+use kdirect_engine::error::BrokerName;
+use kdirect_engine::plan::{RatePolicy, StartPolicy, WaitReason};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn config(data_loss: DataLossPolicy) -> CoreConfig {
+    CoreConfig {
+        planner: PlannerConfig::new(Duration::from_secs(1))
+            .with_start(StartPolicy::Earliest)
+            .with_data_loss(data_loss),
+        data_loss,
+        ending: None,
+        partitions: None,
+        metadata_max_age: Duration::from_secs(300),
+        ends_max_age: Duration::from_secs(1),
+        max_wait: Duration::from_millis(500),
+        adaptive: false,
+    }
+}
+
+fn core_with(cfg: CoreConfig) -> StreamCore {
+    let planner = Planner::new(cfg.planner.clone()).unwrap();
+    StreamCore::new(cfg, planner, None, BTreeMap::new(), false)
+}
+
+fn resumed(cfg: CoreConfig, positions: &[(&str, i32, i64)]) -> StreamCore {
+    let positions: BTreeMap<TopicPartition, i64> = positions
+        .iter()
+        .map(|(t, p, o)| (TopicPartition::new(*t, *p), *o))
+        .collect();
+    let planner = Planner::resume(cfg.planner.clone(), 7, positions).unwrap();
+    StreamCore::new(cfg, planner, None, BTreeMap::new(), false)
+}
+
+fn snap(parts: &[(&str, i32, i64, i64)]) -> Vec<PartitionSnapshot> {
+    parts
+        .iter()
+        .map(|(t, p, s, e)| PartitionSnapshot::new(*t, *p, *s, *e))
+        .collect()
+}
+
+fn range(t: &str, p: i32, from: i64, until: i64) -> OffsetRange {
+    OffsetRange::new(t, p, from, until)
+}
+
+fn fetch_of(step: Step) -> FetchPlan {
+    match step {
+        Step::Fetch(f) => f,
+        Step::Wait(w) => panic!("expected a batch, got {w:?}"),
+    }
+}
+
+fn wait_of(step: Step) -> Wait {
+    match step {
+        Step::Wait(w) => w,
+        Step::Fetch(f) => panic!("expected a wait, got {f:?}"),
+    }
+}
+
+const SIZING: Sizing = Sizing {
+    budget: 64 << 20,
+    bytes_per_offset: None,
+    largest_batch: None,
+};
+
+/// Reads each wanted range whole, with the ends given.
+fn read_all(
+    core: &mut StreamCore,
+    now: Duration,
+    fetch: FetchPlan,
+    ends: Option<ObservedEnds>,
+) -> Finished {
+    let want = fetch.want.clone();
+    let read: Vec<Read<'_>> = want
+        .iter()
+        .map(|r| Read {
+            range: r,
+            observed: ends,
+            bytes: 100 * r.len() as usize,
+        })
+        .collect();
+    core.finish(now, fetch, &read, SIZING)
+}
+
+fn truncation(t: &str, p: i32, lost_from: i64, lost_until: i64) -> Truncation {
+    Truncation {
+        partition: TopicPartition::new(t, p),
+        lost_from,
+        lost_until,
+        last_fetched_epoch: 3,
+        leader_epoch: 2,
+        broker: BrokerName {
+            node_id: Some(1),
+            addr: "127.0.0.1:9092".into(),
+        },
+    }
+}
+
+#[test]
+fn a_fresh_batch_is_read_to_what_fits_and_the_next_goes_on_from_where_it_stopped() {
+    let mut core = core_with(config(DataLossPolicy::Fail));
+    let s = snap(&[("t", 0, 0, 1000), ("t", 1, 0, 500)]);
+    let fetch = fetch_of(core.plan(ms(0), &s).unwrap());
+    assert!(fetch.fit, "a fresh plan is read up to what fits");
+    assert_eq!(
+        fetch.ranges,
+        vec![range("t", 0, 0, 1000), range("t", 1, 0, 500)]
+    );
+    // The fetch stopped at 300 in t-0 (memory full) and read t-1 whole.
+    let short = range("t", 0, 0, 300);
+    let whole = range("t", 1, 0, 500);
+    let ends = Some(ObservedEnds {
+        log_start: 0,
+        end: 1000,
+    });
+    let read = [
+        Read {
+            range: &short,
+            observed: ends,
+            bytes: 30_000,
+        },
+        Read {
+            range: &whole,
+            observed: Some(ObservedEnds {
+                log_start: 0,
+                end: 500,
+            }),
+            bytes: 50_000,
+        },
+    ];
+    let done = core.finish(ms(1), fetch, &read, SIZING);
+    assert_eq!(done.ranges, vec![short.clone(), whole]);
+    assert_eq!(core.positions()[&TopicPartition::new("t", 0)], 300);
+    // The next batch starts at 300, planned from the ends the answers gave (no ListOffsets).
+    let parts = [TopicPartition::new("t", 0), TopicPartition::new("t", 1)];
+    let known = core.known_ends(ms(2), &parts);
+    assert_eq!(known.len(), 2, "both partitions' ends are known: {known:?}");
+    let next = fetch_of(core.plan(ms(2), &s).unwrap());
+    assert_eq!(next.want, vec![range("t", 0, 300, 1000)]);
+}
+
+#[test]
+fn a_logged_batch_re_run_is_read_exactly_and_never_ended_early() {
+    let cfg = config(DataLossPolicy::Fail);
+    let planner = Planner::resume(cfg.planner.clone(), 4, BTreeMap::new()).unwrap();
+    let logged = PlannedBatch::new(4, vec![range("t", 0, 10, 90), range("t", 1, 5, 5)]);
+    let mut core = StreamCore::new(cfg, planner, Some(logged), BTreeMap::new(), false);
+    let batch = core.take_replay().unwrap();
+    let fetch = core.replay_plan(ms(0), batch, |_| None).unwrap();
+    assert!(!fetch.fit && fetch.replay);
+    assert_eq!(
+        fetch.want,
+        vec![range("t", 0, 10, 90)],
+        "empty ranges are not fetched"
+    );
+    let short = range("t", 0, 10, 40);
+    let read = [Read {
+        range: &short,
+        observed: None,
+        bytes: 1,
+    }];
+    let done = core.finish(ms(1), fetch, &read, SIZING);
+    assert_eq!(
+        done.ranges[0],
+        range("t", 0, 10, 90),
+        "a replay keeps its logged ranges"
+    );
+    assert!(core.take_replay().is_none(), "a replay runs once");
+}
+
+#[test]
+fn a_replayed_topic_re_created_since_is_reported_lost_not_read_in_the_new_log() {
+    let mut cfg = config(DataLossPolicy::Earliest);
+    cfg.planner = cfg.planner.with_data_loss(DataLossPolicy::Earliest);
+    let planner = Planner::resume(cfg.planner.clone(), 4, BTreeMap::new()).unwrap();
+    let ids = BTreeMap::from([("t".to_owned(), [1; 16]), ("u".to_owned(), [2; 16])]);
+    let logged = PlannedBatch::new(4, vec![range("t", 0, 10, 90), range("u", 0, 0, 5)]);
+    let mut core = StreamCore::new(cfg, planner, Some(logged), ids, false);
+    let batch = core.take_replay().unwrap();
+    let fetch = core
+        .replay_plan(ms(0), batch, |t| {
+            Some(if t == "t" { [9; 16] } else { [2; 16] })
+        })
+        .unwrap();
+    assert_eq!(fetch.want, vec![range("u", 0, 0, 5)]);
+    assert_eq!(fetch.lost.len(), 1);
+    assert_eq!(
+        (
+            fetch.lost[0].from,
+            fetch.lost[0].until,
+            fetch.lost[0].reason
+        ),
+        (10, 90, DataLossReason::TopicRecreated)
+    );
+}
+
+#[test]
+fn a_re_created_topic_fails_by_default_and_starts_over_at_zero_otherwise() {
+    let mut core = resumed(config(DataLossPolicy::Fail), &[("t", 0, 40)]);
+    assert!(!core.check_topic_id("t", [1; 16]).unwrap(), "first sight");
+    let e = core.check_topic_id("t", [2; 16]).unwrap_err();
+    assert!(
+        matches!(e.root().kind(), ErrorKind::TopicRecreated { .. }),
+        "{e}"
+    );
+
+    let mut core = resumed(config(DataLossPolicy::Earliest), &[("t", 0, 40)]);
+    core.check_topic_id("t", [1; 16]).unwrap();
+    assert!(core.check_topic_id("t", [2; 16]).unwrap());
+    let fetch = fetch_of(core.plan(ms(0), &snap(&[("t", 0, 0, 10)])).unwrap());
+    assert_eq!(fetch.want, vec![range("t", 0, 0, 10)]);
+    assert!(fetch.moved_back.contains_key(&TopicPartition::new("t", 0)));
+    let lost: Vec<_> = fetch.lost.iter().map(|l| (l.from, l.reason)).collect();
+    assert_eq!(lost, vec![(40, DataLossReason::TopicRecreated)]);
+    // An id of all zeros (a broker without topic ids) is never a re-creation.
+    assert!(!core.check_topic_id("t", [0; 16]).unwrap());
+}
+
+#[test]
+fn retention_below_the_position_keeps_the_range_start_where_the_store_has_it() {
+    let mut core = resumed(config(DataLossPolicy::Earliest), &[("t", 0, 10)]);
+    let fetch = fetch_of(core.plan(ms(0), &snap(&[("t", 0, 25, 60)])).unwrap());
+    // The store's compare-and-set expects 10; the fetch starts at the log start.
+    assert_eq!(fetch.ranges, vec![range("t", 0, 10, 60)]);
+    assert_eq!(fetch.want, vec![range("t", 0, 25, 60)]);
+    let lost: Vec<_> = fetch
+        .lost
+        .iter()
+        .map(|l| (l.from, l.until, l.reason))
+        .collect();
+    assert_eq!(lost, vec![(10, 25, DataLossReason::BelowLogStart)]);
+    assert!(fetch.fit);
+}
+
+#[test]
+fn retention_below_the_position_fails_the_plan_by_default() {
+    let mut core = resumed(config(DataLossPolicy::Fail), &[("t", 0, 10)]);
+    let e = core.plan(ms(0), &snap(&[("t", 0, 25, 60)])).unwrap_err();
+    assert!(e.to_string().contains("t-0"), "{e}");
+}
+
+#[test]
+fn a_truncation_fails_by_default_naming_the_lost_range() {
+    let mut core = resumed(config(DataLossPolicy::Fail), &[("t", 0, 50)]);
+    let s = snap(&[("t", 0, 0, 80)]);
+    let e = core
+        .on_truncations(vec![truncation("t", 0, 42, 50)], &s)
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(text.contains("t-0") && text.contains("42"), "{text}");
+}
+
+#[test]
+fn a_truncation_under_a_log_that_reaches_past_the_position_rewinds_the_fetch_only() {
+    let mut core = resumed(config(DataLossPolicy::Earliest), &[("t", 0, 50)]);
+    let s = snap(&[("t", 0, 0, 80)]);
+    core.on_truncations(vec![truncation("t", 0, 42, 50)], &s)
+        .unwrap();
+    let fetch = fetch_of(core.plan(ms(0), &s).unwrap());
+    // The plan (what the store commits) starts at the stored position; the fetch reads the
+    // records the new leader has in place of those handed out, exactly.
+    assert_eq!(fetch.ranges, vec![range("t", 0, 50, 80)]);
+    assert_eq!(fetch.want, vec![range("t", 0, 42, 80)]);
+    assert!(
+        !fetch.fit,
+        "a range read below its plan's start is read exactly"
+    );
+    assert_eq!(fetch.lost.len(), 1);
+    // Once: the next plan reads from the position.
+    let done = read_all(&mut core, ms(1), fetch, None);
+    assert_eq!(done.ranges, vec![range("t", 0, 50, 80)]);
+    let s = snap(&[("t", 0, 0, 90)]);
+    let next = fetch_of(core.plan(ms(2), &s).unwrap());
+    assert_eq!(next.want, vec![range("t", 0, 80, 90)]);
+    assert!(next.lost.is_empty());
+}
+
+#[test]
+fn a_truncation_of_the_partition_s_whole_range_re_reads_it_from_the_truncation_point() {
+    // Nothing new since the position: the rewind adds the range itself.
+    let mut core = resumed(config(DataLossPolicy::Earliest), &[("t", 0, 50)]);
+    let s = snap(&[("t", 0, 0, 50)]);
+    core.on_truncations(vec![truncation("t", 0, 45, 50)], &s)
+        .unwrap();
+    // The planner has nothing to read at 50 of 50: no batch until data arrives.
+    assert_eq!(
+        wait_of(core.plan(ms(0), &s).unwrap()).reason,
+        WaitReason::NoNewData
+    );
+    let s = snap(&[("t", 0, 0, 52)]);
+    let fetch = fetch_of(core.plan(ms(1), &s).unwrap());
+    assert_eq!(fetch.want, vec![range("t", 0, 45, 52)]);
+}
+
+#[test]
+fn a_truncation_under_a_log_ending_below_the_position_moves_the_position_back() {
+    let mut core = resumed(config(DataLossPolicy::Earliest), &[("t", 0, 50)]);
+    let s = snap(&[("t", 0, 0, 44)]);
+    core.on_truncations(vec![truncation("t", 0, 42, 50)], &s)
+        .unwrap();
+    let fetch = fetch_of(core.plan(ms(0), &s).unwrap());
+    assert_eq!(fetch.ranges, vec![range("t", 0, 42, 44)]);
+    assert_eq!(
+        fetch.moved_back.get(&TopicPartition::new("t", 0)),
+        Some(&50),
+        "the store's compare-and-set expects the old position"
+    );
+}
+
+#[test]
+fn a_fetch_that_finds_retention_moved_goes_on_from_the_log_start() {
+    let mut core = resumed(config(DataLossPolicy::Earliest), &[("t", 0, 10)]);
+    let mut fetch = fetch_of(core.plan(ms(0), &snap(&[("t", 0, 0, 60)])).unwrap());
+    let gone: EngineError = PlanError::DataLoss {
+        topic: "t".into(),
+        partition: 0,
+        lost_from: 10,
+        lost_until: 30,
+        reason: DataLossReason::BelowLogStart,
+    }
+    .into();
+    core.on_fetch_loss(&mut fetch, gone).unwrap();
+    assert_eq!(fetch.want, vec![range("t", 0, 30, 60)]);
+    assert_eq!(
+        fetch
+            .lost
+            .iter()
+            .map(|l| (l.from, l.until))
+            .collect::<Vec<_>>(),
+        vec![(10, 30)]
+    );
+    // Past the whole range: the error stands (no endless retry).
+    let past: EngineError = PlanError::DataLoss {
+        topic: "t".into(),
+        partition: 0,
+        lost_from: 30,
+        lost_until: 30,
+        reason: DataLossReason::BelowLogStart,
+    }
+    .into();
+    assert!(core.on_fetch_loss(&mut fetch, past).is_err());
+}
+
+#[test]
+fn a_fetch_that_finds_a_truncation_widens_back_and_reads_exactly() {
+    let mut core = resumed(config(DataLossPolicy::Earliest), &[("t", 0, 10)]);
+    let mut fetch = fetch_of(core.plan(ms(0), &snap(&[("t", 0, 0, 60)])).unwrap());
+    assert!(fetch.fit);
+    let t = truncation("t", 0, 4, 10);
+    core.on_fetch_loss(&mut fetch, t.to_error()).unwrap();
+    assert_eq!(fetch.want, vec![range("t", 0, 4, 60)]);
+    assert!(!fetch.fit);
+    // A truncation point at or past the range's start cannot move it: the error stands.
+    assert!(core.on_fetch_loss(&mut fetch, t.to_error()).is_err());
+}
+
+#[test]
+fn a_fetch_loss_fails_the_stream_by_default() {
+    let mut core = resumed(config(DataLossPolicy::Fail), &[("t", 0, 10)]);
+    let mut fetch = fetch_of(core.plan(ms(0), &snap(&[("t", 0, 0, 60)])).unwrap());
+    let t = truncation("t", 0, 4, 10);
+    assert!(core.on_fetch_loss(&mut fetch, t.to_error()).is_err());
+}
+
+#[test]
+fn ends_from_fetch_answers_plan_until_they_are_older_than_ends_max_age() {
+    let mut core = core_with(config(DataLossPolicy::Fail));
+    let s = snap(&[("t", 0, 0, 100)]);
+    let fetch = fetch_of(core.plan(ms(0), &s).unwrap());
+    let short = range("t", 0, 0, 60);
+    let read = [Read {
+        range: &short,
+        observed: Some(ObservedEnds {
+            log_start: 0,
+            end: 100,
+        }),
+        bytes: 6000,
+    }];
+    core.finish(ms(10), fetch, &read, SIZING);
+    let parts = [TopicPartition::new("t", 0)];
+    assert_eq!(core.known_ends(ms(500), &parts).len(), 1);
+    assert!(
+        core.known_ends(ms(1010), &parts).is_empty(),
+        "ends.max.age.ms passed: ListOffsets again"
+    );
+    // Asked by ListOffsets: the older Fetch answer is dropped.
+    core.forget_ends(&parts);
+    assert!(core.known_ends(ms(500), &parts).is_empty());
+}
+
+#[test]
+fn caught_up_partitions_plan_only_while_all_are_or_within_a_batch() {
+    let mut core = core_with(config(DataLossPolicy::Fail));
+    let s = snap(&[("t", 0, 0, 10), ("t", 1, 0, 1000)]);
+    let fetch = fetch_of(core.plan(ms(0), &s).unwrap());
+    let r0 = range("t", 0, 0, 10);
+    let r1 = range("t", 1, 0, 100);
+    let read = [
+        Read {
+            range: &r0,
+            observed: Some(ObservedEnds {
+                log_start: 0,
+                end: 10,
+            }),
+            bytes: 1,
+        },
+        Read {
+            range: &r1,
+            observed: Some(ObservedEnds {
+                log_start: 0,
+                end: 1000,
+            }),
+            bytes: 1,
+        },
+    ];
+    core.finish(ms(1), fetch, &read, SIZING);
+    let parts = [TopicPartition::new("t", 0), TopicPartition::new("t", 1)];
+    // t-0 caught up, t-1 busy: t-0's answer plans the very next batch only.
+    assert_eq!(core.known_ends(ms(2), &parts).len(), 2);
+    let s = snap(&[("t", 0, 0, 10), ("t", 1, 0, 1000)]);
+    let fetch = fetch_of(core.plan(ms(3), &s).unwrap());
+    let r1 = range("t", 1, 100, 200);
+    let read = [Read {
+        range: &r1,
+        observed: Some(ObservedEnds {
+            log_start: 0,
+            end: 1000,
+        }),
+        bytes: 1,
+    }];
+    core.finish(ms(4), fetch, &read, SIZING);
+    let fetch = fetch_of(core.plan(ms(5), &s).unwrap());
+    let r1 = range("t", 1, 200, 300);
+    let read = [Read {
+        range: &r1,
+        observed: Some(ObservedEnds {
+            log_start: 0,
+            end: 1000,
+        }),
+        bytes: 1,
+    }];
+    core.finish(ms(5), fetch, &read, SIZING);
+    let known = core.known_ends(ms(6), &parts);
+    assert!(
+        !known.contains_key(&parts[0]),
+        "two batches later t-0 is asked by ListOffsets: {known:?}"
+    );
+}
+
+#[test]
+fn long_polls_answered_at_once_with_nothing_new_fall_back_to_polling_after_three() {
+    let mut core = resumed(config(DataLossPolicy::Fail), &[("t", 0, 10)]);
+    let s = snap(&[("t", 0, 0, 10)]);
+    let asked = core.long_poll_asks(&s);
+    assert_eq!(asked, vec![(TopicPartition::new("t", 0), 10)]);
+    let same = || {
+        vec![(
+            TopicPartition::new("t", 0),
+            ObservedEnds {
+                log_start: 0,
+                end: 10,
+            },
+        )]
+    };
+    for i in 0..3 {
+        assert!(core.on_long_poll(ms(i), &asked, ms(1), same()), "poll {i}");
+    }
+    assert!(!core.on_long_poll(ms(3), &asked, ms(1), same()));
+    assert_eq!(core.interval_polls(), 1);
+    // A held answer (the broker waited) resets the count.
+    assert!(core.on_long_poll(ms(4), &asked, ms(400), same()));
+    assert!(core.on_long_poll(ms(5), &asked, ms(1), same()));
+    // New data: its end plans the next batch.
+    let more = vec![(
+        TopicPartition::new("t", 0),
+        ObservedEnds {
+            log_start: 0,
+            end: 15,
+        },
+    )];
+    assert!(core.on_long_poll(ms(6), &asked, ms(1), more));
+    let known = core.known_ends(ms(7), &[TopicPartition::new("t", 0)]);
+    assert_eq!(known[&TopicPartition::new("t", 0)].end, 15);
+}
+
+#[test]
+fn no_long_poll_without_fetch_max_wait() {
+    let mut cfg = config(DataLossPolicy::Fail);
+    cfg.max_wait = Duration::ZERO;
+    let core = resumed(cfg, &[("t", 0, 10)]);
+    assert!(core.long_poll_asks(&snap(&[("t", 0, 0, 10)])).is_empty());
+}
+
+fn offsets(o: &[(&str, i32, i64)]) -> Vec<PartitionOffset> {
+    o.iter()
+        .map(|(t, p, offset)| PartitionOffset {
+            topic: (*t).to_owned(),
+            partition: *p,
+            error: kdirect_proto::ErrorCode::NONE,
+            offset: *offset,
+            timestamp: -1,
+            leader_epoch: -1,
+        })
+        .collect()
+}
+
+#[test]
+fn a_bounded_stream_resolves_its_ends_at_the_first_snapshot_and_stops_there() {
+    let mut cfg = config(DataLossPolicy::Fail);
+    cfg.ending = Some(Ending::Latest);
+    let mut core = core_with(cfg);
+    assert!(core.ending_unresolved());
+    let s = core
+        .snapshot(
+            offsets(&[("t", 1, 0), ("t", 0, 0)]),
+            offsets(&[("t", 0, 30), ("t", 1, 20)]),
+            BTreeMap::new(),
+            None,
+        )
+        .unwrap();
+    assert_eq!(s, snap(&[("t", 0, 0, 30), ("t", 1, 0, 20)]));
+    // Later ends are held to the first ones.
+    let s = core
+        .snapshot(
+            offsets(&[("t", 0, 0), ("t", 1, 0)]),
+            offsets(&[("t", 0, 90), ("t", 1, 90)]),
+            BTreeMap::new(),
+            None,
+        )
+        .unwrap();
+    assert_eq!(s, snap(&[("t", 0, 0, 30), ("t", 1, 0, 20)]));
+    assert!(!core.reached_until());
+    let fetch = fetch_of(core.plan(ms(0), &s).unwrap());
+    read_all(&mut core, ms(1), fetch, None);
+    assert!(core.reached_until());
+}
+
+#[test]
+fn ending_offsets_must_name_every_partition_and_minus_one_is_latest() {
+    let mut cfg = config(DataLossPolicy::Fail);
+    cfg.ending = Some(Ending::Offsets(BTreeMap::from([(
+        TopicPartition::new("t", 0),
+        -1,
+    )])));
+    let mut core = core_with(cfg.clone());
+    let s = core
+        .snapshot(
+            offsets(&[("t", 0, 0)]),
+            offsets(&[("t", 0, 30)]),
+            BTreeMap::new(),
+            None,
+        )
+        .unwrap();
+    assert_eq!(s, snap(&[("t", 0, 0, 30)]));
+    let mut core = core_with(cfg);
+    let e = core
+        .snapshot(
+            offsets(&[("t", 0, 0), ("t", 1, 0)]),
+            offsets(&[("t", 0, 30), ("t", 1, 5)]),
+            BTreeMap::new(),
+            None,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("t-1"), "{e}");
+}
+
+#[test]
+fn a_snapshot_pairs_each_start_with_its_own_partition_s_end() {
+    let mut core = core_with(config(DataLossPolicy::Fail));
+    // The broker left t-1 out of the ends: an error naming t-1, never t-2's end for t-1.
+    let e = core
+        .snapshot(
+            offsets(&[("t", 0, 0), ("t", 1, 5), ("t", 2, 0)]),
+            offsets(&[("t", 0, 30), ("t", 2, 50)]),
+            BTreeMap::new(),
+            None,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("t-1"), "{e}");
+    // An end below the log start is the broker's fault, not "nothing to read".
+    let e = core
+        .snapshot(
+            offsets(&[("t", 0, 10)]),
+            offsets(&[("t", 0, 5)]),
+            BTreeMap::new(),
+            None,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("make no sense"), "{e}");
+}
+
+#[test]
+fn a_position_outside_the_log_is_seen_before_the_plan() {
+    let core = resumed(config(DataLossPolicy::Fail), &[("t", 0, 50)]);
+    assert!(!core.outside_the_log(&snap(&[("t", 0, 0, 50)])));
+    assert!(core.outside_the_log(&snap(&[("t", 0, 0, 40)])));
+    assert!(core.outside_the_log(&snap(&[("t", 0, 60, 70)])));
+}
+
+#[test]
+fn a_rate_limited_batch_ended_early_is_paced_by_what_it_read() {
+    let mut cfg = config(DataLossPolicy::Fail);
+    cfg.planner = cfg
+        .planner
+        .with_rate(RatePolicy::default().with_max_rate_per_partition(1000));
+    let mut core = core_with(cfg);
+    let s = snap(&[("t", 0, 0, 100_000)]);
+    let fetch = fetch_of(core.plan(ms(0), &s).unwrap());
+    assert_eq!(fetch.ranges, vec![range("t", 0, 0, 1000)], "1000/s × 1 s");
+    let short = range("t", 0, 0, 200);
+    let read = [Read {
+        range: &short,
+        observed: None,
+        bytes: 1,
+    }];
+    core.finish(ms(1), fetch, &read, SIZING);
+    // 200 offsets at 1000/s: the next batch may start 200 ms after the first, not 1 s.
+    let at = core.not_before().unwrap();
+    assert!(at <= ms(250), "paced by what was read: {at:?}");
+    assert_eq!(
+        wait_of(core.plan(at / 2, &s).unwrap()).reason,
+        WaitReason::Paced
+    );
+    let next = fetch_of(core.plan(at, &s).unwrap());
+    assert_eq!(next.want[0].from, 200);
+}
+
+#[test]
+fn the_adaptive_size_follows_bytes_per_offset_not_bytes_held() {
+    let mut cfg = config(DataLossPolicy::Fail);
+    cfg.adaptive = true;
+    let mut core = core_with(cfg);
+    let s = snap(&[("t", 0, 0, 10_000_000)]);
+    let fetch = fetch_of(core.plan(ms(0), &s).unwrap());
+    let r = range("t", 0, 0, 16);
+    // A sliver that held a whole 256 KB stored batch: sized by the data, 100 B an offset.
+    let read = [Read {
+        range: &r,
+        observed: None,
+        bytes: 256 << 10,
+    }];
+    let sizing = Sizing {
+        bytes_per_offset: Some(100.0),
+        ..SIZING
+    };
+    core.finish(ms(1), fetch, &read, sizing);
+    let next = fetch_of(core.plan(ms(2), &s).unwrap());
+    let len = next.want[0].len();
+    assert_eq!(len, adaptive_cap(64 << 20, 100.0));
+    assert!(len > 100_000, "not a sliver: {len}");
+}
+
+#[test]
+fn a_group_member_reads_only_its_assignment_and_rejoins_on_a_changed_subscription() {
+    let cfg = config(DataLossPolicy::Fail);
+    let planner = Planner::new(cfg.planner.clone()).unwrap();
+    let mut core = StreamCore::new(cfg, planner, None, BTreeMap::new(), true);
+    assert!(!core.reads("t", 0), "nothing before the group assigns");
+    let committed = Committed {
+        positions: BTreeMap::from([
+            (TopicPartition::new("t", 1), 40),
+            (TopicPartition::new("t", 2), 7),
+        ]),
+        epochs: BTreeMap::from([(TopicPartition::new("t", 1), 5)]),
+        ..Committed::default()
+    };
+    let counts = BTreeMap::from([("t".to_owned(), 3)]);
+    let epochs = core
+        .reassign(
+            BTreeSet::from([TopicPartition::new("t", 1)]),
+            &committed,
+            counts.clone(),
+        )
+        .unwrap();
+    assert_eq!(epochs, vec![(TopicPartition::new("t", 1), 40, 5)]);
+    assert!(core.reads("t", 1) && !core.reads("t", 0) && !core.reads("t", 2));
+    assert_eq!(
+        core.positions().len(),
+        1,
+        "only the assigned partition's position"
+    );
+    assert!(!core.subscription_changed(&counts));
+    assert!(core.subscription_changed(&BTreeMap::from([("t".to_owned(), 4)])));
+    let held = core.give_up_assignment();
+    assert_eq!(held, BTreeSet::from([TopicPartition::new("t", 1)]));
+    assert!(!core.reads("t", 1));
+}
+
+#[test]
+fn metadata_is_reused_until_metadata_max_age_and_dropped_on_forget() {
+    let mut core = core_with(config(DataLossPolicy::Fail));
+    assert!(core.cached_topics(ms(0)).is_none());
+    core.metadata_refreshed(ms(0), vec!["t".into()]);
+    assert_eq!(core.cached_topics(ms(1000)), Some(&["t".to_owned()][..]));
+    assert!(core.cached_topics(Duration::from_secs(300)).is_none());
+    core.metadata_refreshed(ms(0), vec!["t".into()]);
+    core.forget();
+    assert!(core.cached_topics(ms(1)).is_none());
+}
+
+#[test]
+fn lag_is_what_is_left_after_the_batch() {
+    let mut core = core_with(config(DataLossPolicy::Fail));
+    let s = snap(&[("t", 0, 0, 100), ("t", 1, 0, 50)]);
+    let fetch = fetch_of(core.plan(ms(0), &s).unwrap());
+    let r0 = range("t", 0, 0, 30);
+    let r1 = range("t", 1, 0, 50);
+    let read = [
+        Read {
+            range: &r0,
+            observed: None,
+            bytes: 1,
+        },
+        Read {
+            range: &r1,
+            observed: None,
+            bytes: 1,
+        },
+    ];
+    core.finish(ms(1), fetch, &read, SIZING);
+    let lags: Vec<u64> = core.record_lag(&s).iter().map(|l| l.lag).collect();
+    assert_eq!(lags, vec![70, 0]);
+    assert_eq!(core.lag(), Some(70));
+}

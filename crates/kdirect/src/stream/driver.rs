@@ -1,0 +1,508 @@
+//! The stream's driver: carries out what the [`StreamCore`] decides. It owns the cluster (its
+//! connections), the memory budget and the clock; it asks the brokers for metadata, ends,
+//! truncation checks and records, sleeps for the rate limits and long-polls caught-up
+//! partitions, and hands every answer to the core. Everything it decides itself is about
+//! I/O: when to retry, how long to back off, when a failed long-poll falls back to polling.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use kdirect_engine::cluster::{Cluster, ClusterView};
+use kdirect_engine::fetch::{fetch_ranges_fitting, fetch_ranges_within, MemoryBudget, RangeData};
+use kdirect_engine::plan::{PartitionSnapshot, TimestampLookup, TopicPartition, WaitReason};
+use kdirect_engine::Error as EngineError;
+use kdirect_proto::api::list_offsets::{OffsetSpec, PartitionOffset};
+
+use super::core::{FetchPlan, Read, Sizing, Step, StreamCore};
+use super::{Batch, Ending, StreamConfig};
+
+/// How long a stream has been unable to reach the brokers, and the backoff before its next try.
+#[derive(Debug, Default)]
+pub(super) struct Reconnect {
+    since: Option<Instant>,
+    attempts: u32,
+}
+
+impl Reconnect {
+    /// Sleeps before the next try after `e` (retriable), or gives `e` back once
+    /// `reconnect.timeout.ms` has passed since the first failure (`default.api.timeout.ms` for a
+    /// bounded stream without one; unbounded otherwise). Backoff doubles from
+    /// `retry.backoff.ms` up to 5 s.
+    async fn wait(&mut self, e: EngineError, c: &StreamConfig) -> Result<(), EngineError> {
+        let since = *self.since.get_or_insert_with(Instant::now);
+        let limit = c
+            .conn
+            .reconnect_timeout
+            .or(c.ending.is_some().then_some(c.conn.retry_timeout));
+        if limit.is_some_and(|l| since.elapsed() >= l) {
+            tracing::error!(
+                attempts = self.attempts,
+                elapsed_ms = since.elapsed().as_millis() as u64,
+                "still failing after reconnect.timeout.ms, giving up: {e}"
+            );
+            return Err(e.gave_up(self.attempts + 1, since.elapsed()));
+        }
+        self.attempts += 1;
+        metrics::counter!("kdirect_reconnect_attempts_total").increment(1);
+        let backoff = kdirect_engine::retry::backoff(
+            c.fetch.retry_backoff,
+            self.attempts,
+            Duration::from_secs(5),
+        );
+        tracing::warn!(
+            attempt = self.attempts,
+            elapsed_ms = since.elapsed().as_millis() as u64,
+            backoff_ms = backoff.as_millis() as u64,
+            "retrying: {e}"
+        );
+        tokio::time::sleep(backoff).await;
+        Ok(())
+    }
+}
+
+/// The topics a stream reads now, with fresh metadata: the configured ones, or every
+/// non-internal topic matching the pattern (one Metadata request for all topics).
+pub(super) async fn subscribed(
+    cluster: &Cluster,
+    c: &StreamConfig,
+) -> Result<(Arc<ClusterView>, Vec<String>), EngineError> {
+    let Some(re) = &c.pattern else {
+        let topics: Vec<&str> = c.topics.iter().map(String::as_str).collect();
+        return Ok((cluster.refresh(Some(&topics)).await?, c.topics.clone()));
+    };
+    let view = cluster.refresh(None).await?;
+    let names = view
+        .topics
+        .values()
+        .filter(|t| !t.internal && t.error.is_ok() && re.is_match(&t.name))
+        .map(|t| t.name.clone())
+        .collect();
+    Ok((view, names))
+}
+
+/// Carries out the core's steps. Shared with the prefetch task; the core is locked only
+/// between awaits, never across one.
+pub(super) struct Driver {
+    core: Mutex<StreamCore>,
+    pub(super) cluster: Arc<Cluster>,
+    pub(super) config: StreamConfig,
+    pub(super) budget: MemoryBudget,
+    started: Instant,
+    /// Set when the metadata shows the subscription changed since the join.
+    pub(super) subscription_changed: tokio::sync::watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("topics", &self.config.topics)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Driver {
+    pub(super) fn new(
+        core: StreamCore,
+        cluster: Arc<Cluster>,
+        config: StreamConfig,
+        budget: MemoryBudget,
+    ) -> Self {
+        Driver {
+            core: Mutex::new(core),
+            cluster,
+            config,
+            budget,
+            started: Instant::now(),
+            subscription_changed: tokio::sync::watch::channel(false).0,
+        }
+    }
+
+    /// The core, for one decision (never held across an await).
+    pub(super) fn core(&self) -> MutexGuard<'_, StreamCore> {
+        self.core.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The stream's clock: the time since it started.
+    pub(super) fn now(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    fn sizing(&self) -> Sizing {
+        Sizing {
+            budget: self.budget.total(),
+            bytes_per_offset: self.budget.bytes_per_offset(),
+            largest_batch: self.budget.largest_batch(),
+        }
+    }
+
+    /// The subscribed topics with their metadata: refreshed when older than
+    /// `metadata.max.age.ms` or after an error, else the cluster's current view (which the
+    /// fetcher refreshes itself when a leader moves).
+    async fn metadata(&self) -> Result<(Arc<ClusterView>, Vec<String>), EngineError> {
+        let cached = self
+            .core()
+            .cached_topics(self.now())
+            .map(<[String]>::to_vec);
+        if let Some(names) = cached {
+            return Ok((self.cluster.view(), names));
+        }
+        let (view, names) = subscribed(&self.cluster, &self.config).await?;
+        self.core().metadata_refreshed(self.now(), names.clone());
+        Ok((view, names))
+    }
+
+    /// Group mode: the member rejoins when the subscribed topics' partition counts changed
+    /// since the join (see [`StreamCore::subscription_changed`]).
+    fn check_subscription(&self, view: &ClusterView, topics: &[&str]) {
+        let now: BTreeMap<String, usize> = topics
+            .iter()
+            .filter_map(|t| {
+                view.topic(t)
+                    .ok()
+                    .map(|i| ((*t).to_owned(), i.partitions.len()))
+            })
+            .collect();
+        if self.core().subscription_changed(&now) && !*self.subscription_changed.borrow() {
+            tracing::info!("the subscription changed since the group was joined: rejoining");
+            self.subscription_changed.send_replace(true);
+        }
+    }
+
+    /// Each partition's log start and end: from recent Fetch answers where the core has them,
+    /// else from ListOffsets (earliest and latest, the last stable offset under
+    /// read_committed), with the start policy's timestamp lookups and, at the first snapshot
+    /// of a stream ending at a time, the offsets at that time.
+    async fn snapshot(&self) -> Result<Vec<PartitionSnapshot>, EngineError> {
+        let (view, names) = self.metadata().await?;
+        let topics: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut parts: Vec<TopicPartition> = Vec::new();
+        {
+            let mut core = self.core();
+            for t in &topics {
+                core.check_topic_id(t, view.topic(t)?.id)?;
+            }
+            for t in &topics {
+                for p in &view.topic(t)?.partitions {
+                    if core.reads(t, p.partition) {
+                        parts.push(TopicPartition::new(*t, p.partition));
+                    }
+                }
+            }
+        }
+        if self.core().assigned().is_some() {
+            self.check_subscription(&view, &topics);
+        }
+        let iso = self.config.fetch.params.isolation;
+        let known = self.core().known_ends(self.now(), &parts);
+        let ask: Vec<(String, i32)> = parts
+            .iter()
+            .filter(|tp| !known.contains_key(*tp))
+            .map(|tp| (tp.topic.clone(), tp.partition))
+            .collect();
+        let (mut starts, mut ends) = if ask.is_empty() {
+            (Vec::new(), Vec::new())
+        } else {
+            let starts = self
+                .cluster
+                .list_offsets(&ask, OffsetSpec::Earliest, iso)
+                .await?;
+            let ends = self
+                .cluster
+                .list_offsets(&ask, OffsetSpec::Latest, iso)
+                .await?;
+            let asked: Vec<TopicPartition> = ask
+                .iter()
+                .map(|(t, p)| TopicPartition::new(t.clone(), *p))
+                .collect();
+            self.core().forget_ends(&asked);
+            (starts, ends)
+        };
+        for (tp, o) in &known {
+            let listed = |offset| PartitionOffset {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                error: kdirect_proto::ErrorCode::NONE,
+                offset,
+                timestamp: -1,
+                leader_epoch: -1,
+            };
+            starts.push(listed(o.log_start));
+            ends.push(listed(o.end));
+        }
+        let lookups = self.core().timestamp_lookups(&parts);
+        let mut found: BTreeMap<TopicPartition, TimestampLookup> = BTreeMap::new();
+        // One ListOffsets round per distinct timestamp (usually one).
+        let mut by_time: BTreeMap<i64, Vec<(String, i32)>> = BTreeMap::new();
+        for (tp, ts) in &lookups {
+            by_time
+                .entry(*ts)
+                .or_default()
+                .push((tp.topic.clone(), tp.partition));
+        }
+        for (ts, ask) in by_time {
+            for o in self
+                .cluster
+                .list_offsets(&ask, OffsetSpec::Timestamp(ts), iso)
+                .await?
+            {
+                let l = if o.offset < 0 {
+                    TimestampLookup::NoMatch
+                } else {
+                    TimestampLookup::Offset(o.offset)
+                };
+                found.insert(TopicPartition::new(o.topic, o.partition), l);
+            }
+        }
+        let unresolved = self.core().ending_unresolved();
+        let at_time = match (&self.config.ending, unresolved) {
+            (Some(Ending::Timestamp(ts)), true) => {
+                let all: Vec<(String, i32)> = parts
+                    .iter()
+                    .map(|tp| (tp.topic.clone(), tp.partition))
+                    .collect();
+                Some(
+                    self.cluster
+                        .list_offsets(&all, OffsetSpec::Timestamp(*ts), iso)
+                        .await?,
+                )
+            }
+            _ => None,
+        };
+        self.core().snapshot(starts, ends, found, at_time)
+    }
+
+    /// KIP-320: before planning, asks the leaders of partitions whose leader epoch moved since
+    /// the stream read up to its position whether the log still holds what was read
+    /// ([`kdirect_engine::fetch::check_truncation`]); the core decides what a truncation means
+    /// ([`StreamCore::on_truncations`]).
+    async fn check_truncation(&self, snap: &[PartitionSnapshot]) -> Result<(), EngineError> {
+        let positions = self.core().positions_in(snap);
+        let found =
+            match kdirect_engine::fetch::check_truncation(&self.cluster, &self.budget, &positions)
+                .await
+            {
+                Ok(found) => found,
+                // Unchecked this time; asked again before the next plan (and the fetch sends the
+                // last fetched epoch meanwhile).
+                Err(e) if e.is_retriable() => {
+                    tracing::debug!("truncation check postponed: {e}");
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            };
+        self.core().on_truncations(found, snap)
+    }
+
+    /// Fetches `fetch.want`: up to what fits in memory with `fetch.fit`
+    /// ([`fetch_ranges_fitting`]: each data's range says where it ends), else exactly. A
+    /// fetch that ran out of retries while the brokers are away is tried again, the same
+    /// ranges; data lost between the plan and the fetch goes by the core's data-loss policy
+    /// ([`StreamCore::on_fetch_loss`]).
+    async fn fetch(
+        &self,
+        fetch: &mut FetchPlan,
+        reconnect: &mut Reconnect,
+    ) -> Result<Vec<RangeData>, EngineError> {
+        loop {
+            let (cluster, cfg, budget) = (&self.cluster, &self.config.fetch, &self.budget);
+            let fetched = if fetch.fit {
+                fetch_ranges_fitting(cluster, &fetch.want, cfg, budget).await
+            } else {
+                fetch_ranges_within(cluster, &fetch.want, cfg, budget).await
+            };
+            match fetched {
+                Ok(d) => return Ok(d),
+                Err(e) if e.is_retriable() => {
+                    self.core().forget();
+                    reconnect.wait(e, &self.config).await?
+                }
+                Err(e) => self.core().on_fetch_loss(fetch, e)?,
+            }
+        }
+    }
+
+    /// The batch handed out for a fetched plan: its records, and each partition's leader
+    /// epoch at the range's end, as the fetch that just read the ranges left them (KIP-320;
+    /// batches are fetched one after the other, and the next one's fetch starts after this).
+    fn batch(&self, fetch: FetchPlan, data: Vec<RangeData>) -> Batch {
+        let now = self.now();
+        let read: Vec<Read<'_>> = data.iter().map(Read::from).collect();
+        let done = self.core().finish(now, fetch, &read, self.sizing());
+        let epochs = done
+            .ranges
+            .iter()
+            .filter_map(|r| {
+                let e = self.budget.epoch_at(&r.topic, r.partition, r.until)?;
+                Some((r.topic_partition(), e))
+            })
+            .collect();
+        Batch {
+            id: done.batch_id,
+            ranges: done.ranges,
+            epochs,
+            topic_ids: done.topic_ids,
+            moved_back: done.moved_back,
+            data,
+            lost: done.lost,
+            planned_at: if done.replay { now } else { done.planned_at },
+            handed_at: now,
+            replay: done.replay,
+        }
+    }
+
+    /// The stream's metrics after a batch is fetched (through the `metrics` facade: nothing
+    /// is recorded unless the application installs a recorder): each partition's position,
+    /// end, log start and lag, the batch's offsets, bytes and fetch time, memory in use.
+    fn record_metrics(&self, snap: &[PartitionSnapshot], data: &[RangeData], fetch: Duration) {
+        let offsets: u64 = data.iter().map(|d| d.range.len()).sum();
+        let bytes: usize = data.iter().map(RangeData::bytes).sum();
+        metrics::counter!("kdirect_batches_total").increment(1);
+        metrics::counter!("kdirect_offsets_total").increment(offsets);
+        metrics::counter!("kdirect_fetched_bytes_total").increment(bytes as u64);
+        metrics::histogram!("kdirect_fetch_seconds").record(fetch.as_secs_f64());
+        metrics::gauge!("kdirect_memory_in_use_bytes").set(self.budget.in_use() as f64);
+        for l in self.core().record_lag(snap) {
+            let s = l.snapshot;
+            let labels = [
+                ("topic", s.topic.clone()),
+                ("partition", s.partition.to_string()),
+            ];
+            metrics::gauge!("kdirect_partition_position", &labels).set(l.position as f64);
+            metrics::gauge!("kdirect_partition_end_offset", &labels).set(s.end as f64);
+            metrics::gauge!("kdirect_partition_log_start_offset", &labels).set(s.log_start as f64);
+            metrics::gauge!("kdirect_partition_lag", &labels).set(l.lag as f64);
+        }
+    }
+
+    /// Long-polls every partition of `snap` that the planner has read up to its end (see
+    /// [`kdirect_engine::fetch::wait_for_data`]); the core keeps the ends the brokers answered
+    /// with, so the next snapshot needs no ListOffsets round, and the fetcher keeps the
+    /// records the answers held for the batch planned from them (no second Fetch between a
+    /// record's append and its delivery). False when nothing could be asked, the poll failed
+    /// or brokers keep answering at once (the caller falls back to polling at intervals).
+    async fn long_poll(&self, snap: &[PartitionSnapshot]) -> bool {
+        let asked = self.core().long_poll_asks(snap);
+        if asked.is_empty() {
+            return false;
+        }
+        let started = Instant::now();
+        let answer = kdirect_engine::fetch::wait_for_data(
+            &self.cluster,
+            &asked,
+            &self.config.fetch,
+            &self.budget,
+        )
+        .await;
+        match answer {
+            Ok(ends) => {
+                let mut core = self.core();
+                let before = core.interval_polls();
+                let planned = core.on_long_poll(self.now(), &asked, started.elapsed(), ends);
+                if core.interval_polls() > before {
+                    metrics::counter!("kdirect_interval_polls_total").increment(1);
+                }
+                planned
+            }
+            Err(e) => {
+                tracing::debug!("long-poll failed, polling at intervals instead: {e}");
+                false
+            }
+        }
+    }
+
+    /// The next batch: a logged batch re-run first, then batches planned from snapshots,
+    /// waiting while the core says to. `None` once a bounded stream reached its end.
+    pub(super) async fn next(self: Arc<Self>) -> Result<Option<Batch>, EngineError> {
+        let replay = self.core().take_replay();
+        if let Some(logged) = replay {
+            // A topic re-created while the stream was down: checked before the fetch, which
+            // would read the old offsets in the new log.
+            let view = self.metadata().await.ok().map(|(view, _)| view);
+            let id_of = |t: &str| Some(view.as_ref()?.topic(t).ok()?.id);
+            let mut fetch = self.core().replay_plan(self.now(), logged, id_of)?;
+            let data = self.fetch(&mut fetch, &mut Reconnect::default()).await?;
+            return Ok(Some(self.batch(fetch, data)));
+        }
+        // Since when a topic read before has been missing from the metadata (deleted, maybe
+        // about to be re-created): waited for up to default.api.timeout.ms, as the Java
+        // consumer keeps polling a subscribed topic that is gone.
+        let mut missing_since: Option<Instant> = None;
+        let mut reconnect = Reconnect::default();
+        let mut loss_rechecked = false;
+        loop {
+            if self.core().reached_until() {
+                return Ok(None);
+            }
+            // Paced by the trigger or the rate limits: sleep until the next batch may start,
+            // without asking the brokers for a snapshot the planner would only refuse.
+            let not_before = self.core().not_before();
+            if let Some(at) = not_before {
+                let wait = at.saturating_sub(self.now());
+                if !wait.is_zero() {
+                    tokio::time::sleep(wait).await;
+                }
+            }
+            let snap = match self.snapshot().await {
+                Ok(snap) => snap,
+                Err(e) if self.core().was_known(&e) => {
+                    self.core().forget();
+                    let since = *missing_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= self.config.conn.retry_timeout {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+                // The brokers are unreachable (a restart, a network cut): keep trying with
+                // backoff, as a long-running consumer does, for reconnect.timeout.ms.
+                Err(e) if e.is_retriable() => {
+                    self.core().forget();
+                    reconnect.wait(e, &self.config).await?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            missing_since = None;
+            reconnect = Reconnect::default();
+            // A position outside the log is data loss only if the topic is still the one read:
+            // a topic deleted and re-created under the same name shows a log ending below the
+            // position (ListOffsets asks by name) before the cached metadata shows its new id.
+            // So the metadata is asked again, and the ends with it, before anything is lost.
+            if !loss_rechecked && self.core().outside_the_log(&snap) {
+                loss_rechecked = true;
+                self.core().forget();
+                continue;
+            }
+            self.check_truncation(&snap).await?;
+            let step = self.core().plan(self.now(), &snap)?;
+            match step {
+                Step::Fetch(mut fetch) => {
+                    let fetch_started = Instant::now();
+                    let data = self.fetch(&mut fetch, &mut reconnect).await?;
+                    let batch = self.batch(fetch, data);
+                    self.record_metrics(&snap, &batch.data, fetch_started.elapsed());
+                    return Ok(Some(batch));
+                }
+                Step::Wait(w) => {
+                    if self.core().reached_until() {
+                        return Ok(None);
+                    }
+                    if w.reason == WaitReason::Paced {
+                        continue;
+                    }
+                    // Caught up: long-poll the leaders (fetch.max.wait.ms) instead of asking
+                    // ListOffsets again and again; their answer's ends plan the next batch.
+                    if w.reason == WaitReason::NoNewData && self.long_poll(&snap).await {
+                        continue;
+                    }
+                    let poll = self.config.batch_interval.min(Duration::from_millis(200));
+                    let sleep = w
+                        .retry_at
+                        .map_or(poll, |at| at.saturating_sub(self.now()).min(poll));
+                    tokio::time::sleep(sleep.max(Duration::from_millis(5))).await;
+                }
+            }
+        }
+    }
+}
