@@ -146,12 +146,26 @@ pub fn current_thread_rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// A loopback address nobody listens on.
+/// A loopback address nobody listens on: a free port below the kernel's ephemeral range
+/// (32768 and up), so that no other test's listener on port 0 can be given it between this
+/// call and the connect that expects a refusal (an ephemeral port freed here was once handed
+/// to a fake broker started by a concurrent test, and "connection refused" became "unknown
+/// topic"). The services the tests start listen at 3306, 5432, 6379 and 39000 and up.
 pub fn dead_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap().to_string();
-    drop(l);
-    addr
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const FIRST: u32 = 23_000;
+    const SPAN: u32 = 7_000;
+    let start = std::process::id().wrapping_mul(97);
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = FIRST + start.wrapping_add(n) % SPAN;
+        let addr = format!("127.0.0.1:{port}");
+        if std::net::TcpListener::bind(&addr).is_ok() {
+            return addr;
+        }
+        assert!(n < SPAN, "no free port in {FIRST}..{}", FIRST + SPAN);
+    }
 }
 
 /// Polls `cond` until it holds, and panics naming `what` once `timeout` passed without it:

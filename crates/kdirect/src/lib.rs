@@ -40,8 +40,11 @@
 //! holds both the batch's offsets and your results; [`DirectStream::commit_transaction`]
 //! commits them together.
 //!
-//! What it does not do (yet): TLS and SASL, consumer-group membership (each stream reads a
-//! fixed set of topics and partitions), producing.
+//! Over TLS and SASL ([`DirectStreamBuilder::security`]: PLAIN, SCRAM-SHA-256/512,
+//! OAUTHBEARER), and as a member of a consumer group ([`DirectStreamBuilder::subscribe`]:
+//! the classic protocol with eager or cooperative assignors, or KIP-848's), the stream reads
+//! only the partitions the group assigns and commits through the group's offsets by default.
+//! What it does not do: produce, or authenticate with Kerberos (GSSAPI).
 //!
 //! # Features
 //! - `cli` (default): the `kdirect` binary; implies `sql`, `redis` and `unstable`, and
