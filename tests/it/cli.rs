@@ -773,3 +773,33 @@ fn the_config_reference_lists_every_setting() {
         "docs/config.md drifted: run KDIRECT_UPDATE_DOCS=1 cargo test --test it config_reference"
     );
 }
+
+/// A password in an HBase or ZooKeeper store spec never reaches the terminal (issue 36): `lag`,
+/// `check` and `offsets show` on an unreachable store used to print
+/// `http://bob:S3CRETPW@127.0.0.1:1` and `zookeeper bob:S3CRETPW@127.0.0.1:1`.
+#[test]
+fn store_passwords_are_never_printed() {
+    let mock = Mock::new(1);
+    mock.create_topic("pw", 1);
+    let boot = mock.bootstrap();
+    for store in [
+        "hbase://bob:S3CRETPW@127.0.0.1:1",
+        "zk://bob:S3CRETPW@127.0.0.1:1",
+    ] {
+        for args in [
+            vec!["offsets", "show", "--store", store, "-g", "g"],
+            vec!["lag", "-b", &boot, "--store", store, "-g", "g", "-t", "pw"],
+            vec![
+                "check", "-b", &boot, "--store", store, "-g", "g", "-t", "pw",
+            ],
+        ] {
+            let o = kdirect(&args);
+            let all = format!("{}{}", stdout(&o), stderr(&o));
+            assert!(!all.contains("S3CRETPW"), "{args:?}: {all}");
+            assert!(
+                all.contains("127.0.0.1:1"),
+                "{args:?} names no server: {all}"
+            );
+        }
+    }
+}

@@ -31,8 +31,8 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 
 use crate::{
-    CommitOutcome, Committed, OffsetStore, PlannedBatch, Positions, StoreError, StoreErrorKind,
-    TopicPartition,
+    redact, CommitOutcome, Committed, OffsetStore, PlannedBatch, Positions, StoreError,
+    StoreErrorKind, TopicPartition,
 };
 
 /// The default table.
@@ -48,7 +48,8 @@ const MAX_RACES: usize = 8;
 #[derive(Clone)]
 pub struct HBaseStore {
     http: reqwest::Client,
-    /// `http://host:port`.
+    /// `http://[user:password@]host:port`: reqwest sends the user-info as basic auth. Every
+    /// message and `Debug` shows it through [`redact`].
     base: String,
     table: String,
     group: String,
@@ -57,7 +58,7 @@ pub struct HBaseStore {
 impl fmt::Debug for HBaseStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HBaseStore")
-            .field("base", &self.base)
+            .field("base", &redact(&self.base))
             .field("table", &self.table)
             .field("group", &self.group)
             .finish()
@@ -102,7 +103,7 @@ impl HBaseStore {
         };
         if hostport.rsplit_once(':').is_none() {
             return Err(StoreErrorKind::Spec {
-                spec: spec.to_owned(),
+                spec: redact(spec),
                 reason: "expected hbase://HOST:PORT[/TABLE] (the REST gateway's address)"
                     .to_owned(),
             }
@@ -397,9 +398,10 @@ fn decode(v: Option<&Value>) -> Option<String> {
     String::from_utf8(B64.decode(s).ok()?).ok()
 }
 
+/// An HBase error: `server` (the gateway's URL, with its table) is shown without its password.
 fn hbase_error(server: &str, what: &str, reason: impl fmt::Display) -> StoreError {
     StoreErrorKind::HBase {
-        server: server.to_owned(),
+        server: redact(server),
         what: what.to_owned(),
         reason: reason.to_string(),
     }
@@ -410,7 +412,9 @@ impl OffsetStore for HBaseStore {
     fn describe(&self) -> String {
         format!(
             "hbase {} table {} group '{}'",
-            self.base, self.table, self.group
+            redact(&self.base),
+            self.table,
+            self.group
         )
     }
 
@@ -533,5 +537,31 @@ mod tests {
     fn row_keys_are_escaped_in_urls() {
         assert_eq!(path_segment("g 1:t.x"), "g%201%3At.x");
         assert_eq!(path_segment("a/b?c"), "a%2Fb%3Fc");
+    }
+
+    /// As the SQL and Redis stores: the password in the spec is in no message, `describe` or
+    /// `Debug` (all three printed `http://bob:S3CRETPW@…`).
+    #[tokio::test]
+    async fn redacts_the_password() {
+        let e = HBaseStore::connect("hbase://bob:S3CRETPW@127.0.0.1:1", "g")
+            .await
+            .unwrap_err();
+        assert!(!format!("{e} {e:?}").contains("S3CRETPW"), "{e}");
+        assert!(e.to_string().contains("http://bob:***@127.0.0.1:1"), "{e}");
+        let e = HBaseStore::connect("hbase://bob:S3CRETPW@nowhere", "g")
+            .await
+            .unwrap_err();
+        assert!(!format!("{e} {e:?}").contains("S3CRETPW"), "{e}");
+        let store = HBaseStore {
+            http: reqwest::Client::new(),
+            base: "http://bob:S3CRETPW@127.0.0.1:1".to_owned(),
+            table: DEFAULT_TABLE.to_owned(),
+            group: "g".to_owned(),
+        };
+        let e = store.err("read", "refused");
+        for shown in [store.describe(), format!("{store:?}"), e.to_string()] {
+            assert!(!shown.contains("S3CRETPW"), "{shown}");
+            assert!(shown.contains("bob:***@127.0.0.1:1"), "{shown}");
+        }
     }
 }

@@ -104,7 +104,7 @@ fn timed_out(path: &Path, op: &'static str) -> StoreError {
 
 fn bad_url(url: &str, reason: &str) -> StoreError {
     StoreErrorKind::Spec {
-        spec: format!("checkpoint:{url}"),
+        spec: crate::redact(&format!("checkpoint:{url}")),
         reason: format!("{reason}; expected checkpoint:hdfs://NAMENODE:PORT/PATH"),
     }
     .into()

@@ -55,7 +55,7 @@ impl Bucket {
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() || !matches!(scheme, "s3" | "az") {
             return Err(StoreErrorKind::Spec {
-                spec: format!("checkpoint:{s}"),
+                spec: crate::redact(&format!("checkpoint:{s}")),
                 reason:
                     "expected checkpoint:s3://BUCKET/PREFIX or checkpoint:az://CONTAINER/PREFIX"
                         .to_owned(),

@@ -56,7 +56,8 @@ const MAX_RACES: usize = 8;
 
 /// ZooKeeper as an [`OffsetStore`].
 pub struct ZooKeeperStore {
-    /// The connect string as given (`h1:2181,h2:2181/chroot`), password-free by nature.
+    /// The connect string as given (`h1:2181,h2:2181/chroot`, perhaps with a `user:password@`):
+    /// every message and `Debug` shows it through [`shown`].
     connect: String,
     group: String,
     client: tokio::sync::Mutex<zk::Client>,
@@ -70,7 +71,7 @@ pub struct ZooKeeperStore {
 impl fmt::Debug for ZooKeeperStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ZooKeeperStore")
-            .field("connect", &self.connect)
+            .field("connect", &shown(&self.connect))
             .field("group", &self.group)
             .finish()
     }
@@ -471,13 +472,21 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// A ZooKeeper error: `server` (a connect string) is shown without its password.
 fn zk_error(server: &str, path: &str, reason: impl fmt::Display) -> StoreError {
     StoreErrorKind::ZooKeeper {
-        server: server.to_owned(),
+        server: shown(server),
         path: path.to_owned(),
         reason: reason.to_string(),
     }
     .into()
+}
+
+/// A connect string for messages: `bob:secret@h:2181/c` → `bob:***@h:2181/c` ([`redact`] sees
+/// it with its scheme, so the user name stays).
+fn shown(connect: &str) -> String {
+    let r = redact(&format!("zk://{connect}"));
+    r.strip_prefix("zk://").map(str::to_owned).unwrap_or(r)
 }
 
 /// `zk://h1:2181,h2:2181/chroot` → `h1:2181,h2:2181/chroot`.
@@ -534,7 +543,7 @@ async fn open(connect: &str) -> Result<zk::Client, StoreError> {
 
 impl OffsetStore for ZooKeeperStore {
     fn describe(&self) -> String {
-        format!("zookeeper {} group '{}'", self.connect, self.group)
+        format!("zookeeper {} group '{}'", shown(&self.connect), self.group)
     }
 
     async fn load(&self, topics: &[String]) -> Result<Committed, StoreError> {
@@ -745,6 +754,22 @@ impl OffsetStore for ZooKeeperStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// As the SQL and Redis stores: the password in the spec is in no message (`describe` and
+    /// `Debug` show the connect string through the same `shown`). Errors printed
+    /// `zookeeper bob:S3CRETPW@127.0.0.1:1 znode /: …`.
+    #[test]
+    fn redacts_the_password() {
+        assert_eq!(shown("bob:S3CRETPW@h:2181/c"), "bob:***@h:2181/c");
+        assert_eq!(shown("a:1,b:2/kdirect"), "a:1,b:2/kdirect");
+        let e = zk_error("bob:S3CRETPW@127.0.0.1:1", "/", "no session");
+        assert!(!format!("{e} {e:?}").contains("S3CRETPW"), "{e}");
+        assert!(e.to_string().contains("bob:***@127.0.0.1:1"), "{e}");
+        for spec in ["zk://bob:S3CRETPW@h:1,nowhere", "zq://bob:S3CRETPW@h:1"] {
+            let e = connect_string(spec).unwrap_err();
+            assert!(!format!("{e} {e:?}").contains("S3CRETPW"), "{e}");
+        }
+    }
 
     #[test]
     fn connect_strings() {

@@ -852,7 +852,10 @@ mod store_cmd {
             out,
             "# dry run: nothing written; add --execute to write these positions to {} as \
              batch {batch_id}",
-            store.map_or_else(|| format!("{spec} (not created yet)"), |s| s.describe())
+            store.map_or_else(
+                || format!("{} (not created yet)", kdirect_commit::redact(spec)),
+                |s| s.describe()
+            )
         )?;
         Ok(())
     }
