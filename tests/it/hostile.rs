@@ -113,6 +113,8 @@ fn store_secrets_are_never_printed() {
         format!("postgre://127.0.0.1:1/db?user=u&password={PW}"),
         format!("redis://:{PW}@127.0.0.1:1/0"),
         format!("redis://user:{PW}@@127.0.0.1:1/0"),
+        format!("hbase://user:{PW}@127.0.0.1:1"),
+        format!("zk://user:{PW}@127.0.0.1:1"),
     ];
     let run = |args: &[&str], env: Option<&str>| -> String {
         let mut c = Command::new(env!("CARGO_BIN_EXE_kdirect"));

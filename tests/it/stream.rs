@@ -921,6 +921,110 @@ fn a_bad_record_names_broker_partition_and_offset() {
     });
 }
 
+/// One uncompressed v2 batch at base offset 0 (the broker rewrites it) whose records carry
+/// `deltas` as their offset deltas, with a right CRC: what a broker or a tool that gets offsets
+/// wrong could serve.
+fn batch_with_deltas(deltas: &[i32], last_offset_delta: i32) -> Bytes {
+    fn zz(v: i64, out: &mut Vec<u8>) {
+        let mut n = ((v << 1) ^ (v >> 63)) as u64;
+        while n >= 0x80 {
+            out.push((n as u8) | 0x80);
+            n >>= 7;
+        }
+        out.push(n as u8);
+    }
+    let mut records = Vec::new();
+    for (i, &d) in deltas.iter().enumerate() {
+        let value = format!("v{i}");
+        let mut body = vec![0u8, 0]; // attributes, timestamp delta 0
+        zz(i64::from(d), &mut body);
+        zz(-1, &mut body); // null key
+        zz(value.len() as i64, &mut body);
+        body.extend_from_slice(value.as_bytes());
+        zz(0, &mut body); // no headers
+        zz(body.len() as i64, &mut records);
+        records.extend_from_slice(&body);
+    }
+    let mut b = Vec::new();
+    b.extend_from_slice(&0i64.to_be_bytes()); // base offset
+    b.extend_from_slice(&0i32.to_be_bytes()); // length, below
+    b.extend_from_slice(&0i32.to_be_bytes()); // leader epoch
+    b.push(2);
+    b.extend_from_slice(&0u32.to_be_bytes()); // crc, below
+    b.extend_from_slice(&0i16.to_be_bytes()); // attributes
+    b.extend_from_slice(&last_offset_delta.to_be_bytes());
+    b.extend_from_slice(&1_700_000_000_000i64.to_be_bytes());
+    b.extend_from_slice(&1_700_000_000_000i64.to_be_bytes());
+    b.extend_from_slice(&(-1i64).to_be_bytes()); // producer id
+    b.extend_from_slice(&(-1i16).to_be_bytes());
+    b.extend_from_slice(&(-1i32).to_be_bytes());
+    b.extend_from_slice(&(deltas.len() as i32).to_be_bytes());
+    b.extend_from_slice(&records);
+    let len = (b.len() - 12) as i32;
+    b[8..12].copy_from_slice(&len.to_be_bytes());
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    Bytes::from(b)
+}
+
+/// A batch whose records contradict their offsets (issue 36) is refused, naming the topic,
+/// partition, the batch's offset and the record: 100 records all at offset delta 0 were
+/// delivered under 2 distinct offsets, deltas 0, 5, 2, 1 as offsets 96, 98, 97. The records
+/// before the batch are delivered.
+#[test]
+fn a_batch_whose_records_contradict_their_offsets_is_refused() {
+    rt().block_on(async {
+        let fake = FakeCluster::builder()
+            .topic("od0", 1)
+            .topic("od1", 1)
+            .build()
+            .await
+            .unwrap();
+        let good: Vec<FakeRecord> = (0..96)
+            .map(|i| FakeRecord::value(Bytes::from(format!("g{i}"))))
+            .collect();
+        let opts = kdirect_fake_broker::BatchOptions::codec(Codec::None);
+        fake.append_batch("od0", 0, batch_with_deltas(&[0; 100], 99))
+            .unwrap();
+        fake.append_batch("od1", 0, kdirect_fake_broker::encode_batch(&good, &opts).unwrap())
+            .unwrap();
+        fake.append_batch("od1", 0, batch_with_deltas(&[0, 5, 2, 1], 3))
+            .unwrap();
+        for (topic, delivered, want) in [
+            ("od0", 1, "od0-0: record 1 of the batch has offset delta 0, but must be above the previous record's 0 and at most the batch's last offset delta 99"),
+            ("od1", 97, "od1-0: record 1 of the batch has offset delta 5, but must be above the previous record's 0 and at most the batch's last offset delta 3"),
+        ] {
+            let mut stream = DirectStream::builder()
+                .bootstrap(&fake.bootstrap())
+                .topics(&[topic])
+                .start(StartPolicy::Earliest)
+                .until_latest(true)
+                .build()
+                .await
+                .unwrap();
+            let batch = stream.next_batch().await.unwrap().unwrap();
+            let mut offsets = Vec::new();
+            let e = batch
+                .for_each_record(|_, r| offsets.push(r.offset()))
+                .unwrap_err();
+            assert_eq!(offsets, (0..delivered).collect::<Vec<i64>>(), "{topic}");
+            assert!(
+                matches!(e.engine_kind(), Some(ErrorKind::Decode { topic: t, partition: 0, source, .. })
+                    if t == topic
+                    && matches!(source.kind(), kdirect::engine::record::DecodeErrorKind::BadOffsetDelta { index: 1, .. })),
+                "{e:?}"
+            );
+            let msg = e.to_string();
+            assert!(msg.contains(want), "{msg}");
+            let base = if topic == "od0" { 0 } else { 96 };
+            assert!(msg.ends_with(&format!("in the batch at offset {base}")), "{msg}");
+            let owned: Vec<_> = batch.records().collect();
+            assert_eq!(owned.len(), delivered as usize + 1, "the records, then the error");
+            assert!(owned.last().unwrap().is_err());
+        }
+    });
+}
+
 /// The batch after the one handed out is fetched while the caller works through it, even on a
 /// current-thread runtime whose one thread is busy with the batch and does not yield: kdirect
 /// fetches on its own network thread there. (Before, the prefetch ran only when the caller

@@ -153,6 +153,23 @@ pub enum DecodeErrorKind {
         /// Records decoded before the section ended.
         found: i32,
     },
+    /// A record's offset delta is not above the previous record's, or is past the batch's
+    /// lastOffsetDelta: the records contradict the offsets their batch covers (repeated or
+    /// out-of-order offsets). Compaction leaves gaps, never a step back.
+    #[error(
+        "record {index} of the batch has offset delta {delta}, {}",
+        offset_delta_rule(*previous, *last_offset_delta)
+    )]
+    BadOffsetDelta {
+        /// The record's index in the batch (0: the first).
+        index: i32,
+        /// Its offset delta.
+        delta: i64,
+        /// The previous record's offset delta (none for the first record).
+        previous: Option<i64>,
+        /// The batch's lastOffsetDelta.
+        last_offset_delta: i64,
+    },
     /// Bytes remain in the records section after the declared number of records.
     #[error("{extra} bytes remain after the batch's {declared} records")]
     TrailingBytes {
@@ -161,6 +178,14 @@ pub enum DecodeErrorKind {
         /// Bytes left over.
         extra: u64,
     },
+}
+
+/// What a record's offset delta must be, for [`DecodeErrorKind::BadOffsetDelta`].
+fn offset_delta_rule(previous: Option<i64>, last: i64) -> String {
+    match previous {
+        Some(p) => format!("but must be above the previous record's {p} and at most the batch's last offset delta {last}"),
+        None => format!("but must be from 0 to the batch's last offset delta {last}"),
+    }
 }
 
 /// A decode failure with the context to act on it: what failed ([`kind`](Self::kind)), the byte

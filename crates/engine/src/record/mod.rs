@@ -31,7 +31,9 @@
 //! - Every length and count read from the wire is checked against the bytes that remain before
 //!   it is used; decompressed output is bounded by [`DecodeOptions::max_decompressed`]. Malformed
 //!   input yields a [`DecodeError`] carrying the byte position, the batch's base offset and what
-//!   failed. No panics on wire data (indexing and unwraps are denied in this module by lint), and
+//!   failed. A record whose offset is not above the previous record's or lies past the batch's
+//!   lastOffsetDelta is [`DecodeErrorKind::BadOffsetDelta`] (gaps from compaction are fine). No
+//!   panics on wire data (indexing and unwraps are denied in this module by lint), and
 //!   every loop consumes input or ends.
 //!
 //! # Example

@@ -286,6 +286,12 @@ pub struct Records<'a> {
     /// unsigned compare per record (see [`visible_span`]).
     skip_below: i64,
     visible_span: u64,
+    /// The least offset the next record may carry (the previous record's offset + 1; the base
+    /// offset before the first), and the end of the batch's offsets (`base_offset +
+    /// lastOffsetDelta + 1`): a record outside `[next_offset, end_offset)` contradicts the
+    /// offsets its batch covers. One unsigned compare per record, as for the visible range.
+    next_offset: i64,
+    end_offset: i64,
     /// Byte position of the records section in the input buffer.
     section_pos: usize,
     inflated: bool,
@@ -314,6 +320,11 @@ impl<'a> Records<'a> {
             ts_mask: if log_append { 0 } else { -1 },
             skip_below: batch.skip_below,
             visible_span: visible_span(batch.skip_below, batch.until),
+            next_offset: h.base_offset,
+            // A negative lastOffsetDelta covers no offset: every record is refused.
+            end_offset: h
+                .base_offset
+                .wrapping_add(i64::from(h.last_offset_delta.max(-1)) + 1),
             section_pos,
             inflated,
         }
@@ -552,6 +563,30 @@ fn decode_error(
     }
 }
 
+/// The fault of a record whose offset is below `next_offset` (not above the previous
+/// record's) or at or past `end_offset` (past the batch's lastOffsetDelta), as deltas.
+#[cold]
+#[inline(never)]
+fn bad_offset_delta(
+    base_offset: i64,
+    next_offset: i64,
+    end_offset: i64,
+    offset: i64,
+    index: i32,
+    at: usize,
+) -> Fault {
+    let delta = |o: i64| o.wrapping_sub(base_offset);
+    Fault(
+        DecodeErrorKind::BadOffsetDelta {
+            index,
+            delta: delta(offset),
+            previous: (index > 0).then(|| delta(next_offset) - 1),
+            last_offset_delta: delta(end_offset) - 1,
+        },
+        at,
+    )
+}
+
 /// Why the records of a section ended where they did, when that is a fault: bytes left after
 /// the declared count, or fewer records than declared.
 #[cold]
@@ -584,6 +619,7 @@ impl<'a> Iterator for Records<'a> {
                 return self.finish();
             }
             self.left -= 1;
+            let start = self.pos;
             let record = match self.parse_fast() {
                 Some((r, end)) => {
                     self.pos = end;
@@ -603,6 +639,24 @@ impl<'a> Iterator for Records<'a> {
                     Err(f) => return Some(Err(self.fail(f))),
                 },
             };
+            // Offsets strictly increase (compaction leaves gaps) and stay within the batch's:
+            // a batch whose records say otherwise would be delivered with offsets repeated,
+            // out of order or past the position the next fetch starts from.
+            let next = self.next_offset as u64;
+            if (record.offset as u64).wrapping_sub(next)
+                >= (self.end_offset as u64).wrapping_sub(next)
+            {
+                let fault = bad_offset_delta(
+                    self.base_offset,
+                    self.next_offset,
+                    self.end_offset,
+                    record.offset,
+                    self.declared.wrapping_sub(self.left as i32 + 1),
+                    start,
+                );
+                return Some(Err(self.fail(fault)));
+            }
+            self.next_offset = record.offset.wrapping_add(1);
             if (record.offset as u64).wrapping_sub(self.skip_below as u64) < self.visible_span {
                 return Some(Ok(record));
             }
@@ -632,6 +686,8 @@ mod fast_path_tests {
             ts_mask: if log_append_time.is_some() { 0 } else { -1 },
             skip_below: i64::MIN,
             visible_span: u64::MAX,
+            next_offset: i64::MIN,
+            end_offset: i64::MAX,
             section_pos: 0,
             inflated: false,
         }

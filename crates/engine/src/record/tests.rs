@@ -528,6 +528,95 @@ fn next_offset_uses_last_offset_delta_not_last_record() {
     assert_eq!(r.next_offset(), 10);
 }
 
+/// A batch (valid CRC) of records with these offset deltas and lastOffsetDelta.
+fn with_deltas(base: i64, deltas: &[i32], last_offset_delta: i32) -> RawBatch {
+    let records = deltas
+        .iter()
+        .map(|&d| raw_record(0, d, None, Some(format!("v{d}").as_bytes()), &[]))
+        .collect();
+    let mut b = RawBatch::new(base, records);
+    b.last_offset_delta = last_offset_delta;
+    b
+}
+
+/// Records whose offsets contradict their batch are refused (issue 36): 100 records all at
+/// delta 0 were delivered under 2 distinct offsets, deltas 0, 5, 2, 1 as offsets 96, 98, 97.
+/// Each record's delta must be above the previous record's and at most lastOffsetDelta;
+/// compaction's gaps are legal. Both decoders (views and owned records), every codec, and
+/// records below the fetch offset (skipped, still checked).
+#[test]
+fn records_that_contradict_their_offsets_are_refused() {
+    let bad = |deltas: &[i32], last: i32, index: i32, delta: i64, previous: Option<i64>| {
+        for c in [Compression::None, Compression::Lz4] {
+            let b = with_deltas(96, deltas, last).compressed(c).encode();
+            // The reader skips a batch that ends at or below the fetch offset undecoded.
+            let fetch_offsets = if last >= 0 {
+                vec![96, 96 + i64::from(last)]
+            } else {
+                vec![]
+            };
+            for fetch_offset in fetch_offsets {
+                let opts = DecodeOptions::new().fetch_offset(fetch_offset);
+                let err = read_all(Bytes::from(b.clone()), opts).unwrap_err();
+                assert_eq!(
+                    err.kind(),
+                    &DecodeErrorKind::BadOffsetDelta {
+                        index,
+                        delta,
+                        previous,
+                        last_offset_delta: i64::from(last),
+                    },
+                    "{deltas:?} {c:?}: {err}"
+                );
+                assert_eq!(err.base_offset(), Some(96), "{err}");
+            }
+            let batch = Batches::new(Bytes::from(b), true)
+                .next_batch()
+                .unwrap()
+                .unwrap();
+            let mut out = std::collections::VecDeque::new();
+            let err = batch
+                .owned_records(&mut Scratch::default(), usize::MAX, &mut out)
+                .unwrap_err();
+            assert!(
+                matches!(err.kind(), DecodeErrorKind::BadOffsetDelta { .. }),
+                "{err}"
+            );
+            assert_eq!(out.len(), index as usize, "the records before the fault");
+        }
+    };
+    let zeros = [0; 100];
+    bad(&zeros, 99, 1, 0, Some(0));
+    bad(&[0, 5, 2, 1], 3, 1, 5, Some(0));
+    bad(&[0, 2, 2, 3], 3, 2, 2, Some(2));
+    bad(&[0, 1, 0], 2, 2, 0, Some(1));
+    // Past lastOffsetDelta, below the base, a negative lastOffsetDelta.
+    bad(&[0, 1, 4], 3, 2, 4, Some(1));
+    bad(&[-1, 0], 1, 0, -1, None);
+    bad(&[0], -1, 0, 0, None);
+    let err = read_all(
+        Bytes::from(with_deltas(96, &zeros, 99).encode()),
+        DecodeOptions::new(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "record 1 of the batch has offset delta 0, but must be above the previous record's 0 \
+             and at most the batch's last offset delta 99 at byte {} in the batch at offset 96",
+            err.position()
+        )
+    );
+    // Compaction's gaps: strictly increasing, not consecutive, is read as it is.
+    let (got, r) = read_all(
+        Bytes::from(with_deltas(96, &[1, 3, 7], 9).encode()),
+        DecodeOptions::new(),
+    )
+    .unwrap();
+    assert_eq!(offsets(&got), vec![97, 99, 103]);
+    assert_eq!(r.next_offset(), 106);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Control batches and read_committed, case by case against the Java client's algorithm
 // (CompletedFetch.nextFetchedRecord: consumeAbortedTransactionsUpTo(batch.lastOffset), an ABORT
