@@ -53,6 +53,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::{Map, Value};
 
 use crate::error::io;
+use crate::file_sink::create_temp_beside;
 use crate::{
     check_from, CommitOutcome, Committed, Epochs, OffsetRange, OffsetStore, PlannedBatch,
     Positions, StoreError, StoreErrorKind, TopicIds, TopicPartition,
@@ -833,7 +834,7 @@ impl Inner {
                     && self.is_torn(path) =>
             {
                 let dir = path.parent().unwrap_or(&self.dir);
-                replace_torn(dir, path, bytes)
+                replace_torn(dir, path, bytes, |p| self.is_torn(p))
             }
             other => other,
         }
@@ -902,7 +903,7 @@ impl Inner {
                 s.oldest = s.oldest.or(Some(batch.id));
                 s.pending = Some(batch.clone());
                 // Old batches' files go here, before the batch runs, not in the commit: the
-                // commit is one fdatasync and nothing else.
+                // commit is one fsync and nothing else.
                 if let Some((c, _)) = &s.committed {
                     let oldest = s.oldest.unwrap_or(*c);
                     match self.retain(oldest, batch.id, *c) {
@@ -955,7 +956,7 @@ impl Inner {
     fn read_state(&self) -> Result<DiskState, StoreError> {
         let mut offsets = self.ids("offsets")?;
         let mut commits = self.ids("commits")?;
-        // A batch file is written with one fdatasync (`write_new`): a crash before it ends can
+        // A batch file is written with one fsync (`write_new`): a crash before it ends can
         // leave the newest file of a directory torn (empty, cut short, NUL-filled). That file
         // was never acknowledged, so it counts as not written. Only the newest can be torn;
         // anything else that does not parse is corruption, reported below.
@@ -1360,48 +1361,94 @@ pub(crate) fn read_bounded(path: &Path) -> Result<Vec<u8>, StoreError> {
     Ok(bytes)
 }
 
-/// Writes a batch file with one durable write: `path` is created only if absent (O_EXCL: a
-/// batch file is never overwritten, and of two writers one fails), written, and made durable
-/// with one fdatasync. On the journaling filesystems kdirect runs on (ext4, XFS, btrfs), the
-/// fsync of a newly created file also makes its directory entry durable (the entry is in the
-/// journal transaction the fsync commits), so the directory needs no fsync of its own. A crash
-/// before the fdatasync returns can leave a torn file: it was never acknowledged, and
-/// `read_state` counts the newest file of a directory as absent when it is torn; a torn file
-/// in the way of a new write is replaced (`replace_torn`).
+/// Writes a batch file with one durable write, never over an existing file, and never showing
+/// a partial file under the final name: the bytes go to a temp file of unique name
+/// ([`create_temp_beside`]), which is hard-linked to `path` (the link fails if `path` exists:
+/// of two writers exactly one wins, and the loser gets `AlreadyExists`, having seen a whole
+/// file), then made durable with one fsync and the temp name removed. On the journaling
+/// filesystems kdirect runs on (ext4, XFS, btrfs), the fsync of a file after its link also
+/// makes the new directory entry durable (the link is in the journal transaction the fsync
+/// commits), so the directory needs no fsync of its own. A crash before the fsync returns can
+/// still leave a torn file at `path`: it was never acknowledged, and `read_state` counts the
+/// newest file of a directory as absent when it is torn; a torn file in the way of a new write
+/// is replaced (`replace_torn`). A crash can also leave the temp name (a `.` file, skipped by
+/// every listing).
 fn write_new(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    let mut f = match File::create_new(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            return Err(StoreErrorKind::AlreadyExists {
-                path: path.to_owned(),
-                reason: "a batch file is never overwritten".to_owned(),
-            }
-            .into())
-        }
-        Err(e) => return Err(io(path, "create")(e)),
-    };
-    let written = f
+    let (mut f, tmp) = create_temp_beside(path).map_err(io(path, "create a temp file for"))?;
+    pause_point(path);
+    let linked = f
         .write_all(bytes)
-        .map_err(io(path, "write"))
-        .and_then(|()| f.sync_data().map_err(io(path, "fdatasync")));
-    if written.is_err() {
-        // Not acknowledged: leave no half-written file behind (a full disk, an I/O error).
-        drop(f);
-        let _ = fs::remove_file(path);
-    }
+        .map_err(io(&tmp, "write"))
+        .and_then(|()| match fs::hard_link(&tmp, path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                Err(StoreErrorKind::AlreadyExists {
+                    path: path.to_owned(),
+                    reason: "a batch file is never overwritten".to_owned(),
+                }
+                .into())
+            }
+            Err(e) => Err(io(path, "link")(e)),
+        });
+    let written = linked.and_then(|()| {
+        f.sync_all().map_err(io(path, "fsync")).inspect_err(|_| {
+            // Not acknowledged: leave no file that was never made durable behind (a full
+            // disk, an I/O error).
+            let _ = fs::remove_file(path);
+        })
+    });
+    drop(f);
+    let _ = fs::remove_file(&tmp);
     written
 }
 
+// A test's hook into a batch file's write, on the writer's thread, once: where a second
+// writer is run in the middle of the first (a deterministic interleaving, no sleeps).
+#[cfg(test)]
+thread_local! {
+    static PAUSE: std::cell::RefCell<Option<Box<dyn FnOnce(&Path)>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+#[cfg(test)]
+fn pause_point(path: &Path) {
+    if let Some(hook) = PAUSE.with(|p| p.borrow_mut().take()) {
+        hook(path);
+    }
+}
+
+#[cfg(not(test))]
+#[inline(always)]
+fn pause_point(_: &Path) {}
+
 /// Replaces the torn file at `path` with `bytes`: temp file, fsync, rename over it, fsync the
-/// directory (the slow path, once after a crash).
-fn replace_torn(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}-torn", std::process::id()));
+/// directory (the slow path, once after a crash). Writers replace under an exclusive lock on
+/// `dir/.replace.lock` (flock: released if the process dies) and look again under it: of two
+/// writers that both found the file torn, the first replaces it and the second finds a whole
+/// file, `AlreadyExists`, as if it had lost the link in [`write_new`].
+fn replace_torn(
+    dir: &Path,
+    path: &Path,
+    bytes: &[u8],
+    is_torn: impl Fn(&Path) -> bool,
+) -> Result<(), StoreError> {
+    let lock_path = dir.join(".replace.lock");
+    let lock = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(io(&lock_path, "open"))?;
+    lock.lock().map_err(io(&lock_path, "lock"))?;
+    if !is_torn(path) {
+        return Err(StoreErrorKind::AlreadyExists {
+            path: path.to_owned(),
+            reason: "another writer replaced the torn file first".to_owned(),
+        }
+        .into());
+    }
+    let (mut f, tmp) = create_temp_beside(path).map_err(io(path, "create a temp file for"))?;
     let result = (|| {
-        let mut f = File::create(&tmp).map_err(io(&tmp, "create"))?;
         f.write_all(bytes).map_err(io(&tmp, "write"))?;
         f.sync_all().map_err(io(&tmp, "fsync"))?;
         fs::rename(&tmp, path).map_err(io(path, "rename"))
@@ -1419,19 +1466,8 @@ fn replace_torn(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), StoreError>
 /// file: temp file, fsync, hard link to the final name (fails if it exists), remove the temp,
 /// fsync the directory. For the `metadata` file and `set_positions` (rare writes).
 fn create_new(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(
-        ".{name}.tmp-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
+    let (mut f, tmp) = create_temp_beside(path).map_err(io(path, "create a temp file for"))?;
     let result = (|| {
-        let mut f = File::create_new(&tmp).map_err(io(&tmp, "create"))?;
         f.write_all(bytes).map_err(io(&tmp, "write"))?;
         f.sync_all().map_err(io(&tmp, "fsync"))?;
         drop(f);
@@ -1602,6 +1638,85 @@ mod tests {
             let msg = e.to_string();
             assert!(msg.contains(why) && msg.contains("/ck/offsets/7"), "{msg}");
         }
+    }
+
+    /// Runs `second` in the middle of `first`'s batch file write (once the file exists, before
+    /// it holds its bytes).
+    fn interleave<T>(first: impl FnOnce() -> T, second: impl FnOnce() + 'static) -> T {
+        PAUSE.with(|p| *p.borrow_mut() = Some(Box::new(move |_: &Path| second())));
+        let r = first();
+        assert!(
+            PAUSE.with(|p| p.borrow_mut().take()).is_none(),
+            "never paused"
+        );
+        r
+    }
+
+    /// Two writers log different plans for batch 0, the second in the middle of the first's
+    /// write: exactly one succeeds, the other is refused, and the file holds the winner's plan.
+    /// (Issue 36: the second found the first's file still empty, took it for torn and renamed
+    /// its own over it; the first wrote into the unlinked file; both succeeded.)
+    #[test]
+    fn two_writers_logging_one_batch_one_wins() {
+        let d = tmpdir("race-plan");
+        let a = CheckpointStore::open(&d, 10).unwrap();
+        let b = CheckpointStore::open(&d, 10).unwrap();
+        let (plan_a, plan_b) = (batch(0, 0, 10), batch(0, 0, 20));
+        let second = std::rc::Rc::new(std::cell::RefCell::new(None));
+        let got = second.clone();
+        let pb = plan_b.clone();
+        let first = interleave(
+            || a.log_plan_sync(&plan_a),
+            move || *got.borrow_mut() = Some(b.log_plan_sync(&pb)),
+        );
+        let second = second.borrow_mut().take().unwrap();
+        assert!(
+            first.is_ok() != second.is_ok(),
+            "exactly one may log batch 0: {first:?} / {second:?}"
+        );
+        let winner = if first.is_ok() { &plan_a } else { &plan_b };
+        let loser = first.err().or(second.err()).unwrap();
+        assert!(
+            matches!(loser.kind(), StoreErrorKind::AlreadyExists { .. }),
+            "{loser}"
+        );
+        let stored = CheckpointStore::open(&d, 10).unwrap().load_sync().unwrap();
+        assert_eq!(
+            stored.pending.as_ref().map(|p| &p.ranges),
+            Some(&winner.ranges)
+        );
+    }
+
+    /// The same for the commit file: two writers commit batch 0 (its plan logged), the second
+    /// in the middle of the first's write: one commits, the other finds it committed.
+    #[test]
+    fn two_writers_committing_one_batch_one_wins() {
+        let d = tmpdir("race-commit");
+        let a = CheckpointStore::open(&d, 10).unwrap();
+        let b = CheckpointStore::open(&d, 10).unwrap();
+        let tp = TopicPartition::new("events", 0);
+        let (ba, bb) = (
+            batch(0, 0, 10).with_epochs([(tp.clone(), 1)].into()),
+            batch(0, 0, 10).with_epochs([(tp.clone(), 2)].into()),
+        );
+        a.log_plan_sync(&ba).unwrap();
+        b.log_plan_sync(&bb).unwrap();
+        let second = std::rc::Rc::new(std::cell::RefCell::new(None));
+        let got = second.clone();
+        let bb2 = bb.clone();
+        let first = interleave(
+            || a.commit_sync(&ba),
+            move || *got.borrow_mut() = Some(b.commit_sync(&bb2)),
+        );
+        let second = second.borrow_mut().take().unwrap();
+        let outcomes = [first.unwrap(), second.unwrap()];
+        let winner = match outcomes {
+            [CommitOutcome::Committed, CommitOutcome::AlreadyCommitted] => 1,
+            [CommitOutcome::AlreadyCommitted, CommitOutcome::Committed] => 2,
+            o => panic!("exactly one may commit batch 0: {o:?}"),
+        };
+        let stored = CheckpointStore::open(&d, 10).unwrap().load_sync().unwrap();
+        assert_eq!(stored.epochs, [(tp, winner)].into());
     }
 
     /// KIP-516: a commit file keeps the id of each topic its positions were read from (line

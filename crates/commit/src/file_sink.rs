@@ -20,6 +20,38 @@ use std::path::{Path, PathBuf};
 use crate::error::io;
 use crate::StoreError;
 
+/// Creates a temp file beside `path` (same directory, so it can be renamed or linked over it):
+/// `.<name>.tmp-<pid>-<16 random hex digits>`, with `create_new` (O_EXCL: never an existing
+/// file, and never through a symlink planted under a guessed name). The random part comes
+/// from the standard library's per-process SipHash keys (seeded by the OS), so no name can be
+/// guessed ahead. Names start with `.`, which every reader of these directories skips.
+pub fn create_temp_beside(path: &Path) -> std::io::Result<(File, PathBuf)> {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut last = None;
+    for _ in 0..8 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(SEQ.fetch_add(1, Ordering::Relaxed));
+        let tmp = dir.join(format!(
+            ".{name}.tmp-{}-{:016x}",
+            std::process::id(),
+            h.finish()
+        ));
+        match File::create_new(&tmp) {
+            Ok(f) => return Ok((f, tmp)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no free temp file name")))
+}
+
 /// A directory of per-batch output files.
 #[derive(Debug, Clone)]
 pub struct FileSink {
