@@ -531,6 +531,18 @@ pub enum SaslProblem {
     /// not the broker it claims to be).
     #[error("the broker's SCRAM signature does not match: it does not hold this password")]
     ServerSignature,
+    /// SCRAM: the broker asks for an iteration count outside Kafka's own bounds (4096 to
+    /// 16384): a broker that asks for more makes the client spin (or is not Kafka).
+    #[error(
+        "the broker asks for {iterations} SCRAM iterations; Kafka's bounds are \
+         {min}..={max}",
+        min = crate::sasl::MIN_SCRAM_ITERATIONS,
+        max = crate::sasl::MAX_SCRAM_ITERATIONS
+    )]
+    ScramIterations {
+        /// The count the broker sent.
+        iterations: u32,
+    },
     /// The broker's SASL messages could not be understood, or it lacks SaslAuthenticate.
     #[error("{0}")]
     Protocol(String),
