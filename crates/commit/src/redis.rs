@@ -291,21 +291,16 @@ impl OffsetStore for RedisStore {
             .invoke_async(&mut conn)
             .await
             .map_err(self.err(&format!("kdirect:{}:*", self.group)))?;
-        match out.first().map(String::as_str) {
-            Some("ok") => Ok(CommitOutcome::Committed),
-            Some("already") => Ok(CommitOutcome::AlreadyCommitted),
-            Some("conflict") => {
-                let i: usize = out.get(1).and_then(|s| s.parse().ok()).unwrap_or(1);
-                let r = &batch.ranges[i.saturating_sub(1).min(batch.ranges.len() - 1)];
-                let stored = out.get(2).and_then(|s| s.parse().ok());
-                Err(crate::conflict(
-                    &format!("{} key {}", self.describe(), self.topic_key(&r.topic)),
-                    r,
-                    batch.expected_from(r),
-                    stored,
-                ))
-            }
-            _ => Err(self.corrupt(
+        match read_answer(&out, batch) {
+            Answer::Committed => Ok(CommitOutcome::Committed),
+            Answer::Already => Ok(CommitOutcome::AlreadyCommitted),
+            Answer::Conflict(r, stored) => Err(crate::conflict(
+                &format!("{} key {}", self.describe(), self.topic_key(&r.topic)),
+                r,
+                batch.expected_from(r),
+                stored,
+            )),
+            Answer::Unknown => Err(self.corrupt(
                 &self.meta_key(),
                 format!("the commit script answered {out:?}"),
             )),
@@ -333,6 +328,36 @@ impl OffsetStore for RedisStore {
     }
 }
 
+/// What the commit script answered.
+#[derive(Debug, PartialEq)]
+enum Answer<'a> {
+    Committed,
+    Already,
+    /// The batch's range the script found moved (1-based in the reply), and what it found.
+    Conflict(&'a crate::OffsetRange, Option<i64>),
+    /// Anything else, including a conflict naming no range of the batch: a reply the script
+    /// does not give (another script under its name, or a proxy in the way).
+    Unknown,
+}
+
+fn read_answer<'a>(out: &[String], batch: &'a PlannedBatch) -> Answer<'a> {
+    match out.first().map(String::as_str) {
+        Some("ok") => Answer::Committed,
+        Some("already") => Answer::Already,
+        Some("conflict") => {
+            let range = out
+                .get(1)
+                .and_then(|s| s.parse::<usize>().ok())
+                .and_then(|i| batch.ranges.get(i.checked_sub(1)?));
+            match range {
+                Some(r) => Answer::Conflict(r, out.get(2).and_then(|s| s.parse().ok())),
+                None => Answer::Unknown,
+            }
+        }
+        _ => Answer::Unknown,
+    }
+}
+
 /// Reads a hash of `partition → next offset` (the layout the Spark articles keep a DStream's
 /// offsets in, `offset:<topic>:<group>`), for `kdirect offsets import`.
 pub async fn read_hash(url: &str, key: &str, topic: &str) -> Result<Positions, StoreError> {
@@ -354,4 +379,39 @@ pub async fn read_hash(url: &str, key: &str, topic: &str) -> Result<Positions, S
         out.insert(TopicPartition::new(topic, p), o);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::OffsetRange;
+
+    /// A crafted reply cannot panic the commit (issue 36): `conflict` for a batch with no
+    /// ranges indexed `ranges.len() - 1` (an underflow); an index naming no range is an
+    /// unknown answer, not the nearest range.
+    #[test]
+    fn crafted_commit_replies_do_not_panic() {
+        let reply = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let empty = PlannedBatch::new(3, vec![]);
+        for out in [
+            reply(&["conflict"]),
+            reply(&["conflict", "1", "5"]),
+            reply(&["conflict", "0"]),
+            reply(&[]),
+        ] {
+            assert_eq!(read_answer(&out, &empty), Answer::Unknown, "{out:?}");
+        }
+        let r = OffsetRange::new("t", 0, 10, 20);
+        let batch = PlannedBatch::new(3, vec![r.clone()]);
+        assert_eq!(
+            read_answer(&reply(&["conflict", "1", "12"]), &batch),
+            Answer::Conflict(&r, Some(12))
+        );
+        for bad in ["0", "2", "-1", "18446744073709551616", "x"] {
+            let out = reply(&["conflict", bad, "12"]);
+            assert_eq!(read_answer(&out, &batch), Answer::Unknown, "{out:?}");
+        }
+        assert_eq!(read_answer(&reply(&["ok"]), &empty), Answer::Committed);
+        assert_eq!(read_answer(&reply(&["already"]), &batch), Answer::Already);
+    }
 }
