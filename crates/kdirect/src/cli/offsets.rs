@@ -209,11 +209,22 @@ pub struct ResetArgs {
     dry_run: bool,
 }
 
-/// `2026-12-01T07:00:00`, `…:00.250`, `…Z`, `…+01:00` → ms since the Unix epoch.
+/// `2026-12-01T07:00:00`, `…:00.250`, `…Z`, `…+01:00` → ms since the Unix epoch. Anything
+/// else, non-ASCII text or a field out of its range included, is the one error.
 fn parse_datetime(s: &str) -> Result<i64, String> {
     let bad = || format!("'{s}' is not YYYY-MM-DDTHH:mm:SS[.sss][Z|+HH:MM|-HH:MM]");
+    // Every slice below is then on a char boundary.
+    if !s.is_ascii() {
+        return Err(bad());
+    }
     let (date, rest) = s.split_once('T').ok_or_else(bad)?;
-    let num = |t: &str| t.parse::<i64>().map_err(|_| bad());
+    // At most 4 characters a field: no sum or product below can overflow.
+    let num = |t: &str| {
+        (t.len() <= 4)
+            .then(|| t.parse::<i64>().ok())
+            .flatten()
+            .ok_or_else(bad)
+    };
     let mut d = date.split('-');
     let (y, mo, da) = (
         num(d.next().ok_or_else(bad)?)?,
@@ -243,7 +254,18 @@ fn parse_datetime(s: &str) -> Result<i64, String> {
     } else {
         num(&format!("{:0<3}", &frac[..frac.len().min(3)]))?
     };
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&da) || h > 23 || mi > 59 {
+    // Bounded fields: the arithmetic below cannot overflow.
+    if !(0..=9999).contains(&y)
+        || !(1..=12).contains(&mo)
+        || !(1..=31).contains(&da)
+        || !(0..=23).contains(&h)
+        || !(0..=59).contains(&mi)
+        || !(-24 * 60..=24 * 60).contains(&offset_min)
+    {
+        return Err(bad());
+    }
+    let sec = num(sec)?;
+    if !(0..=60).contains(&sec) {
         return Err(bad());
     }
     // Days from 1970-01-01 (Howard Hinnant's days_from_civil).
@@ -254,7 +276,7 @@ fn parse_datetime(s: &str) -> Result<i64, String> {
     let doy = (153 * mp + 2) / 5 + da - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
-    Ok(((days * 24 + h) * 60 + mi - offset_min) * 60_000 + num(sec)? * 1000 + ms_part)
+    Ok(((days * 24 + h) * 60 + mi - offset_min) * 60_000 + sec * 1000 + ms_part)
 }
 
 /// `PT1H`, `P1DT2H30M15.5S` → ms.
@@ -1077,6 +1099,23 @@ mod tests {
             "2023-11-14T25:00:00",
         ] {
             assert!(parse_datetime(bad).is_err(), "{bad}");
+        }
+        // Issue 36: non-ASCII fractions panicked on a char boundary, huge fields overflowed;
+        // each is the same error as any other malformed date.
+        for bad in [
+            "2023-11-14T22:13:20.é5",
+            "2023-11-14T22:13:20.2€",
+            "2023-11-14T22:13:20.€",
+            "2023-11-14T22:13:20+€",
+            "2023-11-14T22:13:20+01:€",
+            "９９９９-01-01T00:00:00",
+            "9223372036854775807-01-01T00:00:00",
+            "2023-11-14T22:13:9223372036854775807",
+            "2023-11-14T22:13:20+9223372036854775807:00",
+            "2023-11-14T-1:13:20",
+        ] {
+            let e = parse_datetime(bad).unwrap_err();
+            assert!(e.contains("is not YYYY-MM-DDTHH:mm:SS"), "{bad}: {e}");
         }
         assert_eq!(parse_duration_ms("PT1H").unwrap(), 3_600_000);
         assert_eq!(parse_duration_ms("P1DT2H30M15.5S").unwrap(), 95_415_500);
