@@ -226,6 +226,55 @@ fn a_resumed_consume_appends_to_its_output_file() {
     assert_eq!(offsets, (0..200).collect::<Vec<_>>());
 }
 
+/// The output file's cover sidecar is written through a temp file nobody can guess, created
+/// only if absent (issue 36): it was `<output>.kdirect-cover.tmp` opened with `File::create`,
+/// so a symlink planted there had its target overwritten.
+#[cfg(unix)]
+#[test]
+fn consume_follows_no_symlink_planted_at_a_temp_name() {
+    let rt = rt();
+    let fake = rt.block_on(async { FakeCluster::builder().topic("sy", 1).build().await.unwrap() });
+    let recs: Vec<FakeRecord> = (0..10)
+        .map(|i| FakeRecord::value(Bytes::from(format!("v{i}"))))
+        .collect();
+    fake.append_batch(
+        "sy",
+        0,
+        encode_batch(&recs, &BatchOptions::codec(Codec::None)).unwrap(),
+    )
+    .unwrap();
+    let dir = crate::support::tempdir("symlink");
+    let out = dir.join("out.jsonl");
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "keep").unwrap();
+    std::os::unix::fs::symlink(&victim, dir.join("out.jsonl.kdirect-cover.tmp")).unwrap();
+    let store = format!("checkpoint:{}", dir.join("ckpt").display());
+    let o = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+        .args([
+            "consume",
+            "-b",
+            &fake.bootstrap(),
+            "-t",
+            "sy",
+            "--until-latest",
+            "--store",
+            &store,
+            "--output",
+            out.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), 10);
+    let temps: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tmp-"))
+        .collect();
+    assert!(temps.is_empty(), "temp files left: {temps:?}");
+}
+
 /// Reconnect like a long-running consumer: the whole (one-broker) cluster stops for 3 s in the
 /// middle of a rate-limited `consume --until-latest`; the run carries on when it is back and
 /// delivers every record exactly once (it used to exit within milliseconds with "no bootstrap

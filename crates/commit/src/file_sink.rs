@@ -1,7 +1,8 @@
 //! The idempotent file sink: one output file per batch id, written atomically.
 //!
-//! Batch N's lines go to `.N.jsonl.tmp-<pid>` (a name that does not end in `.jsonl`), which is
-//! fsynced and renamed to `N.jsonl`, and the directory is fsynced. A re-run of batch N after a
+//! Batch N's lines go to `.N.jsonl.tmp-<pid>-<random>` (a name that does not end in `.jsonl`,
+//! created only if absent: [`create_temp_beside`]), which is fsynced and renamed to `N.jsonl`,
+//! and the directory is fsynced. A re-run of batch N after a
 //! crash writes the same name again and the rename replaces the old file, so the output holds
 //! each batch once however often it ran: with a store that re-runs exactly the logged ranges
 //! (the checkpoint), every offset appears exactly once; with one that re-plans (Kafka group
@@ -88,14 +89,12 @@ impl FileSink {
     /// Starts batch `batch_id`'s file. Write lines, then [`BatchFile::finish`]; dropping it
     /// unfinished removes the temp file and leaves any earlier finished file in place.
     pub fn begin(&self, batch_id: u64) -> Result<BatchFile, StoreError> {
-        let tmp = self
-            .dir
-            .join(format!(".{batch_id}.jsonl.tmp-{}", std::process::id()));
-        let file = File::create(&tmp).map_err(io(&tmp, "create"))?;
+        let path = self.path_for(batch_id);
+        let (file, tmp) = create_temp_beside(&path).map_err(io(&path, "create a temp file for"))?;
         Ok(BatchFile {
             out: Some(BufWriter::with_capacity(256 * 1024, file)),
             tmp,
-            path: self.path_for(batch_id),
+            path,
             dir: self.dir.clone(),
             lines: 0,
         })
@@ -146,15 +145,21 @@ impl BatchFile {
     }
 
     /// Flushes, fsyncs, renames to `<batchId>.jsonl` (replacing an earlier attempt) and fsyncs
-    /// the directory. Returns the finished file's path.
+    /// the directory. Returns the finished file's path. On an error before the rename the temp
+    /// file is removed.
     pub fn finish(mut self) -> Result<PathBuf, StoreError> {
         let out = self.out.take().expect("finish is called once");
-        let file = out
+        let placed = out
             .into_inner()
-            .map_err(|e| io(&self.tmp, "write")(e.into_error()))?;
-        file.sync_all().map_err(io(&self.tmp, "fsync"))?;
-        drop(file);
-        fs::rename(&self.tmp, &self.path).map_err(io(&self.path, "rename into place"))?;
+            .map_err(|e| io(&self.tmp, "write")(e.into_error()))
+            .and_then(|file| file.sync_all().map_err(io(&self.tmp, "fsync")))
+            .and_then(|()| {
+                fs::rename(&self.tmp, &self.path).map_err(io(&self.path, "rename into place"))
+            });
+        if placed.is_err() {
+            let _ = fs::remove_file(&self.tmp);
+        }
+        placed?;
         File::open(&self.dir)
             .and_then(|d| d.sync_all())
             .map_err(io(&self.dir, "fsync directory"))?;
@@ -196,6 +201,39 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names, vec!["3.jsonl".to_owned()]);
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    /// Issue 36: the temp file had a predictable name and was opened with `File::create`,
+    /// which follows a symlink planted there (the victim was truncated and overwritten); and a
+    /// `finish` that failed left its temp file behind.
+    #[cfg(unix)]
+    #[test]
+    fn temp_files_are_unguessable_and_never_left_behind() {
+        let d = std::env::temp_dir().join(format!("kdirect-sink-tmp-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        let sink = FileSink::open(&d).unwrap();
+        let victim = d.join("victim");
+        fs::write(&victim, "keep").unwrap();
+        let planted = d.join(format!(".4.jsonl.tmp-{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        sink.write_batch(4, ["{\"a\":1}"]).unwrap();
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "keep");
+        assert_eq!(
+            fs::read_to_string(d.join("4.jsonl")).unwrap(),
+            "{\"a\":1}\n"
+        );
+        fs::remove_file(&planted).unwrap();
+        // A directory in the way of the rename: finish fails and removes its temp file.
+        fs::create_dir_all(d.join("5.jsonl").join("x")).unwrap();
+        let e = sink.write_batch(5, ["{\"a\":1}"]).unwrap_err();
+        assert!(e.to_string().contains("5.jsonl"), "{e}");
+        let mut names: Vec<String> = fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["4.jsonl", "5.jsonl", "victim"]);
         let _ = fs::remove_dir_all(&d);
     }
 }

@@ -902,13 +902,17 @@ impl OutputCover {
             text.push_str(&serde_json::json!({ "len": len, "positions": pos }).to_string());
             text.push('\n');
         }
-        let mut tmp_name = sidecar.as_os_str().to_owned();
-        tmp_name.push(".tmp");
-        let tmp = PathBuf::from(tmp_name);
-        let mut f = File::create(&tmp).map_err(err)?;
-        f.write_all(text.as_bytes()).map_err(err)?;
-        f.sync_data().map_err(err)?;
-        std::fs::rename(&tmp, &sidecar).map_err(err)?;
+        // A temp name nobody can guess, created only if absent (a symlink planted at a
+        // predictable name was followed and its target overwritten).
+        let (mut f, tmp) = kdirect_commit::file_sink::create_temp_beside(&sidecar).map_err(err)?;
+        let placed = f
+            .write_all(text.as_bytes())
+            .and_then(|()| f.sync_data())
+            .and_then(|()| std::fs::rename(&tmp, &sidecar));
+        if placed.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        placed.map_err(err)?;
         let dir = sidecar
             .parent()
             .filter(|d| !d.as_os_str().is_empty())
