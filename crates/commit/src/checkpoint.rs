@@ -1405,9 +1405,11 @@ fn write_new(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
 // A test's hook into a batch file's write, on the writer's thread, once: where a second
 // writer is run in the middle of the first (a deterministic interleaving, no sleeps).
 #[cfg(test)]
+type PauseHook = Box<dyn FnOnce(&Path)>;
+
+#[cfg(test)]
 thread_local! {
-    static PAUSE: std::cell::RefCell<Option<Box<dyn FnOnce(&Path)>>> =
-        const { std::cell::RefCell::new(None) };
+    static PAUSE: std::cell::RefCell<Option<PauseHook>> = const { std::cell::RefCell::new(None) };
 }
 
 #[cfg(test)]
