@@ -67,23 +67,25 @@ struct CaughtUp {
     batch: u64,
 }
 
-/// What a fetch read of one range: the range as the reading ended it, the partition's ends
-/// as the Fetch answer gave them (`None`: no answer for it, a range read from a carried
-/// batch), and the bytes held.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Read<'a> {
-    pub range: &'a OffsetRange,
-    pub observed: Option<ObservedEnds>,
-    pub bytes: usize,
+/// What a fetch read of one range, as the core sees it: the range as the reading ended it,
+/// the partition's ends as the Fetch answer gave them (`None`: no answer for it, a range read
+/// from a carried batch), and the bytes held. The driver hands its [`RangeData`] as they are;
+/// the tests hand plain values.
+pub(crate) trait ReadRange {
+    fn range(&self) -> &OffsetRange;
+    fn observed(&self) -> Option<ObservedEnds>;
+    fn bytes(&self) -> usize;
 }
 
-impl<'a> From<&'a RangeData> for Read<'a> {
-    fn from(d: &'a RangeData) -> Self {
-        Read {
-            range: &d.range,
-            observed: d.observed,
-            bytes: d.bytes(),
-        }
+impl ReadRange for RangeData {
+    fn range(&self) -> &OffsetRange {
+        &self.range
+    }
+    fn observed(&self) -> Option<ObservedEnds> {
+        self.observed
+    }
+    fn bytes(&self) -> usize {
+        RangeData::bytes(self)
     }
 }
 
@@ -420,12 +422,12 @@ impl StreamCore {
 
     /// Keeps the ends the Fetch answers of `data` reported: for partitions with more to read
     /// past their range in `observed`, for partitions the batch caught up in `caught_up`.
-    pub fn observe(&mut self, now: Duration, data: &[Read<'_>]) {
+    pub fn observe(&mut self, now: Duration, data: &[impl ReadRange]) {
         let batch = self.planner.next_batch_id();
         for d in data {
-            let tp = d.range.topic_partition();
-            match d.observed {
-                Some(o) if o.end > d.range.until => {
+            let tp = d.range().topic_partition();
+            match d.observed() {
+                Some(o) if o.end > d.range().until => {
                     self.caught_up.remove(&tp);
                     self.observed.insert(tp, (o, now));
                 }
@@ -486,7 +488,7 @@ impl StreamCore {
             return fresh;
         }
         let pos = self.planner.positions();
-        let caught: Vec<(&TopicPartition, CaughtUp)> = parts
+        let caught: BTreeMap<&TopicPartition, CaughtUp> = parts
             .iter()
             .filter_map(|tp| {
                 let c = *self.caught_up.get(tp)?;
@@ -499,7 +501,7 @@ impl StreamCore {
             .all(|(tp, o)| pos.get(tp).is_some_and(|p| o.end <= *p))
             && parts
                 .iter()
-                .all(|tp| fresh.contains_key(tp) || caught.iter().any(|(c, _)| *c == tp));
+                .all(|tp| fresh.contains_key(tp) || caught.contains_key(tp));
         let next = self.planner.next_batch_id();
         for (tp, c) in caught {
             if idle || next.saturating_sub(c.batch) <= 1 {
@@ -782,13 +784,13 @@ impl StreamCore {
         &mut self,
         now: Duration,
         mut fetch: FetchPlan,
-        data: &[Read<'_>],
+        data: &[impl ReadRange],
         sizing: Sizing,
     ) -> Finished {
         if !fetch.replay {
             let mut early = false;
             for d in data {
-                let read = &d.range;
+                let read = d.range();
                 let Some(r) = fetch
                     .ranges
                     .iter_mut()
@@ -807,13 +809,13 @@ impl StreamCore {
         }
         self.observe(now, data);
         if !fetch.replay {
-            let offsets: u64 = data.iter().map(|d| d.range.len()).sum();
+            let offsets: u64 = data.iter().map(|d| d.range().len()).sum();
             if self.cfg.adaptive && offsets > 0 {
                 // By the data's bytes per offset, not the bytes this batch held: a short range
                 // holds a whole stored batch, and sizing by what it held made the next ranges
                 // shorter still, down to a few records of a stored batch per partition, each
                 // fetched again and again (issue 32).
-                let bytes: usize = data.iter().map(|d| d.bytes).sum();
+                let bytes: usize = data.iter().map(ReadRange::bytes).sum();
                 let per_offset = sizing
                     .bytes_per_offset
                     .unwrap_or(bytes as f64 / offsets as f64);
@@ -899,12 +901,10 @@ impl StreamCore {
         waited: Duration,
         ends: Vec<(TopicPartition, ObservedEnds)>,
     ) -> bool {
-        let nothing_new = |tp: &TopicPartition, e: &ObservedEnds| {
-            asked
-                .iter()
-                .find(|(a, _)| a == tp)
-                .is_some_and(|(_, p)| e.end <= *p)
-        };
+        let asked_at: BTreeMap<&TopicPartition, i64> =
+            asked.iter().map(|(tp, p)| (tp, *p)).collect();
+        let nothing_new =
+            |tp: &TopicPartition, e: &ObservedEnds| asked_at.get(tp).is_some_and(|p| e.end <= *p);
         let quick_and_empty =
             waited * 2 < self.cfg.max_wait && ends.iter().all(|(tp, e)| nothing_new(tp, e));
         if quick_and_empty {

@@ -14,7 +14,7 @@ use kdirect_engine::plan::{PartitionSnapshot, TimestampLookup, TopicPartition, W
 use kdirect_engine::Error as EngineError;
 use kdirect_proto::api::list_offsets::{OffsetSpec, PartitionOffset};
 
-use super::core::{FetchPlan, Read, Sizing, Step, StreamCore};
+use super::core::{FetchPlan, Sizing, Step, StreamCore};
 use super::{Batch, Ending, StreamConfig};
 
 /// How long a stream has been unable to reach the brokers, and the backoff before its next try.
@@ -327,8 +327,7 @@ impl Driver {
     /// batches are fetched one after the other, and the next one's fetch starts after this).
     fn batch(&self, fetch: FetchPlan, data: Vec<RangeData>) -> Batch {
         let now = self.now();
-        let read: Vec<Read<'_>> = data.iter().map(Read::from).collect();
-        let done = self.core().finish(now, fetch, &read, self.sizing());
+        let done = self.core().finish(now, fetch, &data, self.sizing());
         let epochs = done
             .ranges
             .iter()

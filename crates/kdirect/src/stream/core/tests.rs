@@ -63,6 +63,35 @@ fn wait_of(step: Step) -> Wait {
     }
 }
 
+/// A range as a test's fetch read it.
+#[derive(Clone, Copy, Debug)]
+struct Read<'a> {
+    range: &'a OffsetRange,
+    observed: Option<ObservedEnds>,
+    bytes: usize,
+}
+
+impl ReadRange for Read<'_> {
+    fn range(&self) -> &OffsetRange {
+        self.range
+    }
+    fn observed(&self) -> Option<ObservedEnds> {
+        self.observed
+    }
+    fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+/// What a fetch read of `range`, with the partition's end as its answer gave it.
+fn got(range: &OffsetRange, end: Option<i64>) -> Read<'_> {
+    Read {
+        range,
+        observed: end.map(|end| ObservedEnds { log_start: 0, end }),
+        bytes: 1,
+    }
+}
+
 const SIZING: Sizing = Sizing {
     budget: 64 << 20,
     bytes_per_offset: None,
@@ -160,11 +189,7 @@ fn a_logged_batch_re_run_is_read_exactly_and_never_ended_early() {
         "empty ranges are not fetched"
     );
     let short = range("t", 0, 10, 40);
-    let read = [Read {
-        range: &short,
-        observed: None,
-        bytes: 1,
-    }];
+    let read = [got(&short, None)];
     let done = core.finish(ms(1), fetch, &read, SIZING);
     assert_eq!(
         done.ranges[0],
@@ -401,24 +426,7 @@ fn caught_up_partitions_plan_only_while_all_are_or_within_a_batch() {
     let fetch = fetch_of(core.plan(ms(0), &s).unwrap());
     let r0 = range("t", 0, 0, 10);
     let r1 = range("t", 1, 0, 100);
-    let read = [
-        Read {
-            range: &r0,
-            observed: Some(ObservedEnds {
-                log_start: 0,
-                end: 10,
-            }),
-            bytes: 1,
-        },
-        Read {
-            range: &r1,
-            observed: Some(ObservedEnds {
-                log_start: 0,
-                end: 1000,
-            }),
-            bytes: 1,
-        },
-    ];
+    let read = [got(&r0, Some(10)), got(&r1, Some(1000))];
     core.finish(ms(1), fetch, &read, SIZING);
     let parts = [TopicPartition::new("t", 0), TopicPartition::new("t", 1)];
     // t-0 caught up, t-1 busy: t-0's answer plans the very next batch only.
@@ -426,25 +434,11 @@ fn caught_up_partitions_plan_only_while_all_are_or_within_a_batch() {
     let s = snap(&[("t", 0, 0, 10), ("t", 1, 0, 1000)]);
     let fetch = fetch_of(core.plan(ms(3), &s).unwrap());
     let r1 = range("t", 1, 100, 200);
-    let read = [Read {
-        range: &r1,
-        observed: Some(ObservedEnds {
-            log_start: 0,
-            end: 1000,
-        }),
-        bytes: 1,
-    }];
+    let read = [got(&r1, Some(1000))];
     core.finish(ms(4), fetch, &read, SIZING);
     let fetch = fetch_of(core.plan(ms(5), &s).unwrap());
     let r1 = range("t", 1, 200, 300);
-    let read = [Read {
-        range: &r1,
-        observed: Some(ObservedEnds {
-            log_start: 0,
-            end: 1000,
-        }),
-        bytes: 1,
-    }];
+    let read = [got(&r1, Some(1000))];
     core.finish(ms(5), fetch, &read, SIZING);
     let known = core.known_ends(ms(6), &parts);
     assert!(
@@ -614,11 +608,7 @@ fn a_rate_limited_batch_ended_early_is_paced_by_what_it_read() {
     let fetch = fetch_of(core.plan(ms(0), &s).unwrap());
     assert_eq!(fetch.ranges, vec![range("t", 0, 0, 1000)], "1000/s × 1 s");
     let short = range("t", 0, 0, 200);
-    let read = [Read {
-        range: &short,
-        observed: None,
-        bytes: 1,
-    }];
+    let read = [got(&short, None)];
     core.finish(ms(1), fetch, &read, SIZING);
     // 200 offsets at 1000/s: the next batch may start 200 ms after the first, not 1 s.
     let at = core.not_before().unwrap();
@@ -711,18 +701,7 @@ fn lag_is_what_is_left_after_the_batch() {
     let fetch = fetch_of(core.plan(ms(0), &s).unwrap());
     let r0 = range("t", 0, 0, 30);
     let r1 = range("t", 1, 0, 50);
-    let read = [
-        Read {
-            range: &r0,
-            observed: None,
-            bytes: 1,
-        },
-        Read {
-            range: &r1,
-            observed: None,
-            bytes: 1,
-        },
-    ];
+    let read = [got(&r0, None), got(&r1, None)];
     core.finish(ms(1), fetch, &read, SIZING);
     let lags: Vec<u64> = core.record_lag(&s).iter().map(|l| l.lag).collect();
     assert_eq!(lags, vec![70, 0]);
