@@ -10,7 +10,7 @@ use kdirect_proto::api::fetch::{FetchView, FetchedPartition};
 use kdirect_proto::api::metadata::{BrokerInfo, PartitionInfo, TopicInfo};
 use kdirect_proto::ErrorCode;
 
-use super::{FetchConfig, FetchSession, MemoryBudget, RoundEnd};
+use super::{FetchConfig, FetchSession, LeaderRequest, MemoryBudget, RoundEnd};
 use crate::cluster::ClusterView;
 use crate::error::{BrokerName, ErrorKind};
 use crate::plan::OffsetRange;
@@ -123,6 +123,13 @@ fn answer(parts: Vec<FetchedPartition>) -> FetchView {
     }
 }
 
+/// Feeds `s` broker 1's answer to `req` (`parts`, `size` bytes on the wire, no permit held),
+/// which must be taken.
+fn respond(s: &mut FetchSession, req: &LeaderRequest, parts: Vec<FetchedPartition>, size: usize) {
+    s.on_response(req, &broker(1), answer(parts), size, None)
+        .unwrap();
+}
+
 fn ranges(spec: &[(i32, i64, i64)]) -> Vec<OffsetRange> {
     spec.iter()
         .map(|&(p, from, until)| OffsetRange::new("t", p, from, until))
@@ -146,14 +153,7 @@ fn first_round_asks_one_partition_then_everyone_by_leader() {
     assert_eq!(reqs[0].topics[0].partitions[0].partition_max_bytes, 1 << 20);
     assert_eq!(reqs[0].topics[0].partitions[0].current_leader_epoch, 5);
     assert!(reqs[0].has_topic_ids());
-    s.on_response(
-        &reqs[0],
-        &broker(1),
-        answer(vec![part(0, 10, batch(0, 10))]),
-        500,
-        None,
-    )
-    .unwrap();
+    respond(&mut s, &reqs[0], vec![part(0, 10, batch(0, 10))], 500);
     assert!(matches!(s.end_round(), RoundEnd::Continue));
     assert_eq!(s.positions(), &[10, 0, 0]);
     assert_eq!(s.held(), 500);
@@ -244,14 +244,7 @@ fn a_partition_left_out_of_every_answer_is_a_retry_not_a_resend_loop() {
     }
     // The same old batch after the position moved past it.
     let reqs = s.next_requests(&v).unwrap();
-    s.on_response(
-        &reqs[0],
-        &broker(1),
-        answer(vec![part(0, 20, batch(0, 5))]),
-        100,
-        None,
-    )
-    .unwrap();
+    respond(&mut s, &reqs[0], vec![part(0, 20, batch(0, 5))], 100);
     assert!(matches!(s.end_round(), RoundEnd::Continue));
     assert_eq!(s.positions(), &[5]);
     // The old batch again: first taken for a batch larger than asked (asked again at the
@@ -281,14 +274,7 @@ fn a_batch_cut_short_is_asked_again_for_the_full_size_then_retried() {
     );
     let v = view(&[1, 1]);
     let reqs = s.next_requests(&v).unwrap();
-    s.on_response(
-        &reqs[0],
-        &broker(1),
-        answer(vec![part(0, 10, batch(0, 10))]),
-        300,
-        None,
-    )
-    .unwrap();
+    respond(&mut s, &reqs[0], vec![part(0, 10, batch(0, 10))], 300);
     assert!(matches!(s.end_round(), RoundEnd::Continue));
     // p1 asked for little (sized from p0's small batch); its batch is cut short.
     let reqs = s.next_requests(&v).unwrap();
@@ -296,14 +282,7 @@ fn a_batch_cut_short_is_asked_again_for_the_full_size_then_retried() {
     assert!(asked < 1 << 20);
     let mut cut = batch(0, 100);
     cut.truncate(100);
-    s.on_response(
-        &reqs[0],
-        &broker(1),
-        answer(vec![part(1, 100, cut.clone())]),
-        200,
-        None,
-    )
-    .unwrap();
+    respond(&mut s, &reqs[0], vec![part(1, 100, cut.clone())], 200);
     assert!(
         matches!(s.end_round(), RoundEnd::Continue),
         "asked again, uncapped, at once"
@@ -311,14 +290,7 @@ fn a_batch_cut_short_is_asked_again_for_the_full_size_then_retried() {
     let reqs = s.next_requests(&v).unwrap();
     assert_eq!(reqs[0].topics[0].partitions[0].partition_max_bytes, 1 << 20);
     // Still cut short at the full size: that is the broker's doing, retried with backoff.
-    s.on_response(
-        &reqs[0],
-        &broker(1),
-        answer(vec![part(1, 100, cut)]),
-        200,
-        None,
-    )
-    .unwrap();
+    respond(&mut s, &reqs[0], vec![part(1, 100, cut)], 200);
     match s.end_round() {
         RoundEnd::Retry(e) => assert!(
             matches!(e.kind(), ErrorKind::NoProgress { partition: 1, .. }),
@@ -335,8 +307,7 @@ fn leader_changes_and_retriable_errors_retry_fatal_ones_end() {
     let reqs = s.next_requests(&view(&[1])).unwrap();
     let mut p = part(0, 10, Vec::new());
     p.error = ErrorCode::NOT_LEADER_OR_FOLLOWER;
-    s.on_response(&reqs[0], &broker(1), answer(vec![p]), 100, None)
-        .unwrap();
+    respond(&mut s, &reqs[0], vec![p], 100);
     assert!(
         matches!(s.end_round(), RoundEnd::Retry(e) if matches!(e.kind(), ErrorKind::Range { .. }))
     );
@@ -483,8 +454,7 @@ fn a_preferred_read_replica_is_followed_and_left_on_error() {
     assert_eq!((reqs[0].leader, reqs[0].rack.as_str()), (1, "rack-2"));
     let mut redirect = part(0, 10, Vec::new());
     redirect.preferred_read_replica = 2;
-    s.on_response(&reqs[0], &broker(1), answer(vec![redirect]), 100, None)
-        .unwrap();
+    respond(&mut s, &reqs[0], vec![redirect], 100);
     assert!(
         matches!(s.end_round(), RoundEnd::Continue),
         "a change, not a stall"
@@ -514,22 +484,14 @@ fn a_preferred_read_replica_is_followed_and_left_on_error() {
     assert!(matches!(s.end_round(), RoundEnd::Continue));
     let reqs = s.next_requests(&v).unwrap();
     assert_eq!(reqs[0].leader, 1);
-    s.on_response(
-        &reqs[0],
-        &broker(1),
-        answer(vec![part(0, 10, batch(5, 5))]),
-        300,
-        None,
-    )
-    .unwrap();
+    respond(&mut s, &reqs[0], vec![part(0, 10, batch(5, 5))], 300);
     assert!(matches!(s.end_round(), RoundEnd::Done));
     // A later batch on the same budget: the leader points again, then the replica errs.
     let mut s = FetchSession::new(&ranges(&[(0, 10, 20)]), &cfg, &budget);
     let reqs = s.next_requests(&v).unwrap();
     let mut redirect = part(0, 20, Vec::new());
     redirect.preferred_read_replica = 2;
-    s.on_response(&reqs[0], &broker(1), answer(vec![redirect]), 100, None)
-        .unwrap();
+    respond(&mut s, &reqs[0], vec![redirect], 100);
     s.end_round();
     let reqs = s.next_requests(&v).unwrap();
     assert_eq!(reqs[0].leader, 2);
@@ -570,14 +532,12 @@ fn read_whole(budget: &MemoryBudget, from: i64, until: i64, epoch: i32) {
     );
     let reqs = s.next_requests(&view(&[1])).unwrap();
     let n = i32::try_from(until - from).unwrap();
-    s.on_response(
+    respond(
+        &mut s,
         &reqs[0],
-        &broker(1),
-        answer(vec![part(0, until, batch_at_epoch(from, n, epoch))]),
+        vec![part(0, until, batch_at_epoch(from, n, epoch))],
         500,
-        None,
-    )
-    .unwrap();
+    );
     assert!(matches!(s.end_round(), RoundEnd::Done));
     s.finish();
 }
@@ -592,26 +552,22 @@ fn the_last_fetched_epoch_follows_the_position() {
     let v = view(&[1]);
     let reqs = s.next_requests(&v).unwrap();
     assert_eq!(reqs[0].topics[0].partitions[0].last_fetched_epoch, -1);
-    s.on_response(
+    respond(
+        &mut s,
         &reqs[0],
-        &broker(1),
-        answer(vec![part(0, 20, batch_at_epoch(0, 10, 3))]),
+        vec![part(0, 20, batch_at_epoch(0, 10, 3))],
         500,
-        None,
-    )
-    .unwrap();
+    );
     assert!(matches!(s.end_round(), RoundEnd::Continue));
     let reqs = s.next_requests(&v).unwrap();
     assert_eq!(reqs[0].topics[0].partitions[0].fetch_offset, 10);
     assert_eq!(reqs[0].topics[0].partitions[0].last_fetched_epoch, 3);
-    s.on_response(
+    respond(
+        &mut s,
         &reqs[0],
-        &broker(1),
-        answer(vec![part(0, 20, batch_at_epoch(10, 10, 4))]),
+        vec![part(0, 20, batch_at_epoch(10, 10, 4))],
         500,
-        None,
-    )
-    .unwrap();
+    );
     assert!(matches!(s.end_round(), RoundEnd::Done));
     s.finish();
     let f = budget.last_fetched("t", 0).unwrap();
@@ -676,38 +632,22 @@ fn a_diverging_epoch_inside_the_session_rereads_the_range() {
     let v = view(&[1]);
     let mut s = FetchSession::new(&ranges(&[(0, 0, 20)]), &FetchConfig::default(), &budget);
     let reqs = s.next_requests(&v).unwrap();
-    s.on_response(
+    respond(
+        &mut s,
         &reqs[0],
-        &broker(1),
-        answer(vec![part(0, 20, batch_at_epoch(0, 10, 5))]),
+        vec![part(0, 20, batch_at_epoch(0, 10, 5))],
         500,
-        None,
-    )
-    .unwrap();
+    );
     assert!(matches!(s.end_round(), RoundEnd::Continue));
     // Epoch 5 now ends at 12 in the leader's log: at or past 10, nothing lost.
     let reqs = s.next_requests(&v).unwrap();
-    s.on_response(
-        &reqs[0],
-        &broker(1),
-        answer(vec![diverging(0, 20, 4, 12)]),
-        100,
-        None,
-    )
-    .unwrap();
+    respond(&mut s, &reqs[0], vec![diverging(0, 20, 4, 12)], 100);
     assert!(matches!(s.end_round(), RoundEnd::Continue));
     assert_eq!(s.positions(), &[10]);
     let reqs = s.next_requests(&v).unwrap();
     assert_eq!(reqs[0].topics[0].partitions[0].last_fetched_epoch, 4);
     // Then: epoch 4 ends at 6, below 10 but inside the range: read [0, 20) again.
-    s.on_response(
-        &reqs[0],
-        &broker(1),
-        answer(vec![diverging(0, 20, 4, 6)]),
-        100,
-        None,
-    )
-    .unwrap();
+    respond(&mut s, &reqs[0], vec![diverging(0, 20, 4, 6)], 100);
     assert!(matches!(s.end_round(), RoundEnd::Continue));
     assert_eq!(s.positions(), &[0]);
     let reqs = s.next_requests(&v).unwrap();
@@ -715,14 +655,7 @@ fn a_diverging_epoch_inside_the_session_rereads_the_range() {
     assert_eq!(reqs[0].topics[0].partitions[0].last_fetched_epoch, -1);
     let mut log = batch_at_epoch(0, 6, 4);
     log.extend(batch_at_epoch(6, 14, 6));
-    s.on_response(
-        &reqs[0],
-        &broker(1),
-        answer(vec![part(0, 20, log)]),
-        500,
-        None,
-    )
-    .unwrap();
+    respond(&mut s, &reqs[0], vec![part(0, 20, log)], 500);
     assert!(matches!(s.end_round(), RoundEnd::Done));
     let data = s.finish();
     let offsets: Vec<i64> = data[0].records().map(|r| r.unwrap().offset()).collect();
@@ -744,14 +677,7 @@ fn endless_diverging_answers_become_a_retry() {
         rounds += 1;
         assert!(rounds < 20, "never gave up");
         let reqs = s.next_requests(&v).unwrap();
-        s.on_response(
-            &reqs[0],
-            &broker(1),
-            answer(vec![diverging(0, 20, 5, 30)]),
-            100,
-            None,
-        )
-        .unwrap();
+        respond(&mut s, &reqs[0], vec![diverging(0, 20, 5, 30)], 100);
         match s.end_round() {
             RoundEnd::Continue => {}
             RoundEnd::Retry(e) => break e,
@@ -802,14 +728,7 @@ fn carried_data_needs_the_same_topic_id_and_leader_epoch() {
     let v = view(&[1]);
     let mut s = FetchSession::new(&ranges(&[(0, 0, 50)]), &FetchConfig::default(), &budget);
     let reqs = s.next_requests(&v).unwrap();
-    s.on_response(
-        &reqs[0],
-        &broker(1),
-        answer(vec![part(0, 100, batch(0, 100))]),
-        500,
-        None,
-    )
-    .unwrap();
+    respond(&mut s, &reqs[0], vec![part(0, 100, batch(0, 100))], 500);
     assert!(matches!(s.end_round(), RoundEnd::Done));
     let left = s.take_straddling();
     assert_eq!((left.len(), left[0].from, left[0].until), (1, 50, 100));
@@ -903,14 +822,7 @@ fn a_range_inside_a_compaction_gap_completes_empty_and_carries_the_next_batch() 
     // Records 0..10 are left of [0, 93326); then the log goes on at 93326.
     let mut records = batch_at_epoch(0, 10, 2);
     records.extend(batch_at_epoch(93_326, 50, 3));
-    s.on_response(
-        &reqs[0],
-        &broker(1),
-        answer(vec![part(0, 93_376, records)]),
-        500,
-        None,
-    )
-    .unwrap();
+    respond(&mut s, &reqs[0], vec![part(0, 93_376, records)], 500);
     assert!(matches!(s.end_round(), RoundEnd::Done));
     let left = s.take_straddling();
     assert_eq!((left.len(), left[0].from, left[0].until), (1, 1000, 93_376));
@@ -974,25 +886,16 @@ fn a_gap_met_by_a_later_fetch_of_the_range_ends_it() {
     let v = view(&[1]);
     let mut s = FetchSession::new(&ranges(&[(0, 0, 1000)]), &FetchConfig::default(), &budget);
     let reqs = s.next_requests(&v).unwrap();
-    s.on_response(
-        &reqs[0],
-        &broker(1),
-        answer(vec![part(0, 93_376, batch(0, 10))]),
-        500,
-        None,
-    )
-    .unwrap();
+    respond(&mut s, &reqs[0], vec![part(0, 93_376, batch(0, 10))], 500);
     assert!(matches!(s.end_round(), RoundEnd::Continue));
     let reqs = s.next_requests(&v).unwrap();
     assert_eq!(reqs[0].topics[0].partitions[0].fetch_offset, 10);
-    s.on_response(
+    respond(
+        &mut s,
         &reqs[0],
-        &broker(1),
-        answer(vec![part(0, 93_376, batch(93_326, 50))]),
+        vec![part(0, 93_376, batch(93_326, 50))],
         500,
-        None,
-    )
-    .unwrap();
+    );
     assert!(matches!(s.end_round(), RoundEnd::Done));
     assert_eq!(s.positions(), &[1000]);
 }
@@ -1017,14 +920,7 @@ fn fitting_the_room_ends_the_ranges_at_whole_stored_batches() {
     // Nothing is known of the data: one partition goes first. Its answer leaves less room
     // than a stored batch.
     assert_eq!(reqs[0].topics[0].partitions.len(), 1);
-    s.on_response(
-        &reqs[0],
-        &broker(1),
-        answer(vec![part(0, 100, batch(0, 10))]),
-        1_950,
-        None,
-    )
-    .unwrap();
+    respond(&mut s, &reqs[0], vec![part(0, 100, batch(0, 10))], 1_950);
     assert!(matches!(s.end_round(), RoundEnd::Continue));
     assert!(s.next_requests(&v).unwrap().is_empty());
     assert!(s.was_cut());
@@ -1046,14 +942,7 @@ fn fitting_the_room_ends_the_ranges_at_whole_stored_batches() {
     s.limit_room(2_000);
     assert!(!s.cut_instead_of(5_000), "nothing held yet");
     let reqs = s.next_requests(&v).unwrap();
-    s.on_response(
-        &reqs[0],
-        &broker(1),
-        answer(vec![part(0, 100, batch(0, 10))]),
-        500,
-        None,
-    )
-    .unwrap();
+    respond(&mut s, &reqs[0], vec![part(0, 100, batch(0, 10))], 500);
     assert!(s.cut_instead_of(5_000));
     assert!(!s.cut_instead_of(1_000));
     s.cut_at_positions();
@@ -1064,14 +953,7 @@ fn fitting_the_room_ends_the_ranges_at_whole_stored_batches() {
     let mut s = FetchSession::new(&ranges(&[(0, 0, 100)]), &FetchConfig::default(), &budget);
     s.limit_room(2_000);
     let reqs = s.next_requests(&v).unwrap();
-    s.on_response(
-        &reqs[0],
-        &broker(1),
-        answer(vec![part(0, 100, batch(0, 10))]),
-        1_950,
-        None,
-    )
-    .unwrap();
+    respond(&mut s, &reqs[0], vec![part(0, 100, batch(0, 10))], 1_950);
     assert!(!s.cut_instead_of(5_000));
     assert_eq!(s.next_requests(&v).unwrap().len(), 1);
     assert!(!s.was_cut());
@@ -1095,14 +977,7 @@ fn a_partition_starved_by_an_oversized_batch_goes_first_next_round() {
     let mut s = FetchSession::new(&ranges(&[(0, 0, 20), (1, 0, 10)]), &cfg, &budget);
     // The first round asks one partition (nothing learned); p0 reads half its range.
     let reqs = s.next_requests(&v).unwrap();
-    s.on_response(
-        &reqs[0],
-        &broker(1),
-        answer(vec![part(0, 20, batch(0, 10))]),
-        500,
-        None,
-    )
-    .unwrap();
+    respond(&mut s, &reqs[0], vec![part(0, 20, batch(0, 10))], 500);
     assert!(matches!(s.end_round(), RoundEnd::Continue));
     let reqs = s.next_requests(&v).unwrap();
     let order: Vec<i32> = reqs[0].topics[0]
@@ -1112,14 +987,12 @@ fn a_partition_starved_by_an_oversized_batch_goes_first_next_round() {
         .collect();
     assert_eq!(order, vec![0, 1]);
     // p0's data comes first; p1 (asked for max.partition.fetch.bytes) gets nothing.
-    s.on_response(
+    respond(
+        &mut s,
         &reqs[0],
-        &broker(1),
-        answer(vec![part(0, 20, batch(10, 10)), part(1, 10, Vec::new())]),
+        vec![part(0, 20, batch(10, 10)), part(1, 10, Vec::new())],
         500,
-        None,
-    )
-    .unwrap();
+    );
     assert!(
         matches!(s.end_round(), RoundEnd::Continue),
         "p0 moved: no backoff"
@@ -1141,14 +1014,12 @@ fn a_partition_starved_by_an_oversized_batch_goes_first_next_round() {
         2,
         "the budget learned the data"
     );
-    s.on_response(
+    respond(
+        &mut s,
         &reqs[0],
-        &broker(1),
-        answer(vec![part(0, 30, batch(0, 10)), part(1, 10, Vec::new())]),
+        vec![part(0, 30, batch(0, 10)), part(1, 10, Vec::new())],
         500,
-        None,
-    )
-    .unwrap();
+    );
     assert!(
         matches!(s.end_round(), RoundEnd::Continue),
         "p0 moved: no backoff"
@@ -1161,13 +1032,11 @@ fn a_partition_starved_by_an_oversized_batch_goes_first_next_round() {
         .collect();
     assert_eq!(order, vec![1, 0]);
     // Asked first and still nothing: that is no progress (a retry after a backoff).
-    s.on_response(
+    respond(
+        &mut s,
         &reqs[0],
-        &broker(1),
-        answer(vec![part(1, 10, Vec::new()), part(0, 30, batch(10, 10))]),
+        vec![part(1, 10, Vec::new()), part(0, 30, batch(10, 10))],
         50,
-        None,
-    )
-    .unwrap();
+    );
     assert!(matches!(s.end_round(), RoundEnd::Retry(_)));
 }
