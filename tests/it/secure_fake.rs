@@ -10,7 +10,7 @@ use kdirect::engine::plan::StartPolicy;
 use kdirect::{DirectStream, ErrorKind, SaslProblem, TlsProblem};
 use kdirect_fake_broker::{Codec, FakeCluster, FakeRecord, FakeTls};
 
-use crate::support::rt;
+use crate::support::{rt, wait_until};
 
 const USER: &str = "alice";
 const PASSWORD: &str = "fake-alice-secret";
@@ -255,7 +255,11 @@ fn tls_and_plaintext_clients_on_the_wrong_fake_port_are_told_so_without_hanging(
         text.contains("security.protocol=SSL") && text.contains(&secure.bootstrap()),
         "{text}"
     );
-    assert!(secure.stats(1).unwrap().tls_handshakes_failed >= 1);
+    // rustls sends its alert before the broker task counts the failed handshake, so the
+    // client can read the alert first: wait for the count rather than race it.
+    wait_until(Duration::from_secs(10), "the fake broker to count the failed handshake", || {
+        secure.stats(1).unwrap().tls_handshakes_failed >= 1
+    });
 
     // A TLS client on the plaintext port.
     let (kind, text) = error_of(&plain.bootstrap(), &ssl);
