@@ -257,9 +257,11 @@ fn tls_and_plaintext_clients_on_the_wrong_fake_port_are_told_so_without_hanging(
     );
     // rustls sends its alert before the broker task counts the failed handshake, so the
     // client can read the alert first: wait for the count rather than race it.
-    wait_until(Duration::from_secs(10), "the fake broker to count the failed handshake", || {
-        secure.stats(1).unwrap().tls_handshakes_failed >= 1
-    });
+    wait_until(
+        Duration::from_secs(10),
+        "the fake broker to count the failed handshake",
+        || secure.stats(1).unwrap().tls_handshakes_failed >= 1,
+    );
 
     // A TLS client on the plaintext port.
     let (kind, text) = error_of(&plain.bootstrap(), &ssl);

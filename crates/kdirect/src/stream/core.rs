@@ -56,6 +56,10 @@ pub(crate) struct CoreConfig {
     pub max_wait: Duration,
     /// No rate limit was set: batches are sized by the memory their data takes.
     pub adaptive: bool,
+    /// `batch.chunked`: a batch is exactly its planned ranges, read in chunks that fit the
+    /// memory budget (handed out one after the other), instead of being ended where the first
+    /// read that fits stopped.
+    pub chunked: bool,
 }
 
 /// Partitions a Fetch answer showed with nothing past the position.
@@ -120,7 +124,8 @@ pub(crate) struct FetchPlan {
     /// truncation says so.
     pub want: Vec<OffsetRange>,
     /// Read up to what fits in memory, in whole stored batches, and end the ranges where the
-    /// reading stopped (a freshly planned batch); false: read `want` exactly.
+    /// reading stopped (a freshly planned batch; chunked, any batch: the rest is read by
+    /// later chunks); false: read `want` exactly.
     pub fit: bool,
     /// Data lost, reported with the batch.
     pub lost: Vec<LostRange>,
@@ -137,6 +142,9 @@ pub(crate) struct FetchPlan {
 pub(crate) struct Finished {
     pub batch_id: u64,
     pub ranges: Vec<OffsetRange>,
+    /// Chunked: what is left to read of the batch's ranges, for the next chunks (empty: the
+    /// batch is whole).
+    pub rest: Vec<OffsetRange>,
     pub lost: Vec<LostRange>,
     pub moved_back: BTreeMap<TopicPartition, i64>,
     pub planned_at: Duration,
@@ -359,7 +367,8 @@ impl StreamCore {
             batch_id: id,
             ranges,
             want,
-            fit: false,
+            // Exactly its ranges: chunked, in as many chunks as memory needs.
+            fit: self.cfg.chunked,
             lost,
             moved_back,
             planned_at: now,
@@ -777,9 +786,11 @@ impl StreamCore {
 
     /// The fetch of `fetch` read `data`. A batch read up to what fitted has its ranges ended
     /// where the reading stopped, and the planner is told (its positions and the rate limits'
-    /// pacing follow what was read); the answers' ends are kept for the next snapshot; the
-    /// next batch is sized by the data's bytes per offset (no rate limit set) and reads at
-    /// most as many partitions as a quarter of the budget holds stored batches.
+    /// pacing follow what was read), unless the stream is chunked: then the batch keeps its
+    /// ranges and what is left of them is the [`Finished::rest`] the next chunks read. The
+    /// answers' ends are kept for the next snapshot; the next batch is sized by the data's
+    /// bytes per offset (no rate limit set) and reads at most as many partitions as a quarter
+    /// of the budget holds stored batches.
     pub fn finish(
         &mut self,
         now: Duration,
@@ -787,7 +798,10 @@ impl StreamCore {
         data: &[impl ReadRange],
         sizing: Sizing,
     ) -> Finished {
-        if !fetch.replay {
+        let mut rest = Vec::new();
+        if fetch.fit && self.cfg.chunked {
+            rest = rest_of(&fetch.want, data);
+        } else if fetch.fit {
             let mut early = false;
             for d in data {
                 let read = d.range();
@@ -822,19 +836,36 @@ impl StreamCore {
                 let cap = adaptive_cap(sizing.budget, per_offset);
                 self.planner.set_max_offsets_per_trigger(Some(cap));
             }
-            let partitions = partition_cap(sizing.budget, sizing.largest_batch);
-            self.planner.set_max_partitions_per_batch(Some(partitions));
+            // Chunked, memory bounds the chunks, not the batch: every partition is planned.
+            if !self.cfg.chunked {
+                let partitions = partition_cap(sizing.budget, sizing.largest_batch);
+                self.planner.set_max_partitions_per_batch(Some(partitions));
+            }
         }
         let topic_ids = self.topic_ids_of(&fetch.ranges);
         Finished {
             batch_id: fetch.batch_id,
             ranges: fetch.ranges,
+            rest,
             lost: fetch.lost,
             moved_back: fetch.moved_back,
             planned_at: fetch.planned_at,
             replay: fetch.replay,
             topic_ids,
         }
+    }
+
+    /// Chunked: a chunk of a batch read `data` of `want` (what was left of the batch before
+    /// it). Keeps the answers' ends, and gives what is left after it: the next chunk's
+    /// `want`, empty once the batch is whole.
+    pub fn chunk_read(
+        &mut self,
+        now: Duration,
+        want: &[OffsetRange],
+        data: &[impl ReadRange],
+    ) -> Vec<OffsetRange> {
+        self.observe(now, data);
+        rest_of(want, data)
     }
 
     /// After a batch: each partition of the snapshot it was planned from, with its position
@@ -988,6 +1019,28 @@ impl StreamCore {
         self.joined_topics = topics;
         Ok(epochs)
     }
+}
+
+/// What is left of `want` after reading `data`: each range the reading ended before its
+/// `until`, from where it ended. A fetch reads at least one stored batch when it holds
+/// nothing (only a read that already holds data is cut), so every chunk moves some range on.
+fn rest_of(want: &[OffsetRange], data: &[impl ReadRange]) -> Vec<OffsetRange> {
+    data.iter()
+        .filter_map(|d| {
+            let read = d.range();
+            let w = want
+                .iter()
+                .find(|w| w.partition == read.partition && w.topic == read.topic)?;
+            (read.until < w.until).then(|| {
+                OffsetRange::new(
+                    w.topic.clone(),
+                    w.partition,
+                    read.until.max(w.from),
+                    w.until,
+                )
+            })
+        })
+        .collect()
 }
 
 /// A bounded stream's ends, from the log ends at its start.

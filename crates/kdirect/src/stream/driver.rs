@@ -9,13 +9,27 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use kdirect_engine::cluster::{Cluster, ClusterView};
+use kdirect_engine::error::BrokerName;
 use kdirect_engine::fetch::{fetch_ranges_fitting, fetch_ranges_within, MemoryBudget, RangeData};
-use kdirect_engine::plan::{PartitionSnapshot, TimestampLookup, TopicPartition, WaitReason};
-use kdirect_engine::Error as EngineError;
+use kdirect_engine::plan::{
+    LostRange, OffsetRange, PartitionSnapshot, TimestampLookup, TopicPartition, WaitReason,
+};
+use kdirect_engine::{Error as EngineError, ErrorKind};
 use kdirect_proto::api::list_offsets::{OffsetSpec, PartitionOffset};
 
 use super::core::{FetchPlan, Sizing, Step, StreamCore};
 use super::{Batch, Ending, StreamConfig};
+
+/// The next chunk of a chunked batch ([`Driver::chunk`]).
+#[derive(Debug)]
+pub(super) struct Chunk {
+    /// What it read, one entry per range it read on.
+    pub data: Vec<RangeData>,
+    /// What is left of the batch's ranges after it.
+    pub rest: Vec<OffsetRange>,
+    /// Data lost under `failOnDataLoss=false` while reading it.
+    pub lost: Vec<LostRange>,
+}
 
 /// How long a stream has been unable to reach the brokers, and the backoff before its next try.
 #[derive(Debug, Default)]
@@ -328,17 +342,16 @@ impl Driver {
     fn batch(&self, fetch: FetchPlan, data: Vec<RangeData>) -> Batch {
         let now = self.now();
         let done = self.core().finish(now, fetch, &data, self.sizing());
-        let epochs = done
-            .ranges
-            .iter()
-            .filter_map(|r| {
-                let e = self.budget.epoch_at(&r.topic, r.partition, r.until)?;
-                Some((r.topic_partition(), e))
-            })
-            .collect();
+        let epochs = if done.rest.is_empty() {
+            self.epochs(&done.ranges)
+        } else {
+            BTreeMap::new()
+        };
         Batch {
             id: done.batch_id,
             ranges: done.ranges,
+            rest: done.rest,
+            chunks: 1,
             epochs,
             topic_ids: done.topic_ids,
             moved_back: done.moved_back,
@@ -348,6 +361,77 @@ impl Driver {
             handed_at: now,
             replay: done.replay,
         }
+    }
+
+    /// KIP-320: each range's partition's leader epoch at the range's end, as the fetch that
+    /// read up to it left it.
+    pub(super) fn epochs(&self, ranges: &[OffsetRange]) -> BTreeMap<TopicPartition, i32> {
+        ranges
+            .iter()
+            .filter_map(|r| {
+                let e = self.budget.epoch_at(&r.topic, r.partition, r.until)?;
+                Some((r.topic_partition(), e))
+            })
+            .collect()
+    }
+
+    /// Chunked: reads the next chunk of batch `batch_id` (planned as `ranges`), whose ranges
+    /// left to read are `want`: up to what fits in memory, whole stored batches each, with
+    /// the retries and the data-loss policy of a batch's fetch. A chunk that moved no range
+    /// on is [`ErrorKind::NoProgress`] (a fetch holding nothing always reads a stored batch,
+    /// so this is a broker answering with nothing, not a full budget).
+    pub(super) async fn chunk(
+        self: Arc<Self>,
+        batch_id: u64,
+        ranges: Vec<OffsetRange>,
+        want: Vec<OffsetRange>,
+    ) -> Result<Chunk, EngineError> {
+        let mut fetch = FetchPlan {
+            batch_id,
+            ranges,
+            want,
+            fit: true,
+            lost: Vec::new(),
+            moved_back: BTreeMap::new(),
+            planned_at: self.now(),
+            replay: false,
+        };
+        let started = Instant::now();
+        let data = self.fetch(&mut fetch, &mut Reconnect::default()).await?;
+        let rest = self.core().chunk_read(self.now(), &fetch.want, &data);
+        let moved = rest.len() < fetch.want.len() || rest.iter().any(|r| !fetch.want.contains(r));
+        if let (false, Some(stuck)) = (moved, rest.first()) {
+            let view = self.cluster.view();
+            let node = view.leader(&stuck.topic, stuck.partition).ok().map(|l| l.0);
+            return Err(ErrorKind::NoProgress {
+                broker: BrokerName {
+                    addr: node
+                        .and_then(|n| view.broker_addr(n))
+                        .unwrap_or_else(|| "the partition's leader".to_owned()),
+                    node_id: node,
+                },
+                topic: stuck.topic.clone(),
+                partition: stuck.partition,
+                offset: stuck.from,
+                reason: format!(
+                    "a chunk of batch {batch_id} read nothing of any of its {} ranges",
+                    rest.len()
+                ),
+            }
+            .into());
+        }
+        let offsets: u64 = data.iter().map(|d| d.range.len()).sum();
+        let bytes: usize = data.iter().map(RangeData::bytes).sum();
+        metrics::counter!("kdirect_chunks_total").increment(1);
+        metrics::counter!("kdirect_offsets_total").increment(offsets);
+        metrics::counter!("kdirect_fetched_bytes_total").increment(bytes as u64);
+        metrics::histogram!("kdirect_fetch_seconds").record(started.elapsed().as_secs_f64());
+        metrics::gauge!("kdirect_memory_in_use_bytes").set(self.budget.in_use() as f64);
+        Ok(Chunk {
+            data,
+            rest,
+            lost: fetch.lost,
+        })
     }
 
     /// The stream's metrics after a batch is fetched (through the `metrics` facade: nothing

@@ -61,7 +61,7 @@ mod driver;
 mod settings;
 
 use core::{CoreConfig, StreamCore};
-use driver::{subscribed, Driver};
+use driver::{subscribed, Chunk, Driver};
 pub use settings::{closest, find as find_setting, Setting, SETTINGS};
 
 /// When no rate limit is set, batches are still bounded so that one batch takes at most a
@@ -122,6 +122,11 @@ pub struct StreamConfig {
     pub batch_interval: Duration,
     /// Fetched-but-not-released bytes, at most.
     pub memory_budget: usize,
+    /// `batch.chunked`: a batch is exactly its planned ranges, read and handed over in chunks
+    /// that fit the memory budget ([`DirectStream::next_chunk`]); false (the default): a
+    /// batch is read up to what fits in memory and its ranges end there, so all its records
+    /// are in memory at once.
+    pub chunked: bool,
     /// Where the stream ends (`None`: it never does). [`Ending::Latest`] is
     /// [`Trigger::AvailableNow`]'s and `until_latest`'s.
     pub ending: Option<Ending>,
@@ -284,6 +289,7 @@ impl Default for DirectStreamBuilder {
                 rate: RatePolicy::default(),
                 batch_interval: Duration::from_secs(1),
                 memory_budget: MemoryBudget::DEFAULT,
+                chunked: false,
                 ending: None,
                 trigger: Trigger::AsFastAsPossible,
                 timestamp_strategy: TimestampStrategy::Latest,
@@ -755,6 +761,19 @@ impl DirectStreamBuilder {
         self
     }
 
+    /// Batches of any size, read in chunks (default off): each batch is exactly its planned
+    /// ranges (`maxOffsetsPerTrigger`, a replayed plan, a bounded stream's end), however
+    /// much memory they would take, as a Spark batch is; its records arrive in chunks that
+    /// fit the memory budget, each fetched while the caller works on the one before. Walk a
+    /// batch with [`DirectStream::try_for_each_record`] (every chunk), or with
+    /// [`Batch::try_for_each_record`] and [`DirectStream::next_chunk`]; only a batch read to
+    /// its end can be committed. Off, a batch is ended where what fits in memory ends, and
+    /// all its records are in memory together.
+    pub fn chunked(mut self, on: bool) -> Self {
+        self.config.chunked = on;
+        self
+    }
+
     /// Stop at the end offsets seen at start (what [`Trigger::AvailableNow`] does).
     pub fn until_latest(mut self, on: bool) -> Self {
         self.config.ending = on.then_some(Ending::Latest);
@@ -1058,10 +1077,10 @@ impl DirectStreamBuilder {
             .with_rate(c.rate.clone())
             .with_start(c.start.clone())
             .with_data_loss(c.data_loss)
-            .with_max_partitions_per_batch(Some(partition_cap(
-                budget.total(),
-                budget.largest_batch(),
-            )));
+            // Chunked, memory bounds the chunks, not the batch: every partition is planned.
+            .with_max_partitions_per_batch(
+                (!c.chunked).then(|| partition_cap(budget.total(), budget.largest_batch())),
+            );
         let planner = if c.resume_positions.is_empty() && c.resume_batch_id == 0 {
             Planner::new(planner_cfg.clone()).map_err(EngineError::from)?
         } else {
@@ -1101,6 +1120,7 @@ impl DirectStreamBuilder {
                     u64::try_from(c.fetch.params.max_wait_ms).unwrap_or(0),
                 ),
                 adaptive,
+                chunked: c.chunked,
             },
             planner,
             replay,
@@ -1112,6 +1132,8 @@ impl DirectStreamBuilder {
         Ok(DirectStream {
             driver,
             pending: None,
+            chunk: None,
+            unfinished: None,
             store,
             outstanding: None,
             stored,
@@ -1126,6 +1148,11 @@ impl DirectStreamBuilder {
 pub struct DirectStream {
     driver: Arc<Driver>,
     pending: Option<JoinHandle<Result<Option<Batch>, EngineError>>>,
+    /// Chunked: the next chunk of the batch handed out, being fetched.
+    chunk: Option<JoinHandle<Result<Chunk, EngineError>>>,
+    /// Chunked: the batch handed out whose records are not all read yet, and whether it was
+    /// released (done) so: the stream cannot go on without skipping its rest.
+    unfinished: Option<(u64, bool)>,
     store: Option<Arc<dyn DynStore>>,
     /// With a store: the batch handed out and not committed yet.
     outstanding: Option<u64>,
@@ -1177,6 +1204,17 @@ impl DirectStream {
     /// second logged plan over an uncommitted one would lose the first on a restart). After any
     /// error, drop the stream and build a new one: it resumes from the store.
     pub async fn next_batch(&mut self) -> Result<Option<Batch>, Error> {
+        if let Some((id, released)) = self.unfinished {
+            return Err(Error::Misuse(if released {
+                format!(
+                    "batch {id} was released before all its chunks were read: the stream                      cannot go on without skipping the rest of it; build a new stream"
+                )
+            } else {
+                format!(
+                    "batch {id} has chunks not read yet: read them (next_chunk, or                      DirectStream::try_for_each_record) before asking for the next batch"
+                )
+            }));
+        }
         if let (Some(_), Some(id)) = (&self.store, self.outstanding) {
             return Err(Error::Misuse(format!(
                 "batch {id} was handed out and not committed: commit it before asking for the \
@@ -1233,9 +1271,111 @@ impl DirectStream {
             if let Some(m) = &self.member {
                 m.handed_out();
             }
-            self.pending = Some(kdirect_engine::io::spawn(self.driver.clone().next()));
+            if b.rest.is_empty() {
+                self.pending = Some(kdirect_engine::io::spawn(self.driver.clone().next()));
+            } else {
+                // Chunked, and more to read: the next chunk is fetched while the caller works
+                // on this one (the next batch only once this one is read).
+                self.unfinished = Some((b.id, false));
+                self.chunk = Some(kdirect_engine::io::spawn(self.driver.clone().chunk(
+                    b.id,
+                    b.ranges.clone(),
+                    b.rest.clone(),
+                )));
+            }
         }
         Ok(batch)
+    }
+
+    /// Chunked ([`DirectStreamBuilder::chunked`]): replaces the records `batch` holds with its
+    /// next chunk, and returns true; false when `batch` is read to its end (always, for a
+    /// batch that came whole). The chunk held before is released first (its memory is what
+    /// the next one is read into); the next chunk was being fetched meanwhile. Records a
+    /// caller keeps ([`Batch::records`]) keep their own buffers.
+    ///
+    /// Cancel-safe: if the future is dropped, the chunk being fetched is kept and the next
+    /// call returns it.
+    pub async fn next_chunk(&mut self, batch: &mut Batch) -> Result<bool, Error> {
+        if batch.rest.is_empty() {
+            return Ok(false);
+        }
+        if self.unfinished != Some((batch.id, false)) {
+            return Err(Error::Misuse(format!(
+                "batch {} is not the batch this stream is reading",
+                batch.id
+            )));
+        }
+        drop(std::mem::take(&mut batch.data));
+        let driver = self.driver.clone();
+        let task = self.chunk.get_or_insert_with(|| {
+            kdirect_engine::io::spawn(driver.chunk(
+                batch.id,
+                batch.ranges.clone(),
+                batch.rest.clone(),
+            ))
+        });
+        let joined = task.await;
+        self.chunk = None;
+        let chunk = joined.map_err(|e| {
+            EngineError::from(ErrorKind::Task {
+                what: "stream chunk",
+                reason: e.to_string(),
+            })
+        })??;
+        batch.data = chunk.data;
+        batch.rest = chunk.rest;
+        batch.lost.extend(chunk.lost);
+        batch.chunks += 1;
+        if batch.rest.is_empty() {
+            batch.epochs = self.driver.epochs(&batch.ranges);
+            self.unfinished = None;
+            self.pending = Some(kdirect_engine::io::spawn(self.driver.clone().next()));
+        } else {
+            self.chunk = Some(kdirect_engine::io::spawn(self.driver.clone().chunk(
+                batch.id,
+                batch.ranges.clone(),
+                batch.rest.clone(),
+            )));
+        }
+        Ok(true)
+    }
+
+    /// Calls `f` with every record of `batch` from the chunk it holds now to its end, chunk
+    /// after chunk ([`next_chunk`](Self::next_chunk)), range by range, in offset order
+    /// within each partition; for a batch that came whole, what
+    /// [`Batch::try_for_each_record`] does. The first error (`f`'s, a decode error, or a
+    /// chunk's fetch failing, converted into `E`) stops the walk and is returned. Afterwards
+    /// the batch holds its last chunk and can be committed.
+    pub async fn try_for_each_record<E: From<Error>>(
+        &mut self,
+        batch: &mut Batch,
+        mut f: impl FnMut(&OffsetRange, &Record<'_>) -> Result<(), E>,
+    ) -> Result<u64, E> {
+        let mut n = 0;
+        loop {
+            n += batch.try_for_each_record(&mut f)?;
+            if !self.next_chunk(batch).await? {
+                return Ok(n);
+            }
+        }
+    }
+
+    /// Refuses to commit (or release) a chunked batch before all its records were handed
+    /// out: its positions would move past records nobody read.
+    fn check_read(batch: &Batch, what: &str) -> Result<(), Error> {
+        if batch.rest.is_empty() {
+            return Ok(());
+        }
+        let left: Vec<String> = batch
+            .rest
+            .iter()
+            .map(|r| format!("{}-{} [{}, {})", r.topic, r.partition, r.from, r.until))
+            .collect();
+        Err(Error::Misuse(format!(
+            "batch {} cannot be {what} before all its chunks are read (next_chunk): {} left",
+            batch.id,
+            left.join(", ")
+        )))
     }
 
     /// Group mode: gives up the partitions held (the batch in the making is dropped), joins
@@ -1336,6 +1476,10 @@ impl DirectStream {
     /// they do not take the brokers' session slots until evicted (best effort, within
     /// `request.timeout.ms` or 5 s, whichever is less).
     pub async fn close(mut self) -> Result<(), Error> {
+        if let Some(t) = self.chunk.take() {
+            t.abort();
+            let _ = t.await;
+        }
         if let Some(t) = self.pending.take() {
             t.abort();
             // The prefetch's fetch sessions go back to the pool once it is gone.
@@ -1399,6 +1543,7 @@ impl DirectStream {
     /// committed before), then releases it as [`done`](Self::done) does. Without a store it
     /// only releases the batch.
     pub async fn commit(&mut self, batch: Batch) -> Result<CommitOutcome, Error> {
+        Self::check_read(&batch, "committed")?;
         self.check_member(&batch)?;
         let started = Instant::now();
         let outcome = match &self.store {
@@ -1481,6 +1626,7 @@ impl DirectStream {
                 tx.batch_id, batch.id
             )));
         }
+        Self::check_read(&batch, "committed")?;
         // A member past max.poll.interval.ms (or whose session expired) rolls back: the
         // transaction is dropped uncommitted.
         self.check_member(&batch)?;
@@ -1499,8 +1645,23 @@ impl DirectStream {
     }
 
     /// Marks a batch done: the user's output for it succeeded. Feeds the backpressure
-    /// estimator and releases the batch's memory.
+    /// estimator and releases the batch's memory. A chunked batch released before its last
+    /// chunk ends the stream: the next [`next_batch`](Self::next_batch) is
+    /// [`Error::Misuse`] (going on would skip the rest of it).
     pub fn done(&mut self, batch: Batch) {
+        if !batch.rest.is_empty() && self.unfinished == Some((batch.id, false)) {
+            tracing::warn!(
+                "{}",
+                Self::check_read(&batch, "released")
+                    .err()
+                    .map(|e| e.to_string())
+                    .unwrap_or_default()
+            );
+            self.unfinished = Some((batch.id, true));
+            if let Some(t) = self.chunk.take() {
+                t.abort();
+            }
+        }
         // Spark's estimator inputs: the processing delay is the caller's time with the batch
         // (from next_batch handing it out to commit/done); the scheduling delay the time
         // from its plan to that hand-out (fetching, then waiting for the previous batch).
@@ -1572,6 +1733,9 @@ impl Drop for DirectStream {
         if let Some(t) = self.pending.take() {
             t.abort();
         }
+        if let Some(t) = self.chunk.take() {
+            t.abort();
+        }
         // A member dropped without close(): leave the group in the background if a runtime
         // is still there (best effort; close() waits for it).
         if let Some(m) = self.member.take() {
@@ -1589,6 +1753,11 @@ impl Drop for DirectStream {
 pub struct Batch {
     id: u64,
     ranges: Vec<OffsetRange>,
+    /// Chunked: what is left to read of the ranges after the chunk held (empty: the batch is
+    /// read to its end).
+    rest: Vec<OffsetRange>,
+    /// Chunks handed out so far (1 for a batch that came whole).
+    chunks: u32,
     /// KIP-320: the epoch of the last record batch read before each range's `until`.
     epochs: BTreeMap<TopicPartition, i32>,
     /// The stored positions of partitions whose range starts below them (a move back after
@@ -1634,17 +1803,36 @@ impl Batch {
         self.ranges.iter().map(OffsetRange::len).sum()
     }
 
-    /// Bytes of fetch buffers this batch holds.
+    /// Bytes of fetch buffers this batch holds (its chunk held now, when chunked).
     pub fn byte_count(&self) -> usize {
         self.data.iter().map(RangeData::bytes).sum()
     }
 
-    /// The fetched data, one entry per non-empty range.
+    /// The fetched data, one entry per non-empty range (chunked: of the chunk held now, each
+    /// entry's range the part of the batch's range the chunk covers).
     pub fn range_data(&self) -> &[RangeData] {
         &self.data
     }
 
-    /// Calls `f` with every record, range by range, in offset order within each partition.
+    /// Whether every record of the batch has been handed out: true for a batch that came
+    /// whole; chunked, once the chunk held is its last ([`DirectStream::next_chunk`]). Only
+    /// such a batch can be committed.
+    pub fn is_read(&self) -> bool {
+        self.rest.is_empty()
+    }
+
+    /// Chunked: what is left to read of the batch's ranges after the chunk held now.
+    pub fn rest(&self) -> &[OffsetRange] {
+        &self.rest
+    }
+
+    /// How many chunks of the batch have been handed out (1 for a batch that came whole).
+    pub fn chunks(&self) -> u32 {
+        self.chunks
+    }
+
+    /// Calls `f` with every record, range by range, in offset order within each partition
+    /// (chunked: of the chunk held now; [`DirectStream::try_for_each_record`] walks them all).
     /// A record that does not decode ends the walk with [`Error::Decode`], naming the broker,
     /// the partition, the batch's offset and the byte.
     pub fn for_each_record(
@@ -1663,7 +1851,7 @@ impl Batch {
     /// batch), so records can go to other tasks and outlive the batch (they keep their
     /// buffers, and so their share of the memory budget, alive). Slower than
     /// [`try_for_each_record`](Self::try_for_each_record), which lends views. After an
-    /// error the iterator ends.
+    /// error the iterator ends. Chunked: the records of the chunk held now.
     pub fn records(&self) -> BatchRecords<'_> {
         BatchRecords {
             ranges: self.data.iter(),
@@ -1707,7 +1895,8 @@ impl Batch {
         &self.epochs
     }
 
-    /// Calls `f` with every record, range by range, in offset order within each partition;
+    /// Calls `f` with every record, range by range, in offset order within each partition
+    /// (chunked: of the chunk held now; [`DirectStream::try_for_each_record`] walks them all);
     /// the first error (`f`'s, or a decode error converted into `E`, e.g. [`crate::Error`]
     /// itself) stops the walk and is returned.
     pub fn try_for_each_record<E: From<Error>>(

@@ -239,6 +239,8 @@ pub static SETTINGS: &[Setting] = &[
             })?;
             Ok(b.trigger(t))
         }),
+    row("batch.chunked", &[], "false", "A batch is exactly its planned ranges however much memory they take, read and handed over in chunks that fit memory.budget.bytes (false: a batch ends where what fits in memory ends).",
+        |b, k, v| Ok(b.chunked(parse(k, v)?))),
     row("memory.budget.bytes", &[], "67108864", "Most fetched bytes held at once (the batch being read and the prefetched one); a batch is read up to half of it.",
         |b, k, v| Ok(b.memory_budget(parse(k, v)?))),
     row("group.instance.id", &[], "", "Static membership (KIP-345): a restart within session.timeout.ms moves nothing.",

@@ -21,6 +21,7 @@ fn config(data_loss: DataLossPolicy) -> CoreConfig {
         ends_max_age: Duration::from_secs(1),
         max_wait: Duration::from_millis(500),
         adaptive: false,
+        chunked: false,
     }
 }
 
@@ -172,6 +173,71 @@ fn a_fresh_batch_is_read_to_what_fits_and_the_next_goes_on_from_where_it_stopped
     assert_eq!(known.len(), 2, "both partitions' ends are known: {known:?}");
     let next = fetch_of(core.plan(ms(2), &s).unwrap());
     assert_eq!(next.want, vec![range("t", 0, 300, 1000)]);
+}
+
+#[test]
+fn chunked_a_batch_keeps_its_planned_ranges_and_the_rest_is_read_in_chunks() {
+    let mut cfg = config(DataLossPolicy::Fail);
+    cfg.chunked = true;
+    let mut core = core_with(cfg);
+    let s = snap(&[("t", 0, 0, 1000), ("t", 1, 0, 500), ("t", 2, 0, 40)]);
+    let fetch = fetch_of(core.plan(ms(0), &s).unwrap());
+    assert!(fetch.fit);
+    // The first chunk stopped at 300 in t-0, read nothing of t-1 and all of t-2.
+    let (a, b, c) = (
+        range("t", 0, 0, 300),
+        range("t", 1, 0, 0),
+        range("t", 2, 0, 40),
+    );
+    let read = [got(&a, Some(1000)), got(&b, Some(500)), got(&c, Some(40))];
+    let done = core.finish(ms(1), fetch, &read, SIZING);
+    assert_eq!(
+        done.ranges,
+        vec![
+            range("t", 0, 0, 1000),
+            range("t", 1, 0, 500),
+            range("t", 2, 0, 40)
+        ],
+        "the batch is its plan, not what the first chunk read"
+    );
+    assert_eq!(
+        done.rest,
+        vec![range("t", 0, 300, 1000), range("t", 1, 0, 500)]
+    );
+    // The planner goes on after the whole plan: the next batch starts past it.
+    assert_eq!(core.positions()[&TopicPartition::new("t", 0)], 1000);
+    assert_eq!(core.positions()[&TopicPartition::new("t", 1)], 500);
+    // The second chunk reads t-0 to its end and part of t-1; the third the rest of t-1.
+    let (a2, b2) = (range("t", 0, 300, 1000), range("t", 1, 0, 200));
+    let rest = core.chunk_read(
+        ms(2),
+        &done.rest,
+        &[got(&a2, Some(1000)), got(&b2, Some(500))],
+    );
+    assert_eq!(rest, vec![range("t", 1, 200, 500)]);
+    let b3 = range("t", 1, 200, 500);
+    assert!(core
+        .chunk_read(ms(3), &rest, &[got(&b3, Some(500))])
+        .is_empty());
+}
+
+#[test]
+fn chunked_a_logged_batch_re_run_is_read_in_chunks_and_keeps_its_ranges() {
+    let mut cfg = config(DataLossPolicy::Fail);
+    cfg.chunked = true;
+    let planner = Planner::resume(cfg.planner.clone(), 4, BTreeMap::new()).unwrap();
+    let logged = PlannedBatch::new(4, vec![range("t", 0, 10, 90)]);
+    let mut core = StreamCore::new(cfg, planner, Some(logged), BTreeMap::new(), false);
+    let batch = core.take_replay().unwrap();
+    let fetch = core.replay_plan(ms(0), batch, |_| None).unwrap();
+    assert!(
+        fetch.fit && fetch.replay,
+        "chunked, a replay may be read in parts too"
+    );
+    let short = range("t", 0, 10, 40);
+    let done = core.finish(ms(1), fetch, &[got(&short, None)], SIZING);
+    assert_eq!(done.ranges, vec![range("t", 0, 10, 90)]);
+    assert_eq!(done.rest, vec![range("t", 0, 40, 90)]);
 }
 
 #[test]
