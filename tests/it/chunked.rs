@@ -26,6 +26,11 @@ async fn wide_topic() -> FakeCluster {
         .build()
         .await
         .unwrap();
+    fill(&fake);
+    fake
+}
+
+fn fill(fake: &FakeCluster) {
     for p in 0..PARTITIONS {
         for b in 0..STORED {
             let recs: Vec<FakeRecord> = (0..PER_STORED)
@@ -38,7 +43,6 @@ async fn wide_topic() -> FakeCluster {
             fake.append_records("wide", p, &recs, Codec::None).unwrap();
         }
     }
-    fake
 }
 
 fn builder(fake: &FakeCluster) -> kdirect::DirectStreamBuilder {
@@ -251,4 +255,63 @@ fn without_chunks_the_same_plan_is_ended_where_memory_ends() {
         assert!(batches > 1, "{batches}");
         every_offset_once(seen);
     });
+}
+
+/// `kdirect consume` writes a batch as large as `--max-offsets-per-batch` asks, whatever the
+/// memory budget, chunk by chunk: one batch file, every record once, and a second run resumes
+/// after it.
+#[test]
+fn the_cli_writes_a_batch_larger_than_its_memory_as_one_batch() {
+    let fake = FakeCluster::builder()
+        .brokers(2)
+        .topic("wide", PARTITIONS)
+        .start()
+        .unwrap();
+    fill(&fake);
+    let dir = tempdir("chunked-cli");
+    let (ckpt, out) = (dir.join("ckpt"), dir.join("out"));
+    let run = || {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_kdirect"))
+            .args(["consume", "-b", &fake.bootstrap(), "-t", "wide"])
+            .args([
+                "--starting",
+                "earliest",
+                "--until-latest",
+                "--memory-mib",
+                "1",
+            ])
+            .args(["--max-offsets-per-batch", "10000000", "--stats"])
+            .arg("--store")
+            .arg(format!("checkpoint:{}", ckpt.display()))
+            .arg("--output-dir")
+            .arg(&out)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{stderr}");
+        stderr
+    };
+    let stderr = run();
+    assert!(stderr.contains("batches=1 "), "{stderr}");
+    let files: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(files, ["0.jsonl"], "one batch, one file");
+    let text = std::fs::read_to_string(out.join("0.jsonl")).unwrap();
+    let seen: Vec<(i32, i64)> = text
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["partition"].as_i64().unwrap() as i32,
+                v["offset"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    every_offset_once(seen);
+    // A second run finds the batch committed: nothing more to write.
+    let again = run();
+    assert!(again.contains("records=0 "), "{again}");
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 1);
 }

@@ -372,7 +372,11 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
         .start(start)
         .isolation(args.isolation)
         .until_latest(args.until_latest || args.exit_at_end)
-        .memory_budget(args.memory_mib << 20);
+        .memory_budget(args.memory_mib << 20)
+        // A batch is exactly its plan (--max-offsets-per-batch, a replayed batch) whatever
+        // memory it takes; the records are written chunk by chunk (-X batch.chunked=false:
+        // a batch ends where memory does).
+        .chunked(true);
     if let Some(KcatOffset::EndAt(ts)) = args.offset {
         builder = builder.ending(Ending::Timestamp(ts));
     }
@@ -562,7 +566,7 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
             }
         };
         let Some(next) = next else { break };
-        let Some(batch) = next? else { break };
+        let Some(mut batch) = next? else { break };
         let (id, offsets, before) = (batch.id(), batch.offset_count(), stats.records);
         offsets_read = offsets_read.saturating_add(offsets);
         let mut progress = |stats: &Stats, stream: &DirectStream| {
@@ -583,7 +587,7 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
                 lost.topic, lost.partition, lost.from, lost.until, lost.reason
             );
         }
-        let fail = |e: kdirect::Error| CliError(format!("batch {}: {e}", batch.id()));
+        let fail = |e: kdirect::Error| CliError(format!("batch {id}: {e}"));
         if let Some(sink) = &sink_table {
             // Exactly-once: records and offsets in one transaction.
             let mut tx = match stream.begin(&batch).await {
@@ -593,12 +597,18 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
                 }
                 r => r?,
             };
-            if tx.is_open() {
-                batch
-                    .for_each_record(|_, r| stats.add(r.key(), r.value()))
-                    .map_err(fail)?;
+            // Each chunk's rows go into the one transaction.
+            loop {
+                if tx.is_open() {
+                    batch
+                        .for_each_record(|_, r| stats.add(r.key(), r.value()))
+                        .map_err(fail)?;
+                }
+                tx.insert_batch(sink, &batch).await?;
+                if !stream.next_chunk(&mut batch).await.map_err(fail)? {
+                    break;
+                }
             }
-            tx.insert_batch(sink, &batch).await?;
             stats.batches += 1;
             match stream.commit_transaction(batch, tx).await {
                 Err(e) if args.join && is_fenced(&e) => note!("kdirect: {e}"),
@@ -616,8 +626,8 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
             // same file.
             let mut file = sink.begin(batch.id())?;
             let mut werr = None;
-            batch
-                .for_each_record(|range, r| {
+            stream
+                .try_for_each_record(&mut batch, |range, r| {
                     stats.add(r.key(), r.value());
                     line.clear();
                     push_record_json(
@@ -630,7 +640,9 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
                     if let Err(e) = file.write_line(line.trim_end_matches('\n').as_bytes()) {
                         werr.get_or_insert(e);
                     }
+                    Ok::<(), kdirect::Error>(())
                 })
+                .await
                 .map_err(fail)?;
             if let Some(e) = werr {
                 return Err(e.into());
@@ -638,12 +650,16 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
             file.finish()?;
         } else {
             let limit = args.count.unwrap_or(u64::MAX);
-            batch
-                .for_each_record(|range, r| {
+            let walked = stream
+                .try_for_each_record(&mut batch, |range, r| {
+                    // Output that failed stops the walk (no more chunks are fetched for it).
+                    if io_err.is_some() {
+                        return Err(kdirect::Error::Misuse("the output failed".into()));
+                    }
                     // -c N: the records past the count are not printed (no store: nothing is
                     // committed for them).
                     if stats.records >= limit {
-                        return;
+                        return Ok(());
                     }
                     stats.add(r.key(), r.value());
                     if let Some(w) = out.as_mut() {
@@ -678,8 +694,9 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
                             io_err.get_or_insert(e);
                         }
                     }
+                    Ok::<(), kdirect::Error>(())
                 })
-                .map_err(fail)?;
+                .await;
             if let Some(e) = io_err.take() {
                 // A closed pipe (`| head`) ends the run quietly, like other Unix tools.
                 if e.kind() == std::io::ErrorKind::BrokenPipe {
@@ -687,6 +704,7 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
                 }
                 return Err(CliError(format!("writing output: {e}")));
             }
+            walked.map_err(fail)?;
             if let Some(w) = out.as_mut() {
                 // Every batch reaches the file or the pipe before the next is fetched: a
                 // quiet topic's records are never held back in the buffer.

@@ -239,7 +239,7 @@ pub static SETTINGS: &[Setting] = &[
             })?;
             Ok(b.trigger(t))
         }),
-    row("batch.chunked", &[], "false", "A batch is exactly its planned ranges however much memory they take, read and handed over in chunks that fit memory.budget.bytes (false: a batch ends where what fits in memory ends).",
+    row("batch.chunked", &[], "false (`kdirect consume`: true)", "A batch is exactly its planned ranges however much memory they take, read and handed over in chunks that fit memory.budget.bytes (false: a batch ends where what fits in memory ends).",
         |b, k, v| Ok(b.chunked(parse(k, v)?))),
     row("memory.budget.bytes", &[], "67108864", "Most fetched bytes held at once (the batch being read and the prefetched one); a batch is read up to half of it.",
         |b, k, v| Ok(b.memory_budget(parse(k, v)?))),
