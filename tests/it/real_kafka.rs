@@ -221,7 +221,7 @@ fn hex(b: Option<&[u8]>) -> String {
 /// Reads `topic` from its start to the end offsets seen at start with kdirect, in the line
 /// format of [`Kafka::java_lines`], in batches of 997 offsets.
 pub fn kdirect_lines(bootstrap: &str, topic: &str, isolation: IsolationLevel) -> Vec<String> {
-    kdirect_lines_with(bootstrap, topic, isolation, Some(997))
+    kdirect_lines_with(bootstrap, topic, isolation, Some(997), false)
 }
 
 /// [`kdirect_lines`] with batches of at most `max_offsets` offsets (`maxOffsetsPerTrigger`),
@@ -231,6 +231,7 @@ pub fn kdirect_lines_with(
     topic: &str,
     isolation: IsolationLevel,
     max_offsets: Option<u64>,
+    chunked: bool,
 ) -> Vec<String> {
     rt().block_on(async {
         let mut builder = DirectStream::builder()
@@ -238,15 +239,16 @@ pub fn kdirect_lines_with(
             .topics(&[topic])
             .start(StartPolicy::Earliest)
             .isolation(isolation)
+            .chunked(chunked)
             .until_latest(true);
         if let Some(n) = max_offsets {
             builder = builder.max_offsets_per_trigger(n);
         }
         let mut stream = builder.build().await.expect("build stream");
         let mut by_partition: BTreeMap<i32, Vec<String>> = BTreeMap::new();
-        while let Some(batch) = stream.next_batch().await.expect("next batch") {
-            batch
-                .for_each_record(|range, r| {
+        while let Some(mut batch) = stream.next_batch().await.expect("next batch") {
+            stream
+                .try_for_each_record(&mut batch, |range, r| {
                     let headers: Vec<String> = r
                         .headers()
                         .map(|h| format!("{}={}", String::from_utf8_lossy(h.key()), hex(h.value())))
@@ -266,7 +268,9 @@ pub fn kdirect_lines_with(
                                 headers.join(",")
                             }
                         ));
+                    Ok::<(), kdirect::Error>(())
                 })
+                .await
                 .expect("decode");
             stream.done(batch);
         }
@@ -1253,12 +1257,14 @@ fn a_compacted_topic_is_read_as_the_java_consumer_reads_it() {
         java.len()
     );
     assert_eq!(kafka.end_offsets(&t).iter().sum::<i64>(), count as i64);
-    for max in [Some(997), None] {
-        let ours = kdirect_lines_with(&kafka.bootstrap, &t, IsolationLevel::ReadUncommitted, max);
+    // Chunked too: a batch over the whole log, read in chunks through the gaps.
+    for (max, chunked) in [(Some(997), false), (None, false), (Some(10_000_000), true)] {
+        let iso = IsolationLevel::ReadUncommitted;
+        let ours = kdirect_lines_with(&kafka.bootstrap, &t, iso, max, chunked);
         assert_same(
             &ours,
             &java,
-            &format!("compacted topic, maxOffsetsPerTrigger {max:?}"),
+            &format!("compacted topic, maxOffsetsPerTrigger {max:?}, chunked {chunked}"),
         );
     }
 }
@@ -1289,63 +1295,151 @@ fn records_of_several_mb_are_read_with_the_default_budget() {
             "10485760",
         ],
     );
-    let read = rt().block_on(async {
-        let mut stream = DirectStream::builder()
-            .bootstrap(&kafka.bootstrap)
-            .topics(&[t.as_str()])
-            .start(StartPolicy::Earliest)
-            .until_latest(true)
-            .build()
-            .await
-            .expect("build stream");
-        let mut read: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
-        let mut batches = 0;
-        while let Some(batch) = stream.next_batch().await.expect("next batch") {
-            batches += 1;
-            assert!(
-                batch.byte_count() <= 64 << 20,
-                "batch {} holds {} bytes",
-                batch.id(),
-                batch.byte_count()
-            );
-            batch
-                .for_each_record(|range, r| {
-                    let n = i64::try_from(read.get(&range.partition).map_or(0, Vec::len)).unwrap();
-                    let v = r.value().expect("a value");
-                    assert_eq!(
-                        v.len(),
-                        size,
-                        "{}-{} at {}",
-                        range.topic,
-                        range.partition,
-                        r.offset()
-                    );
-                    let right = v
-                        .iter()
-                        .enumerate()
-                        .all(|(j, &b)| b == b'a' + ((n + j as i64) % 26) as u8);
+    // Default, then chunked: the topic (120 MB) as one batch, its records in chunks.
+    for chunked in [false, true] {
+        let read = rt().block_on(async {
+            let mut builder = DirectStream::builder()
+                .bootstrap(&kafka.bootstrap)
+                .topics(&[t.as_str()])
+                .start(StartPolicy::Earliest)
+                .until_latest(true);
+            if chunked {
+                // A plan over every offset (the default: the adaptive size, ended where
+                // memory ends).
+                builder = builder.chunked(true).max_offsets_per_trigger(1000);
+            }
+            let mut stream = builder.build().await.expect("build stream");
+            let mut read: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+            let (mut batches, mut chunks) = (0, 0);
+            while let Some(mut batch) = stream.next_batch().await.expect("next batch") {
+                batches += 1;
+                loop {
+                    chunks += 1;
                     assert!(
-                        right,
-                        "{}-{} at {}: not the producer's bytes",
-                        range.topic,
-                        range.partition,
-                        r.offset()
+                        batch.byte_count() <= 64 << 20,
+                        "batch {} holds {} bytes",
+                        batch.id(),
+                        batch.byte_count()
                     );
-                    read.entry(range.partition).or_default().push(r.offset());
-                })
-                .expect("decode");
-            stream.done(batch);
+                    batch
+                        .for_each_record(|range, r| {
+                            let n = i64::try_from(read.get(&range.partition).map_or(0, Vec::len))
+                                .unwrap();
+                            let v = r.value().expect("a value");
+                            assert_eq!(
+                                v.len(),
+                                size,
+                                "{}-{} at {}",
+                                range.topic,
+                                range.partition,
+                                r.offset()
+                            );
+                            let right = v
+                                .iter()
+                                .enumerate()
+                                .all(|(j, &b)| b == b'a' + ((n + j as i64) % 26) as u8);
+                            assert!(
+                                right,
+                                "{}-{} at {}: not the producer's bytes",
+                                range.topic,
+                                range.partition,
+                                r.offset()
+                            );
+                            read.entry(range.partition).or_default().push(r.offset());
+                        })
+                        .expect("decode");
+                    if !stream.next_chunk(&mut batch).await.expect("next chunk") {
+                        break;
+                    }
+                }
+                stream.done(batch);
+            }
+            if chunked {
+                assert_eq!(
+                    (batches, chunks > 1),
+                    (1, true),
+                    "{batches} batches, {chunks} chunks"
+                );
+            } else {
+                assert!(batches > 1, "{batches} batches");
+            }
+            read
+        });
+        for p in 0..2 {
+            assert_eq!(
+                read.get(&p).cloned().unwrap_or_default(),
+                (0..20).collect::<Vec<_>>(),
+                "partition {p}, chunked {chunked}"
+            );
         }
-        assert!(batches > 1, "{batches} batches");
-        read
-    });
-    for p in 0..2 {
-        assert_eq!(
-            read.get(&p).cloned().unwrap_or_default(),
-            (0..20).collect::<Vec<_>>(),
-            "partition {p}"
-        );
     }
+}
+
+/// `maxOffsetsPerTrigger` far above what memory holds, on a wide topic of large producer
+/// batches (issue 32): 64 partitions written with `batch.size` 256 KB, ~100 MB, read by
+/// `kdirect consume --max-offsets-per-batch 10000000` with the default 64 MiB budget: one
+/// batch, read in chunks, every record (the same count and checksum as the batches that end
+/// where memory does, `-X batch.chunked=false`).
+#[test]
+fn max_offsets_per_trigger_far_above_memory_on_a_wide_topic_of_large_batches_is_one_batch() {
+    let Some(kafka) = Kafka::single(
+        "max_offsets_per_trigger_far_above_memory_on_a_wide_topic_of_large_batches_is_one_batch",
+    ) else {
+        return;
+    };
+    let t = topic("wide-256k");
+    kafka.create(&t, 64, &[]);
+    let count = 800_000u64;
+    kafka.produce(
+        &t,
+        64,
+        count,
+        &[
+            "--value-size",
+            "100",
+            "--batch-size",
+            "262144",
+            "--linger-ms",
+            "50",
+        ],
+    );
+    let stats = |chunked: &str| -> (String, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+            .args(["consume", "-b", &kafka.bootstrap, "-t", &t])
+            .args([
+                "--starting",
+                "earliest",
+                "--until-latest",
+                "--output",
+                "null",
+            ])
+            .args(["--max-offsets-per-batch", "10000000", "--stats"])
+            .args(["-X", &format!("batch.chunked={chunked}")])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        let line = stderr.lines().last().unwrap_or_default().to_owned();
+        let field = |k: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(k))
+                .unwrap_or_default()
+                .to_owned()
+        };
+        (
+            format!("{} {}", field("records="), field("checksum=")),
+            field("batches="),
+        )
+    };
+    let (chunked, batches) = stats("true");
+    assert_eq!(batches, "1", "one batch: {chunked}");
+    assert!(chunked.starts_with(&format!("{count} ")), "{chunked}");
+    let (ended, batches) = stats("false");
+    assert_eq!(chunked, ended, "the same records either way");
+    assert!(
+        batches.parse::<u32>().unwrap() > 1,
+        "{batches} batches without chunks"
+    );
 }
 
 /// The version kdirect negotiates for each API with the broker at `bootstrap`.
