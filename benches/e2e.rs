@@ -1288,6 +1288,8 @@ fn kdirect_client(o: &Opts, crc: bool) -> Result<Sum, String> {
             .start(StartPolicy::Earliest)
             .until_latest(true)
             .memory_budget(o.memory_mib << 20)
+            // As `kdirect consume` reads.
+            .chunked(true)
             .set("check.crcs", if crc { "true" } else { "false" })
             .map_err(|e| e.to_string())?;
         // The stream bounds a batch by offsets (200k), not bytes: with big values that is more
@@ -1303,9 +1305,14 @@ fn kdirect_client(o: &Opts, crc: bool) -> Result<Sum, String> {
         }
         let mut stream = b.build().await.map_err(|e| e.to_string())?;
         let mut sum = Sum::default();
-        while let Some(batch) = stream.next_batch().await.map_err(|e| e.to_string())? {
-            batch
-                .for_each_record(|_, r| sum.add(r.key(), r.value()))
+        while let Some(mut batch) = stream.next_batch().await.map_err(|e| e.to_string())? {
+            // Every chunk of the batch (one, unless `batch.chunked` is set).
+            stream
+                .try_for_each_record(&mut batch, |_, r| {
+                    sum.add(r.key(), r.value());
+                    Ok::<(), kdirect::Error>(())
+                })
+                .await
                 .map_err(|e| e.to_string())?;
             stream.done(batch);
         }
@@ -1832,11 +1839,15 @@ fn kdirect_latency(o: &Opts) -> Result<Latencies, String> {
             let Ok(next) = tokio::time::timeout_at(deadline, stream.next_batch()).await else {
                 break;
             };
-            let Some(batch) = next.map_err(|e| e.to_string())? else {
+            let Some(mut batch) = next.map_err(|e| e.to_string())? else {
                 break;
             };
-            batch
-                .for_each_record(|_, r| lat.add(r.value(), r.timestamp(), now_micros()))
+            stream
+                .try_for_each_record(&mut batch, |_, r| {
+                    lat.add(r.value(), r.timestamp(), now_micros());
+                    Ok::<(), kdirect::Error>(())
+                })
+                .await
                 .map_err(|e| e.to_string())?;
             stream.done(batch);
             lat.batches += 1;

@@ -28,7 +28,7 @@ use kdirect_engine::plan::{
 use kdirect_engine::{Error as EngineError, ErrorKind};
 use kdirect_proto::api::list_offsets::PartitionOffset;
 
-use super::{adaptive_cap, partition_cap, Ending};
+use super::{adaptive_cap, chunked_partition_cap, partition_cap, Ending};
 
 #[cfg(test)]
 mod tests;
@@ -836,11 +836,16 @@ impl StreamCore {
                 let cap = adaptive_cap(sizing.budget, per_offset);
                 self.planner.set_max_offsets_per_trigger(Some(cap));
             }
-            // Chunked, memory bounds the chunks, not the batch: every partition is planned.
-            if !self.cfg.chunked {
-                let partitions = partition_cap(sizing.budget, sizing.largest_batch);
-                self.planner.set_max_partitions_per_batch(Some(partitions));
-            }
+            let partitions = if self.cfg.chunked {
+                chunked_partition_cap(
+                    self.planner.config().rate.max_offsets_per_trigger,
+                    sizing.largest_batch,
+                    sizing.bytes_per_offset,
+                )
+            } else {
+                Some(partition_cap(sizing.budget, sizing.largest_batch))
+            };
+            self.planner.set_max_partitions_per_batch(partitions);
         }
         let topic_ids = self.topic_ids_of(&fetch.ranges);
         Finished {

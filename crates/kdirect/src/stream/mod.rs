@@ -95,6 +95,25 @@ fn partition_cap(budget: usize, largest_batch: Option<usize>) -> usize {
     (budget / 4 / batch).max(1)
 }
 
+/// Chunked ([`StreamConfig::chunked`]): memory bounds the chunks, not the batch, so the
+/// partitions a batch reads are bounded only to keep its ranges from being slivers of stored
+/// batches: each partition taken should get at least a stored batch's worth of the batch's
+/// offsets (with fewer, each range ends inside the stored batch the next range fetches
+/// again, on every partition: on 256 partitions of 256 KB producer batches that was 0.6×
+/// librdkafka's rate and five times the broker's CPU). So `max(1, max_offsets / (largest
+/// stored batch / bytes per offset))`, assuming what [`adaptive_cap`] and [`partition_cap`]
+/// assume before anything was fetched; `None` (every partition) without an offset limit.
+fn chunked_partition_cap(
+    max_offsets: Option<u64>,
+    largest_batch: Option<usize>,
+    bytes_per_offset: Option<f64>,
+) -> Option<usize> {
+    let max = max_offsets?;
+    let batch = largest_batch.unwrap_or(ASSUMED_STORED_BATCH_BYTES).max(1) as f64;
+    let offsets_per_stored = (batch / bytes_per_offset.unwrap_or(1024.0).max(1.0)).max(1.0);
+    Some(((max as f64 / offsets_per_stored) as usize).max(1))
+}
+
 /// Everything a [`DirectStream`] is configured with. Build it with [`DirectStreamBuilder`].
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -1077,10 +1096,15 @@ impl DirectStreamBuilder {
             .with_rate(c.rate.clone())
             .with_start(c.start.clone())
             .with_data_loss(c.data_loss)
-            // Chunked, memory bounds the chunks, not the batch: every partition is planned.
-            .with_max_partitions_per_batch(
-                (!c.chunked).then(|| partition_cap(budget.total(), budget.largest_batch())),
-            );
+            .with_max_partitions_per_batch(if c.chunked {
+                chunked_partition_cap(
+                    c.rate.max_offsets_per_trigger,
+                    budget.largest_batch(),
+                    budget.bytes_per_offset(),
+                )
+            } else {
+                Some(partition_cap(budget.total(), budget.largest_batch()))
+            });
         let planner = if c.resume_positions.is_empty() && c.resume_batch_id == 0 {
             Planner::new(planner_cfg.clone()).map_err(EngineError::from)?
         } else {
@@ -2052,6 +2076,31 @@ mod tests {
         assert!(b.is_err());
         let ok = parse_offsets_json(r#"{"events":{"0":5,"+1":-1}}"#).unwrap();
         assert_eq!(ok.len(), 2);
+    }
+
+    #[test]
+    fn chunked_batches_take_as_many_partitions_as_get_a_stored_batch_each() {
+        // 98k offsets, 256 KB stored batches of 170 B offsets (1542 each): 63 partitions.
+        assert_eq!(
+            chunked_partition_cap(Some(98_000), Some(262_144), Some(170.0)),
+            Some(63)
+        );
+        // 10M offsets of 16 kB batches (15.75 offsets each): every partition of any topic.
+        assert_eq!(
+            chunked_partition_cap(Some(10_000_000), Some(16_384), Some(1040.0)),
+            Some(634_765)
+        );
+        // Before any fetch: 1 MiB batches of 1 KiB offsets (1024 offsets each).
+        assert_eq!(chunked_partition_cap(Some(16_384), None, None), Some(16));
+        // Fewer offsets than one stored batch: one partition at a time; no limit: all.
+        assert_eq!(
+            chunked_partition_cap(Some(10), Some(1 << 20), Some(100.0)),
+            Some(1)
+        );
+        assert_eq!(
+            chunked_partition_cap(None, Some(1 << 20), Some(100.0)),
+            None
+        );
     }
 
     #[test]
