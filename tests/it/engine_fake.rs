@@ -6,7 +6,7 @@ use bytes::Bytes;
 use kdirect::engine::cluster::Cluster;
 use kdirect::engine::conn::ConnConfig;
 use kdirect::engine::fetch::{
-    fetch_ranges, fetch_ranges_within, FetchConfig, MemoryBudget, OffsetRange, RangeData,
+    fetch_ranges, fetch_ranges_within, FetchConfig, Fetcher, OffsetRange, RangeData,
 };
 use kdirect::engine::plan::PlanError;
 use kdirect::engine::ErrorKind;
@@ -315,7 +315,7 @@ fn a_stored_batch_a_range_ends_inside_is_not_fetched_again_by_the_next_range() {
             fake.append_records("c", 0, &recs, Codec::None).unwrap();
         }
         let cluster = connect(&fake).await;
-        let budget = MemoryBudget::new(64 << 20);
+        let budget = Fetcher::new(64 << 20);
         let cfg = cfg(IsolationLevel::ReadUncommitted);
         let served = || {
             fake.broker_ids()
@@ -435,7 +435,7 @@ fn a_large_range_of_a_lone_partition_is_read_as_sub_ranges_at_once() {
             assert!(got == want, "[{from}, {until}) in order, once each");
         };
         for depth in [2usize, 1] {
-            let budget = MemoryBudget::new(64 << 20);
+            let budget = Fetcher::new(64 << 20);
             let mut cfg = cfg(IsolationLevel::ReadUncommitted);
             cfg.partition_max_bytes = 64 << 10;
             cfg.in_flight_per_leader = depth;

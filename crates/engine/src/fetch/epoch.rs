@@ -21,7 +21,7 @@
 //!
 //! A position resumed from a store that kept its epoch (the checkpoint's `leaderEpochs`, the
 //! Kafka group's committed leader epoch) is checked the same way before the stream's first
-//! plan ([`MemoryBudget::resume_at`]), as the Java consumer validates a committed offset that
+//! plan ([`Fetcher::resume_at`]), as the Java consumer validates a committed offset that
 //! carries an epoch: a log truncated while the stream was down is found. A position stored
 //! without one (the SQL, Redis, ZooKeeper and HBase stores keep none) is checked only once the
 //! stream has read from it.
@@ -32,7 +32,7 @@ use kdirect_proto::api::fetch::EpochEnd;
 use kdirect_proto::api::offset_for_leader_epoch::{self as ofle, EpochQuery, OffsetForLeaderEpoch};
 use kdirect_proto::message::Api;
 
-use super::{futures_join_all, LastFetched, MemoryBudget};
+use super::{futures_join_all, Fetcher, LastFetched};
 use crate::cluster::Cluster;
 use crate::error::{BrokerName, Error, ErrorKind};
 use crate::plan::{DataLossReason, LostRange, PlanError, TopicPartition};
@@ -139,14 +139,14 @@ impl Truncation {
 /// partition errors are returned.
 pub async fn check_truncation(
     cluster: &Cluster,
-    budget: &MemoryBudget,
+    fetcher: &Fetcher,
     positions: &[(TopicPartition, i64)],
 ) -> Result<Vec<Truncation>, Error> {
     let view = cluster.view();
     type Ask = (TopicPartition, i64, LastFetched, i32);
     let mut by_leader: BTreeMap<i32, Vec<Ask>> = BTreeMap::new();
     for (tp, pos) in positions {
-        let Some(f) = budget
+        let Some(f) = fetcher
             .last_fetched(&tp.topic, tp.partition)
             .filter(|f| f.position == *pos && f.epoch >= 0)
         else {
@@ -241,7 +241,7 @@ pub async fn check_truncation(
                 end_offset: a.end_offset,
             };
             match judge_epoch_end(pos, end, -1) {
-                EpochVerdict::Valid => budget.sizing.set_last_fetched(
+                EpochVerdict::Valid => fetcher.state().set_last_fetched(
                     &tp.topic,
                     tp.partition,
                     Some(LastFetched {
@@ -250,8 +250,8 @@ pub async fn check_truncation(
                     }),
                 ),
                 EpochVerdict::Truncated { lost_from } => {
-                    budget
-                        .sizing
+                    fetcher
+                        .state()
                         .set_last_fetched(&tp.topic, tp.partition, None);
                     found.push(Truncation {
                         partition: tp,
@@ -273,8 +273,8 @@ pub async fn check_truncation(
                         conn.broker(),
                         f.epoch
                     );
-                    budget
-                        .sizing
+                    fetcher
+                        .state()
                         .set_last_fetched(&tp.topic, tp.partition, None);
                 }
             }

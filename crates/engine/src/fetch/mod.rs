@@ -17,7 +17,7 @@
 //! `DirectStream`'s (crate `kdirect`).
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use kdirect_proto::api::fetch::{self, Fetch, FetchParams, FetchView};
@@ -31,6 +31,7 @@ use crate::record::{DecodeError, DecodeOptions, OwnedRecord, Record, RecordBatch
 
 mod epoch;
 mod session;
+mod state;
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -39,6 +40,8 @@ use crate::incremental::{self, SessionPool};
 pub use crate::retry::backoff;
 pub use epoch::{check_truncation, judge_epoch_end, EpochVerdict, Truncation};
 pub use session::{FetchSession, LeaderRequest, RoundEnd};
+pub(crate) use state::Carried;
+pub use state::{FetchState, LastFetched};
 
 pub use crate::plan::OffsetRange;
 
@@ -86,175 +89,25 @@ impl Default for FetchConfig {
 }
 
 /// A hard limit on fetched-but-not-released bytes, shared by every fetch that uses it (the
-/// current batch, the prefetched one). Each Fetch request reserves its `fetch.max.bytes`
-/// before it is sent and keeps exactly its response's size once it arrives; the bytes are
-/// released when the last [`RangeData`] holding them is dropped. The one excess Kafka forces:
-/// a broker returns a first batch larger than `fetch.max.bytes` whole (KIP-74), and such a
-/// response is accounted in full once it has arrived.
+/// current batch, the prefetched one): permits and nothing else. Each Fetch request reserves
+/// its `fetch.max.bytes` before it is sent and keeps exactly its response's size once it
+/// arrives; the bytes are released when the last [`RangeData`] holding them is dropped. The
+/// one excess Kafka forces: a broker returns a first batch larger than `fetch.max.bytes`
+/// whole (KIP-74), and such a response is accounted in full once it has arrived.
 #[derive(Debug, Clone)]
 pub struct MemoryBudget {
     sem: Arc<Semaphore>,
     total: usize,
-    sizing: Arc<Sizing>,
-    scratch: Arc<ScratchPool>,
     /// Reservations that found the budget full and waited for room.
     waits: Arc<std::sync::atomic::AtomicU64>,
 }
 
-/// What the fetches sharing a budget learned about the data, to size the next requests: a
-/// range needs about `remaining offsets × bytes per offset`, and asking each partition for
-/// `max.partition.fetch.bytes` regardless brings back (and holds in the budget) up to that
-/// much past the range's end.
-#[derive(Debug, Default)]
-struct Sizing {
-    /// Bytes per offset × 1024, from every chunk fetched so far (0: nothing yet).
-    bytes_per_offset_x1024: std::sync::atomic::AtomicU64,
-    /// The largest record batch seen, in bytes: a request never asks a partition for less.
-    max_batch: std::sync::atomic::AtomicU64,
-    /// KIP-392: the replica each partition's leader pointed this client at (`client.rack`),
-    /// by topic and partition. Dropped on any error from that replica (back to the leader).
-    read_replicas: Mutex<std::collections::HashMap<(String, i32), i32>>,
-    /// KIP-320: where the last completed fetch of each partition ended, with the epoch of the
-    /// last batch it read (sent as `last_fetched_epoch` by the next fetch from there).
-    fetched: Mutex<std::collections::HashMap<(String, i32), LastFetched>>,
-    /// The stored batches the last fetch's ranges ended inside of, by topic and partition:
-    /// the next range of the partition starts with it instead of fetching it again.
-    carried: Mutex<std::collections::HashMap<(String, i32), Carried>>,
-}
-
-/// Data read ahead of a partition's next range, kept (with its share of the memory budget)
-/// until that range, which starts at `from`, uses it instead of fetching it:
-/// - the stored batch a range ended inside of (`until` fell between its first and last
-///   offsets), copied out of its response. Without it the next range fetches the batch again:
-///   with ranges a few stored batches long (a wide topic, a rate limit, batches of about 1 MB
-///   as producers write them), that doubled the bytes read from the broker, and over TLS the
-///   broker's work (it cannot `sendfile` what it encrypts);
-/// - what a caught-up stream's long-poll was answered with ([`wait_for_data`]): the record
-///   that ended the wait is delivered from the answer, not fetched by a second round trip.
-#[derive(Debug)]
-pub(crate) struct Carried {
-    /// Where the next range must start to use it.
-    pub(crate) from: i64,
-    /// Where the read that brought it stopped: `batches` hold every record of
-    /// `[from, until)` (offsets between them hold no data: control records, aborted
-    /// transactions, compacted away).
-    pub(crate) until: i64,
-    /// The data batches, in offset order.
-    pub(crate) batches: Vec<RecordBatch>,
-    /// The broker that sent them.
-    pub(crate) broker: BrokerName,
-    /// The partition's leader epoch they were fetched under: after a leader change they are
-    /// not used (an unclean election may have truncated what they hold past the old high
-    /// watermark's reach), and the range fetches from the new leader.
-    pub(crate) leader_epoch: i32,
-    /// The topic's id (KIP-516) when they were fetched: a topic deleted and re-created under
-    /// the same name (a new id, its leader epochs starting again) never gets them.
-    pub(crate) topic_id: [u8; 16],
-    /// Their bytes of the memory budget (shared with the chunks of ranges that used them, and
-    /// with other partitions' data from the same long-poll answer).
-    pub(crate) permit: Arc<OwnedSemaphorePermit>,
-}
+/// A share of the memory budget held by data read from one response, released when the last
+/// holder drops it.
+pub(crate) type SharedPermit = Arc<OwnedSemaphorePermit>;
 
 /// At most this fraction of the memory budget is held by carried batches (1/`CARRY_SHARE`).
 const CARRY_SHARE: usize = 4;
-
-/// KIP-320: where the last completed fetch of a partition left it, and the epoch of the last
-/// record batch read before there. A fetch that starts at `position` sends `epoch` as its
-/// `last_fetched_epoch`, and the broker answers a log that no longer has those records with
-/// a diverging epoch; after a leader change, [`check_truncation`] asks the new leader
-/// (OffsetForLeaderEpoch) before anything more is planned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LastFetched {
-    /// The next offset to read.
-    pub position: i64,
-    /// The `partition_leader_epoch` of the last batch read before `position`.
-    pub epoch: i32,
-    /// The partition's leader epoch in the metadata when it was read (or last validated).
-    pub leader_epoch: i32,
-}
-
-impl Sizing {
-    /// The replica to read `topic`-`partition` from instead of its leader, if one was given.
-    pub(crate) fn read_replica(&self, topic: &str, partition: i32) -> Option<i32> {
-        self.read_replicas
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&(topic.to_owned(), partition))
-            .copied()
-    }
-
-    /// Reads `topic`-`partition` from `replica` (`None`: from its leader again).
-    pub(crate) fn set_read_replica(&self, topic: &str, partition: i32, replica: Option<i32>) {
-        let mut m = self
-            .read_replicas
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        match replica {
-            Some(r) => m.insert((topic.to_owned(), partition), r),
-            None => m.remove(&(topic.to_owned(), partition)),
-        };
-    }
-
-    /// Where the last completed fetch left `topic`-`partition`.
-    pub(crate) fn last_fetched(&self, topic: &str, partition: i32) -> Option<LastFetched> {
-        self.fetched
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&(topic.to_owned(), partition))
-            .copied()
-    }
-
-    /// Remembers (or, with `None`, forgets) where a fetch left `topic`-`partition`.
-    pub(crate) fn set_last_fetched(&self, topic: &str, partition: i32, at: Option<LastFetched>) {
-        let mut m = self.fetched.lock().unwrap_or_else(PoisonError::into_inner);
-        match at {
-            Some(at) => m.insert((topic.to_owned(), partition), at),
-            None => m.remove(&(topic.to_owned(), partition)),
-        };
-    }
-
-    /// Takes every carried batch (those the next session does not use are dropped, and
-    /// their bytes of the budget freed).
-    pub(crate) fn take_carried(&self) -> std::collections::HashMap<(String, i32), Carried> {
-        std::mem::take(&mut *self.carried.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-
-    /// Keeps `c` for the next range of `topic`-`partition`.
-    pub(crate) fn put_carried(&self, topic: &str, partition: i32, c: Carried) {
-        self.carried
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert((topic.to_owned(), partition), c);
-    }
-
-    fn learn(&self, bytes: usize, offsets: i64, max_batch: usize) {
-        use std::sync::atomic::Ordering::Relaxed;
-        if offsets > 0 {
-            let x = (bytes as u64).saturating_mul(1024) / offsets as u64;
-            let old = self.bytes_per_offset_x1024.load(Relaxed);
-            // A moving average that follows changes in record size within a few chunks.
-            let new = if old == 0 { x } else { (old * 3 + x) / 4 };
-            self.bytes_per_offset_x1024.store(new.max(1), Relaxed);
-        }
-        self.max_batch.fetch_max(max_batch as u64, Relaxed);
-    }
-
-    /// The bytes to ask a partition for when `remaining` offsets of its range are left;
-    /// `None` before anything was learned.
-    fn partition_bytes(&self, remaining: i64) -> Option<usize> {
-        use std::sync::atomic::Ordering::Relaxed;
-        let bpo = self.bytes_per_offset_x1024.load(Relaxed);
-        if bpo == 0 {
-            return None;
-        }
-        let want = (remaining.max(0) as u64).saturating_mul(bpo) / 1024;
-        // A quarter more for batches that straddle the range's end, and never less than one
-        // whole batch (or the broker may have nothing to return for this partition).
-        let want = want.saturating_add(want / 4).saturating_add(1024);
-        let floor = self.max_batch.load(Relaxed).saturating_add(1024);
-        Some(usize::try_from(want.max(floor)).unwrap_or(usize::MAX))
-    }
-}
 
 impl MemoryBudget {
     /// The default budget: 64 MiB.
@@ -266,15 +119,8 @@ impl MemoryBudget {
         MemoryBudget {
             sem: Arc::new(Semaphore::new(total)),
             total,
-            sizing: Arc::default(),
-            scratch: Arc::default(),
             waits: Arc::default(),
         }
-    }
-
-    /// No practical limit.
-    pub fn unlimited() -> MemoryBudget {
-        MemoryBudget::new(Semaphore::MAX_PERMITS)
     }
 
     /// The budget's size in bytes.
@@ -285,74 +131,6 @@ impl MemoryBudget {
     /// Bytes reserved or held right now.
     pub fn in_use(&self) -> usize {
         self.total - self.sem.available_permits()
-    }
-
-    /// The largest stored record batch any fetch on this budget has read, in bytes; `None`
-    /// before the first. A range costs at least one whole stored batch however few offsets
-    /// it asks for (KIP-74), so a driver bounds the partitions per batch with it.
-    pub fn largest_batch(&self) -> Option<usize> {
-        let max = self
-            .sizing
-            .max_batch
-            .load(std::sync::atomic::Ordering::Relaxed);
-        (max > 0).then(|| usize::try_from(max).unwrap_or(usize::MAX))
-    }
-
-    /// The bytes an offset takes in the stored batches the fetches on this budget read (a
-    /// moving average over the offsets the batches span); `None` before the first. This is
-    /// the data's size, not what a batch held: a range of a few offsets holds a whole stored
-    /// batch (KIP-74), and sizing batches by what they held shrank them to slivers of a stored
-    /// batch on wide topics (issue 32).
-    pub fn bytes_per_offset(&self) -> Option<f64> {
-        let x1024 = self
-            .sizing
-            .bytes_per_offset_x1024
-            .load(std::sync::atomic::Ordering::Relaxed);
-        (x1024 > 0).then(|| x1024 as f64 / 1024.0)
-    }
-
-    /// KIP-320: where the last completed fetch on this budget left `topic`-`partition`, and the
-    /// epoch of the last batch it read; `None` if no fetch read it (or a truncation check
-    /// dropped it).
-    pub fn last_fetched(&self, topic: &str, partition: i32) -> Option<LastFetched> {
-        self.sizing.last_fetched(topic, partition)
-    }
-
-    /// KIP-320: `topic`-`partition` resumes at `position` from a store that kept `epoch`, the
-    /// `partition_leader_epoch` of the last record batch read before it. The next
-    /// [`check_truncation`] asks the partition's leader whether its log still holds that
-    /// epoch up to the position (no leader epoch has checked it yet), and the first fetch
-    /// from it sends the epoch as its `last_fetched_epoch`. A fetch on this budget that left
-    /// the partition at `position` already knows as much and is kept; a negative epoch (none
-    /// kept) changes nothing.
-    pub fn resume_at(&self, topic: &str, partition: i32, position: i64, epoch: i32) {
-        if epoch < 0
-            || self
-                .sizing
-                .last_fetched(topic, partition)
-                .is_some_and(|f| f.position == position)
-        {
-            return;
-        }
-        self.sizing.set_last_fetched(
-            topic,
-            partition,
-            Some(LastFetched {
-                position,
-                epoch,
-                leader_epoch: -1,
-            }),
-        );
-    }
-
-    /// The `partition_leader_epoch` of the last record batch a fetch on this budget read
-    /// before `position` of `topic`-`partition`, if it was the last fetch's end there (or
-    /// resumed there with one: [`resume_at`](Self::resume_at)).
-    pub fn epoch_at(&self, topic: &str, partition: i32, position: i64) -> Option<i32> {
-        self.sizing
-            .last_fetched(topic, partition)
-            .filter(|f| f.position == position && f.epoch >= 0)
-            .map(|f| f.epoch)
     }
 
     /// How many reservations found the budget full and waited for room (the prefetch waiting
@@ -393,6 +171,95 @@ impl MemoryBudget {
             }
             .into()
         })
+    }
+}
+
+/// What the fetches of one stream share: the memory budget (permits), the [`FetchState`]
+/// (what they learned and keep between fetches), and the decompression buffers. Cheap to
+/// clone (a handle). The state is lent to one decision at a time ([`Fetcher::state`]: a lock
+/// held for that decision, never across an await).
+#[derive(Debug, Clone)]
+pub struct Fetcher {
+    budget: MemoryBudget,
+    state: Arc<Mutex<FetchState>>,
+    scratch: Arc<ScratchPool>,
+}
+
+impl Fetcher {
+    /// Fetches within a budget of `total` bytes, knowing nothing yet.
+    pub fn new(total: usize) -> Fetcher {
+        Fetcher {
+            budget: MemoryBudget::new(total),
+            state: Arc::default(),
+            scratch: Arc::default(),
+        }
+    }
+
+    /// No practical memory limit.
+    pub fn unlimited() -> Fetcher {
+        Fetcher::new(Semaphore::MAX_PERMITS)
+    }
+
+    /// The memory budget.
+    pub fn budget(&self) -> &MemoryBudget {
+        &self.budget
+    }
+
+    /// The fetch state, lent for one decision (do not hold it across an await).
+    pub fn state(&self) -> MutexGuard<'_, FetchState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The budget's size in bytes.
+    pub fn total(&self) -> usize {
+        self.budget.total()
+    }
+
+    /// Bytes of the budget reserved or held right now.
+    pub fn in_use(&self) -> usize {
+        self.budget.in_use()
+    }
+
+    /// See [`MemoryBudget::waits`].
+    pub fn waits(&self) -> u64 {
+        self.budget.waits()
+    }
+
+    /// See [`FetchState::largest_batch`].
+    pub fn largest_batch(&self) -> Option<usize> {
+        self.state().largest_batch()
+    }
+
+    /// See [`FetchState::bytes_per_offset`].
+    pub fn bytes_per_offset(&self) -> Option<f64> {
+        self.state().bytes_per_offset()
+    }
+
+    /// See [`FetchState::last_fetched`].
+    pub fn last_fetched(&self, topic: &str, partition: i32) -> Option<LastFetched> {
+        self.state().last_fetched(topic, partition)
+    }
+
+    /// See [`FetchState::resume_at`].
+    pub fn resume_at(&self, topic: &str, partition: i32, position: i64, epoch: i32) {
+        self.state().resume_at(topic, partition, position, epoch);
+    }
+
+    /// See [`FetchState::epoch_at`].
+    pub fn epoch_at(&self, topic: &str, partition: i32, position: i64) -> Option<i32> {
+        self.state().epoch_at(topic, partition, position)
+    }
+
+    fn try_reserve(&self, n: usize) -> Option<OwnedSemaphorePermit> {
+        self.budget.try_reserve(n)
+    }
+
+    async fn reserve_frames(
+        &self,
+        pool: &crate::conn::FramePool,
+        n: usize,
+    ) -> Result<OwnedSemaphorePermit, Error> {
+        self.budget.reserve_frames(pool, n).await
     }
 }
 
@@ -657,7 +524,7 @@ pub async fn fetch_ranges(
     ranges: &[OffsetRange],
     cfg: &FetchConfig,
 ) -> Result<Vec<RangeData>, Error> {
-    fetch_ranges_within(cluster, ranges, cfg, &MemoryBudget::unlimited()).await
+    fetch_ranges_within(cluster, ranges, cfg, &Fetcher::unlimited()).await
 }
 
 /// [`fetch_ranges`] within a memory budget: requests wait for room, and the returned data
@@ -679,9 +546,9 @@ pub async fn fetch_ranges_within(
     cluster: &Cluster,
     ranges: &[OffsetRange],
     cfg: &FetchConfig,
-    budget: &MemoryBudget,
+    fetcher: &Fetcher,
 ) -> Result<Vec<RangeData>, Error> {
-    fetch(cluster, ranges, cfg, budget, false).await
+    fetch(cluster, ranges, cfg, fetcher, false).await
 }
 
 /// [`fetch_ranges_within`] for a batch that is planned, not yet handed out: each range is read
@@ -697,36 +564,36 @@ pub async fn fetch_ranges_fitting(
     cluster: &Cluster,
     ranges: &[OffsetRange],
     cfg: &FetchConfig,
-    budget: &MemoryBudget,
+    fetcher: &Fetcher,
 ) -> Result<Vec<RangeData>, Error> {
-    fetch(cluster, ranges, cfg, budget, true).await
+    fetch(cluster, ranges, cfg, fetcher, true).await
 }
 
 async fn fetch(
     cluster: &Cluster,
     ranges: &[OffsetRange],
     cfg: &FetchConfig,
-    budget: &MemoryBudget,
+    fetcher: &Fetcher,
     fit: bool,
 ) -> Result<Vec<RangeData>, Error> {
-    let carried = budget.sizing.take_carried();
+    let carried = fetcher.state().take_carried();
     let mut topics: Vec<&str> = ranges.iter().map(|r| r.topic.as_str()).collect();
     topics.sort_unstable();
     topics.dedup();
     let view = cluster.ensure_topics(&topics).await?;
     // The pieces read: each range, or a large range of a leader with fewer ranges than
     // requests in flight cut into consecutive sub-ranges, each read by its own group.
-    let mut pieces = split_large(&view, ranges, cfg, budget);
+    let mut pieces = split_large(&view, ranges, cfg, fetcher);
     let mut piece_ranges: Vec<OffsetRange> = pieces.iter().map(|p| p.range.clone()).collect();
-    let mut groups = pipeline_groups(&view, &piece_ranges, cfg.in_flight_per_leader, budget);
+    let mut groups = pipeline_groups(&view, &piece_ranges, cfg.in_flight_per_leader, fetcher);
     if pieces.len() != ranges.len() && !one_piece_per_partition(&groups, &piece_ranges) {
         // The pieces do not go to different groups (they do not fit the groups' shares): a
         // partition is asked once per request, so read the ranges whole.
         pieces = whole_pieces(ranges);
         piece_ranges = ranges.to_vec();
-        groups = pipeline_groups(&view, &piece_ranges, cfg.in_flight_per_leader, budget);
+        groups = pipeline_groups(&view, &piece_ranges, cfg.in_flight_per_leader, fetcher);
     }
-    let read = read_groups(cluster, &view, &pieces, &groups, cfg, budget, carried, fit).await;
+    let read = read_groups(cluster, &view, &pieces, &groups, cfg, fetcher, carried, fit).await;
     let (read_pieces, straddling) = match read {
         Err(e)
             if groups.len() > 1 && matches!(e.root().kind(), ErrorKind::BudgetExceeded { .. }) =>
@@ -743,7 +610,7 @@ async fn fetch(
                 &pieces,
                 &one,
                 cfg,
-                budget,
+                fetcher,
                 Default::default(),
                 fit,
             )
@@ -780,7 +647,7 @@ async fn fetch(
     }
     // Keep the stored batches the ranges ended inside of, for the partitions' next ranges,
     // while they fit their share of the budget.
-    let mut room = budget.total() / CARRY_SHARE;
+    let mut room = fetcher.total() / CARRY_SHARE;
     let shared = frames_to_share(&straddling);
     let mut charged: Vec<*const OwnedSemaphorePermit> = Vec::new();
     for s in straddling {
@@ -814,7 +681,7 @@ async fn fetch(
                 if n > room {
                     continue;
                 }
-                let Some(permit) = budget.try_reserve(n) else {
+                let Some(permit) = fetcher.try_reserve(n) else {
                     continue;
                 };
                 room -= n;
@@ -831,7 +698,7 @@ async fn fetch(
             topic_id: view.topic(&s.topic).map_or([0; 16], |t| t.id),
             permit,
         };
-        budget.sizing.put_carried(&s.topic, s.partition, carried);
+        fetcher.state().put_carried(&s.topic, s.partition, carried);
     }
     Ok(out.into_iter().flatten().collect())
 }
@@ -874,39 +741,41 @@ async fn read_groups(
     pieces: &[Piece],
     groups: &[Vec<usize>],
     cfg: &FetchConfig,
-    budget: &MemoryBudget,
+    fetcher: &Fetcher,
     mut carried: std::collections::HashMap<(String, i32), Carried>,
     fit: bool,
 ) -> Result<(Vec<Option<RangeData>>, Vec<session::Straddling>), Error> {
     // Fitting, a group's session fills half its share (the rest is the held batch's).
-    let share = budget.total() / groups.len().max(1) / if fit { 2 } else { 1 };
-    let reads: Vec<_> =
-        groups
-            .iter()
-            .map(|g| {
-                let group: Vec<OffsetRange> = g
-                    .iter()
-                    .filter_map(|&i| pieces.get(i).map(|p| p.range.clone()))
-                    .collect();
-                // A sub-range that ends before its range does is not where the partition's next
-                // fetch starts (no carried batch, no epoch to remember from there).
-                let inner: Vec<bool> = g
-                    .iter()
-                    .map(|&i| pieces.get(i).is_some_and(|p| !p.last))
-                    .collect();
-                let mine: std::collections::HashMap<(String, i32), Carried> = group
-                    .iter()
-                    .filter_map(|r| {
-                        let k = (r.topic.clone(), r.partition);
-                        carried.remove(&k).map(|c| (k, c))
-                    })
-                    .collect();
-                let view = view.clone();
-                async move {
-                    read_group(cluster, view, &group, &inner, cfg, budget, share, mine, fit).await
-                }
-            })
-            .collect();
+    let share = fetcher.total() / groups.len().max(1) / if fit { 2 } else { 1 };
+    let reads: Vec<_> = groups
+        .iter()
+        .map(|g| {
+            let group: Vec<OffsetRange> = g
+                .iter()
+                .filter_map(|&i| pieces.get(i).map(|p| p.range.clone()))
+                .collect();
+            // A sub-range that ends before its range does is not where the partition's next
+            // fetch starts (no carried batch, no epoch to remember from there).
+            let inner: Vec<bool> = g
+                .iter()
+                .map(|&i| pieces.get(i).is_some_and(|p| !p.last))
+                .collect();
+            let mine: std::collections::HashMap<(String, i32), Carried> = group
+                .iter()
+                .filter_map(|r| {
+                    let k = (r.topic.clone(), r.partition);
+                    carried.remove(&k).map(|c| (k, c))
+                })
+                .collect();
+            let view = view.clone();
+            async move {
+                read_group(
+                    cluster, view, &group, &inner, cfg, fetcher, share, mine, fit,
+                )
+                .await
+            }
+        })
+        .collect();
     // Carried batches no range starts with are freed before anything waits for room.
     drop(carried);
     let mut straddling = Vec::new();
@@ -971,7 +840,7 @@ fn split_large(
     view: &crate::cluster::ClusterView,
     ranges: &[OffsetRange],
     cfg: &FetchConfig,
-    budget: &MemoryBudget,
+    fetcher: &Fetcher,
 ) -> Vec<Piece> {
     let depth = cfg.in_flight_per_leader.max(1);
     if depth == 1 {
@@ -994,7 +863,7 @@ fn split_large(
             .and_then(|l| per_leader.get(&l).copied())
             .unwrap_or(0);
         let k = if r.is_empty() || n == 0 { 1 } else { depth / n };
-        let fits = || budget.sizing.partition_bytes(len / k as i64).unwrap_or(0) >= min_piece;
+        let fits = || fetcher.state().partition_bytes(len / k as i64).unwrap_or(0) >= min_piece;
         // One piece (the range itself) unless cutting it in `k` is worth it.
         if !(k >= 2 && len >= k as i64 && fits()) {
             out.push(Piece {
@@ -1024,12 +893,12 @@ fn pipeline_groups(
     view: &crate::cluster::ClusterView,
     ranges: &[OffsetRange],
     depth: usize,
-    budget: &MemoryBudget,
+    fetcher: &Fetcher,
 ) -> Vec<Vec<usize>> {
     let depth = depth.max(1);
-    let fits = budget
+    let fits = fetcher
         .largest_batch()
-        .is_some_and(|b| b.saturating_mul(4) <= budget.total() / depth);
+        .is_some_and(|b| b.saturating_mul(4) <= fetcher.total() / depth);
     if depth == 1 || !fits {
         return vec![(0..ranges.len()).collect()];
     }
@@ -1054,14 +923,14 @@ fn pipeline_groups(
     groups.retain(|g| !g.is_empty());
     // Each group must fit its share with room to spare: a session never waits for room that
     // only another group's data, held until every group is done, would free.
-    let share = budget.total() / groups.len().max(1);
+    let share = fetcher.total() / groups.len().max(1);
     let fits_share = groups.iter().all(|g| {
         let need = g.iter().try_fold(0usize, |sum, &i| {
             let r = ranges.get(i)?;
             if r.is_empty() {
                 return Some(sum);
             }
-            sum.checked_add(budget.sizing.partition_bytes(r.until - r.from)?)
+            sum.checked_add(fetcher.state().partition_bytes(r.until - r.from)?)
         });
         need.is_some_and(|n| n <= share / 2)
     });
@@ -1081,12 +950,12 @@ async fn read_group(
     ranges: &[OffsetRange],
     inner: &[bool],
     cfg: &FetchConfig,
-    budget: &MemoryBudget,
+    fetcher: &Fetcher,
     share: usize,
     carried: std::collections::HashMap<(String, i32), Carried>,
     fit: bool,
 ) -> Result<(Vec<RangeData>, Vec<session::Straddling>), Error> {
-    let mut session = FetchSession::new(ranges, cfg, budget);
+    let mut session = FetchSession::new(ranges, cfg, fetcher);
     session.limit_room(share);
     if fit {
         session.fit_to_room();
@@ -1108,7 +977,7 @@ async fn read_group(
                     continue;
                 }
             };
-            let permit = budget
+            let permit = fetcher
                 .reserve_frames(&cluster.config().frame_pool, req.reserve)
                 .await?;
             let pool = cfg.sessions.then(|| cluster.fetch_sessions().clone());
@@ -1157,10 +1026,10 @@ async fn read_group(
                     continue;
                 }
                 let needed = session.held() + reserved_by_oversized + a.size;
-                if needed > budget.total() {
-                    return Err(oversized_error(&a.view, &session, needed, budget.total()));
+                if needed > fetcher.total() {
+                    return Err(oversized_error(&a.view, &session, needed, fetcher.total()));
                 }
-                let more = budget
+                let more = fetcher
                     .reserve_frames(&cluster.config().frame_pool, a.size - req.reserve)
                     .await?;
                 a.permit.merge(more);
@@ -1285,7 +1154,7 @@ pub async fn wait_for_data(
     cluster: &Cluster,
     positions: &[(TopicPartition, i64)],
     cfg: &FetchConfig,
-    budget: &MemoryBudget,
+    fetcher: &Fetcher,
 ) -> Result<Vec<(TopicPartition, ObservedEnds)>, Error> {
     let view = cluster.view();
     // Per leader, each partition asked: its position, leader epoch and topic id.
@@ -1306,11 +1175,11 @@ pub async fn wait_for_data(
         async move {
             let conn = cluster.connection(leader).await?;
             let part_max = usize::try_from(cfg.partition_max_bytes.max(1)).unwrap_or(1);
-            let want = (budget.total() / CARRY_SHARE / leaders)
+            let want = (fetcher.total() / CARRY_SHARE / leaders)
                 .min(usize::try_from(cfg.params.max_bytes.max(1)).unwrap_or(1))
                 .min(part_max.saturating_mul(parts.len()));
             // Room for the answer's records, or a poll that asks for none.
-            let mut hold = budget.try_reserve(want).filter(|_| want > 1);
+            let mut hold = fetcher.try_reserve(want).filter(|_| want > 1);
             let (part_bytes, max_bytes) = match hold {
                 Some(_) => (
                     cfg.partition_max_bytes,
@@ -1324,8 +1193,8 @@ pub async fn wait_for_data(
             for &(tp, pos, epoch, id) in &parts {
                 names.insert(id, tp.topic.clone());
                 // KIP-320: the records kept are validated as the batch's fetch would be.
-                let last_fetched_epoch = budget
-                    .sizing
+                let last_fetched_epoch = fetcher
+                    .state()
                     .last_fetched(&tp.topic, tp.partition)
                     .filter(|f| f.position == pos)
                     .map_or(-1, |f| f.epoch);
@@ -1365,7 +1234,7 @@ pub async fn wait_for_data(
             if let Some(permit) = hold.as_mut() {
                 if size <= want {
                     drop(permit.split(want - size));
-                } else if let Some(more) = budget.try_reserve(size - want) {
+                } else if let Some(more) = fetcher.try_reserve(size - want) {
                     permit.merge(more);
                 } else {
                     hold = None;
@@ -1388,7 +1257,7 @@ pub async fn wait_for_data(
                     let plain = p.diverging_epoch.is_none()
                         && (p.preferred_read_replica < 0 || p.preferred_read_replica == leader);
                     if plain && !p.records.is_empty() {
-                        keep_polled(&p, at, end, hold, conn.broker(), cfg, budget);
+                        keep_polled(&p, at, end, hold, conn.broker(), cfg, fetcher);
                     }
                 }
                 ends.push((
@@ -1419,7 +1288,7 @@ fn keep_polled(
     hold: &Arc<OwnedSemaphorePermit>,
     broker: &BrokerName,
     cfg: &FetchConfig,
-    budget: &MemoryBudget,
+    fetcher: &Fetcher,
 ) {
     let opts = DecodeOptions::new()
         .check_crc(cfg.check_crcs)
@@ -1427,7 +1296,7 @@ fn keep_polled(
         .fetch_offset(pos)
         .until(end)
         .isolation(cfg.params.isolation);
-    let walked = match walk_answer(p, opts, &budget.scratch) {
+    let walked = match walk_answer(p, opts, &fetcher.scratch) {
         Ok(w) => w,
         Err(e) => {
             tracing::debug!(
@@ -1439,7 +1308,7 @@ fn keep_polled(
         }
     };
     if walked.next > pos {
-        budget.sizing.put_carried(
+        fetcher.state().put_carried(
             &p.topic,
             p.partition,
             Carried {

@@ -21,7 +21,7 @@ use kdirect_proto::{ErrorCode, IsolationLevel};
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::epoch::{judge_epoch_end, EpochVerdict};
-use super::{Chunk, FetchConfig, MemoryBudget, ObservedEnds, RangeData, ScratchPool, Sizing};
+use super::{Chunk, FetchConfig, FetchState, Fetcher, ObservedEnds, RangeData};
 use crate::cluster::ClusterView;
 use crate::error::{BrokerName, Error, ErrorKind};
 use crate::plan::OffsetRange;
@@ -70,8 +70,8 @@ pub struct FetchSession {
     out: Vec<RangeData>,
     cfg: FetchConfig,
     isolation: IsolationLevel,
-    sizing: Arc<Sizing>,
-    scratch: Arc<ScratchPool>,
+    /// The stream's fetch state (what earlier fetches learned), lent for each decision.
+    fetcher: Fetcher,
     budget_total: usize,
     /// Bytes of fetched data the session holds.
     held: usize,
@@ -159,15 +159,15 @@ pub enum RoundEnd {
 impl FetchSession {
     /// A session for `ranges` (disjoint per partition; empty ones are returned with no
     /// chunks), sharing what `budget` learned about the data.
-    pub fn new(ranges: &[OffsetRange], cfg: &FetchConfig, budget: &MemoryBudget) -> Self {
+    pub fn new(ranges: &[OffsetRange], cfg: &FetchConfig, fetcher: &Fetcher) -> Self {
         let isolation = cfg.params.isolation;
         // A range that starts where the last fetch of its partition ended knows the epoch of
         // the batch before it.
         let start_epoch: Vec<i32> = ranges
             .iter()
             .map(|r| {
-                budget
-                    .sizing
+                fetcher
+                    .state()
                     .last_fetched(&r.topic, r.partition)
                     .filter(|f| f.position == r.from)
                     .map_or(-1, |f| f.epoch)
@@ -185,14 +185,13 @@ impl FetchSession {
                     chunks: Vec::new(),
                     observed: None,
                     max_decompressed: cfg.max_decompressed,
-                    scratch: budget.scratch.clone(),
+                    scratch: fetcher.scratch.clone(),
                 })
                 .collect(),
             cfg: cfg.clone(),
             isolation,
-            sizing: budget.sizing.clone(),
-            scratch: budget.scratch.clone(),
-            budget_total: budget.total(),
+            fetcher: fetcher.clone(),
+            budget_total: fetcher.total(),
             held: 0,
             retry: None,
             changed: false,
@@ -206,6 +205,11 @@ impl FetchSession {
             fit: false,
             cut: false,
         }
+    }
+
+    /// The fetch state, for one decision.
+    fn state(&self) -> std::sync::MutexGuard<'_, FetchState> {
+        self.fetcher.state()
     }
 
     /// Lets the ranges end early, each at a stored batch's end, when the session's room
@@ -413,7 +417,7 @@ impl FetchSession {
         let (Some(r), Some(&p)) = (self.ranges.get(i), self.pos.get(i)) else {
             return max;
         };
-        self.sizing
+        self.state()
             .partition_bytes(r.until - p)
             .map_or(max, |b| max.min(i32::try_from(b).unwrap_or(i32::MAX)))
     }
@@ -446,7 +450,7 @@ impl FetchSession {
         // The first fetch on a budget knows nothing of the data: asking every partition for
         // max.partition.fetch.bytes would fill the budget with bytes past the ranges' ends.
         // One partition goes first, and the others are asked for what their ranges need.
-        if self.sizing.partition_bytes(1).is_none() {
+        if self.state().partition_bytes(1).is_none() {
             open.truncate(1);
         }
         let mut by_leader: BTreeMap<i32, Vec<(usize, i32)>> = BTreeMap::new();
@@ -458,7 +462,7 @@ impl FetchSession {
                 Ok((leader, epoch)) => {
                     // KIP-392: the replica the leader pointed at, while the metadata knows it.
                     let node = self
-                        .sizing
+                        .state()
                         .read_replica(&r.topic, r.partition)
                         .filter(|n| view.brokers.contains_key(n))
                         .unwrap_or(leader);
@@ -474,13 +478,7 @@ impl FetchSession {
         let room = self.budget_total.saturating_sub(self.held);
         // Fitting the room: once it has less left than a stored batch (the least an answer
         // brings, KIP-74), the ranges end where they are.
-        let least = usize::try_from(
-            self.sizing
-                .max_batch
-                .load(std::sync::atomic::Ordering::Relaxed),
-        )
-        .unwrap_or(usize::MAX)
-        .max(1);
+        let least = self.state().largest_batch().unwrap_or(0).max(1);
         if self.fit && self.held > 0 && room < least && !by_leader.is_empty() {
             self.cut_at_positions();
             self.retry = None;
@@ -632,12 +630,15 @@ impl FetchSession {
             };
             let r = r.clone();
             // Asked of a replica other than the leader (KIP-392)?
-            let from_replica = self.sizing.read_replica(&r.topic, r.partition) == Some(req.leader);
+            let from_replica = self.state().read_replica(&r.topic, r.partition) == Some(req.leader);
             if p.preferred_read_replica >= 0 && p.preferred_read_replica != req.leader {
                 // The leader points at a replica in the client's rack (its answer carries no
                 // records for the partition): read from there from the next round on.
-                self.sizing
-                    .set_read_replica(&r.topic, r.partition, Some(p.preferred_read_replica));
+                self.state().set_read_replica(
+                    &r.topic,
+                    r.partition,
+                    Some(p.preferred_read_replica),
+                );
                 self.changed = true;
                 continue;
             }
@@ -646,7 +647,7 @@ impl FetchSession {
             {
                 // Any error from the replica, or a replica not caught up to the range yet:
                 // back to the leader, which has the answer.
-                self.sizing.set_read_replica(&r.topic, r.partition, None);
+                self.state().set_read_replica(&r.topic, r.partition, None);
                 self.changed = true;
                 continue;
             }
@@ -693,7 +694,7 @@ impl FetchSession {
                     }
                 }
             }
-            let walked = super::walk_answer(&p, opts, &self.scratch).map_err(|source| {
+            let walked = super::walk_answer(&p, opts, &self.fetcher.scratch).map_err(|source| {
                 Error::from(ErrorKind::Decode {
                     broker: broker.clone(),
                     topic: r.topic.clone(),
@@ -716,7 +717,7 @@ impl FetchSession {
                     let last = batches
                         .last()
                         .map_or(next, |b: &RecordBatch| b.header().next_offset().max(next));
-                    self.sizing.learn(used, last - first, max_batch);
+                    self.state().learn(used, last - first, max_batch);
                 }
                 // The range ends inside its last batch, or the answer holds the whole batch
                 // after its end (after a gap, or where the range ended at a batch's end):
@@ -969,7 +970,7 @@ impl FetchSession {
                 epoch,
                 leader_epoch,
             });
-            self.sizing.set_last_fetched(&r.topic, r.partition, at);
+            self.state().set_last_fetched(&r.topic, r.partition, at);
         }
         self.out
     }

@@ -10,7 +10,7 @@ use kdirect_proto::api::fetch::{FetchView, FetchedPartition};
 use kdirect_proto::api::metadata::{BrokerInfo, PartitionInfo, TopicInfo};
 use kdirect_proto::ErrorCode;
 
-use super::{FetchConfig, FetchSession, LeaderRequest, MemoryBudget, RoundEnd};
+use super::{FetchConfig, FetchSession, Fetcher, LeaderRequest, RoundEnd};
 use crate::cluster::ClusterView;
 use crate::error::{BrokerName, ErrorKind};
 use crate::plan::OffsetRange;
@@ -138,7 +138,7 @@ fn ranges(spec: &[(i32, i64, i64)]) -> Vec<OffsetRange> {
 
 #[test]
 fn first_round_asks_one_partition_then_everyone_by_leader() {
-    let budget = MemoryBudget::new(64 << 20);
+    let budget = Fetcher::new(64 << 20);
     let mut s = FetchSession::new(
         &ranges(&[(0, 0, 10), (1, 0, 10), (2, 0, 10)]),
         &FetchConfig::default(),
@@ -212,7 +212,7 @@ fn first_round_asks_one_partition_then_everyone_by_leader() {
 
 #[test]
 fn a_partition_left_out_of_every_answer_is_a_retry_not_a_resend_loop() {
-    let budget = MemoryBudget::new(64 << 20);
+    let budget = Fetcher::new(64 << 20);
     let mut s = FetchSession::new(&ranges(&[(0, 0, 10)]), &FetchConfig::default(), &budget);
     let v = view(&[1]);
     for shape in [
@@ -266,7 +266,7 @@ fn a_partition_left_out_of_every_answer_is_a_retry_not_a_resend_loop() {
 
 #[test]
 fn a_batch_cut_short_is_asked_again_for_the_full_size_then_retried() {
-    let budget = MemoryBudget::new(64 << 20);
+    let budget = Fetcher::new(64 << 20);
     let mut s = FetchSession::new(
         &ranges(&[(0, 0, 10), (1, 0, 100)]),
         &FetchConfig::default(),
@@ -302,7 +302,7 @@ fn a_batch_cut_short_is_asked_again_for_the_full_size_then_retried() {
 
 #[test]
 fn leader_changes_and_retriable_errors_retry_fatal_ones_end() {
-    let budget = MemoryBudget::new(64 << 20);
+    let budget = Fetcher::new(64 << 20);
     let mut s = FetchSession::new(&ranges(&[(0, 0, 10)]), &FetchConfig::default(), &budget);
     let reqs = s.next_requests(&view(&[1])).unwrap();
     let mut p = part(0, 10, Vec::new());
@@ -330,7 +330,7 @@ fn leader_changes_and_retriable_errors_retry_fatal_ones_end() {
 
 #[test]
 fn a_range_past_the_log_end_is_past_end_not_configuration() {
-    let budget = MemoryBudget::new(64 << 20);
+    let budget = Fetcher::new(64 << 20);
     let mut s = FetchSession::new(&ranges(&[(0, 10, 20)]), &FetchConfig::default(), &budget);
     let reqs = s.next_requests(&view(&[1])).unwrap();
     let e = s
@@ -359,7 +359,7 @@ fn a_range_past_the_log_end_is_past_end_not_configuration() {
 
 #[test]
 fn the_budget_is_shared_in_proportion_and_its_end_is_an_error() {
-    let budget = MemoryBudget::new(4 << 20);
+    let budget = Fetcher::new(4 << 20);
     let cfg = FetchConfig::default();
     let mut s = FetchSession::new(&ranges(&[(0, 0, 10), (1, 0, 10)]), &cfg, &budget);
     let v = view(&[1, 2]);
@@ -385,7 +385,7 @@ fn the_budget_is_shared_in_proportion_and_its_end_is_an_error() {
 
 #[test]
 fn records_removed_under_the_range_are_data_loss_with_the_exact_range() {
-    let budget = MemoryBudget::new(64 << 20);
+    let budget = Fetcher::new(64 << 20);
     let cfg = FetchConfig::default();
     let mut s = FetchSession::new(&ranges(&[(0, 0, 10)]), &cfg, &budget);
     let reqs = s.next_requests(&view(&[1])).unwrap();
@@ -415,11 +415,11 @@ fn a_reservation_that_does_not_fit_waits_and_is_counted() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let budget = MemoryBudget::new(100);
-        let first = budget.reserve(60).await.unwrap();
+        let budget = Fetcher::new(100);
+        let first = budget.budget().reserve(60).await.unwrap();
         assert_eq!((budget.in_use(), budget.waits()), (60, 0), "60 fit at once");
         let b = budget.clone();
-        let second = tokio::spawn(async move { b.reserve(60).await.unwrap() });
+        let second = tokio::spawn(async move { b.budget().reserve(60).await.unwrap() });
         // On this one-thread runtime the spawned reservation runs when this task yields.
         for _ in 0..100 {
             if budget.waits() > 0 {
@@ -443,7 +443,7 @@ fn a_reservation_that_does_not_fit_waits_and_is_counted() {
 /// its leader. The rack goes in every request.
 #[test]
 fn a_preferred_read_replica_is_followed_and_left_on_error() {
-    let budget = MemoryBudget::new(64 << 20);
+    let budget = Fetcher::new(64 << 20);
     let cfg = FetchConfig {
         client_rack: "rack-2".into(),
         ..FetchConfig::default()
@@ -524,7 +524,7 @@ fn diverging(p: i32, hw: i64, epoch: i32, end_offset: i64) -> FetchedPartition {
 }
 
 /// Reads `[from, until)` of t-0 whole in one answer holding one batch at `epoch`.
-fn read_whole(budget: &MemoryBudget, from: i64, until: i64, epoch: i32) {
+fn read_whole(budget: &Fetcher, from: i64, until: i64, epoch: i32) {
     let mut s = FetchSession::new(
         &ranges(&[(0, from, until)]),
         &FetchConfig::default(),
@@ -547,7 +547,7 @@ fn read_whole(budget: &MemoryBudget, from: i64, until: i64, epoch: i32) {
 /// does not start there sends -1 (nothing to validate against).
 #[test]
 fn the_last_fetched_epoch_follows_the_position() {
-    let budget = MemoryBudget::new(64 << 20);
+    let budget = Fetcher::new(64 << 20);
     let mut s = FetchSession::new(&ranges(&[(0, 0, 20)]), &FetchConfig::default(), &budget);
     let v = view(&[1]);
     let reqs = s.next_requests(&v).unwrap();
@@ -586,7 +586,7 @@ fn the_last_fetched_epoch_follows_the_position() {
 /// (and handed out) are gone. Data loss with the exact range, the epochs and the leader.
 #[test]
 fn a_diverging_epoch_below_the_range_is_truncation_data_loss() {
-    let budget = MemoryBudget::new(64 << 20);
+    let budget = Fetcher::new(64 << 20);
     read_whole(&budget, 0, 10, 5);
     let mut s = FetchSession::new(&ranges(&[(0, 10, 15)]), &FetchConfig::default(), &budget);
     let reqs = s.next_requests(&view(&[1])).unwrap();
@@ -628,7 +628,7 @@ fn a_diverging_epoch_below_the_range_is_truncation_data_loss() {
 /// updates the epoch sent.
 #[test]
 fn a_diverging_epoch_inside_the_session_rereads_the_range() {
-    let budget = MemoryBudget::new(64 << 20);
+    let budget = Fetcher::new(64 << 20);
     let v = view(&[1]);
     let mut s = FetchSession::new(&ranges(&[(0, 0, 20)]), &FetchConfig::default(), &budget);
     let reqs = s.next_requests(&v).unwrap();
@@ -668,7 +668,7 @@ fn a_diverging_epoch_inside_the_session_rereads_the_range() {
 /// default.api.timeout.ms in the driver) naming the partition and the epochs.
 #[test]
 fn endless_diverging_answers_become_a_retry() {
-    let budget = MemoryBudget::new(64 << 20);
+    let budget = Fetcher::new(64 << 20);
     read_whole(&budget, 0, 10, 5);
     let v = view(&[1]);
     let mut s = FetchSession::new(&ranges(&[(0, 10, 20)]), &FetchConfig::default(), &budget);
@@ -699,13 +699,13 @@ fn each_leaders_partitions_are_dealt_among_the_requests_in_flight() {
         (4, 0, 10),
         (5, 0, 0),
     ]);
-    let budget = MemoryBudget::new(64 << 20);
+    let budget = Fetcher::new(64 << 20);
     // Nothing learned yet: one session (its first round probes one partition).
     assert_eq!(
         super::pipeline_groups(&v, &rs, 2, &budget),
         vec![vec![0, 1, 2, 3, 4, 5]]
     );
-    budget.sizing.learn(100_000, 1000, 100_000);
+    budget.state().learn(100_000, 1000, 100_000);
     // Leader 1 has 0, 2, 4; leader 2 has 1, 3; the empty range goes to the first group.
     assert_eq!(
         super::pipeline_groups(&v, &rs, 2, &budget),
@@ -714,7 +714,7 @@ fn each_leaders_partitions_are_dealt_among_the_requests_in_flight() {
     assert_eq!(super::pipeline_groups(&v, &rs, 1, &budget).len(), 1);
     assert_eq!(super::pipeline_groups(&v, &rs, 3, &budget).len(), 3);
     // Stored batches too large for a share of the budget: one session.
-    budget.sizing.learn(10 << 20, 1000, 10 << 20);
+    budget.state().learn(10 << 20, 1000, 10 << 20);
     assert_eq!(super::pipeline_groups(&v, &rs, 2, &budget).len(), 1);
 }
 
@@ -724,7 +724,7 @@ fn each_leaders_partitions_are_dealt_among_the_requests_in_flight() {
 /// leader epochs again, so its ranges fetch rather than get the old topic's records.
 #[test]
 fn carried_data_needs_the_same_topic_id_and_leader_epoch() {
-    let budget = MemoryBudget::new(64 << 20);
+    let budget = Fetcher::new(64 << 20);
     let v = view(&[1]);
     let mut s = FetchSession::new(&ranges(&[(0, 0, 50)]), &FetchConfig::default(), &budget);
     let reqs = s.next_requests(&v).unwrap();
@@ -766,7 +766,7 @@ fn carried_data_needs_the_same_topic_id_and_leader_epoch() {
 /// part of is not kept whole for it (the batch is copied instead).
 #[test]
 fn a_straddled_batch_is_carried_in_its_frame_when_it_is_a_large_part_of_it() {
-    let budget = MemoryBudget::new(64 << 20);
+    let budget = Fetcher::new(64 << 20);
     let v = view(&[1]);
     let straddle = |frame_bytes: usize| {
         let mut s = FetchSession::new(&ranges(&[(0, 0, 50)]), &FetchConfig::default(), &budget);
@@ -815,7 +815,7 @@ fn a_straddled_batch_is_carried_in_its_frame_when_it_is_a_large_part_of_it() {
 /// without asking again.
 #[test]
 fn a_range_inside_a_compaction_gap_completes_empty_and_carries_the_next_batch() {
-    let budget = MemoryBudget::new(64 << 20);
+    let budget = Fetcher::new(64 << 20);
     let v = view(&[1]);
     let mut s = FetchSession::new(&ranges(&[(0, 0, 1000)]), &FetchConfig::default(), &budget);
     let reqs = s.next_requests(&v).unwrap();
@@ -882,7 +882,7 @@ fn a_range_inside_a_compaction_gap_completes_empty_and_carries_the_next_batch() 
 /// range. Was "no progress ... no whole record batch" after retrying for a minute.
 #[test]
 fn a_gap_met_by_a_later_fetch_of_the_range_ends_it() {
-    let budget = MemoryBudget::new(64 << 20);
+    let budget = Fetcher::new(64 << 20);
     let v = view(&[1]);
     let mut s = FetchSession::new(&ranges(&[(0, 0, 1000)]), &FetchConfig::default(), &budget);
     let reqs = s.next_requests(&v).unwrap();
@@ -907,7 +907,7 @@ fn a_gap_met_by_a_later_fetch_of_the_range_ends_it() {
 /// ranges are read whole (they are a logged plan, re-run).
 #[test]
 fn fitting_the_room_ends_the_ranges_at_whole_stored_batches() {
-    let budget = MemoryBudget::new(64 << 20);
+    let budget = Fetcher::new(64 << 20);
     let v = view(&[1, 1]);
     let mut s = FetchSession::new(
         &ranges(&[(0, 0, 100), (1, 0, 100)]),
@@ -967,7 +967,7 @@ fn fitting_the_room_ends_the_ranges_at_whole_stored_batches() {
 /// each such partition, 0.1–0.15× librdkafka at 64–1024 partitions of 1 MB batches).
 #[test]
 fn a_partition_starved_by_an_oversized_batch_goes_first_next_round() {
-    let budget = MemoryBudget::new(64 << 20);
+    let budget = Fetcher::new(64 << 20);
     let v = view(&[1, 1]);
     // Batches larger than this (KIP-74): each partition is asked for all of it.
     let cfg = FetchConfig {

@@ -838,6 +838,7 @@ impl StreamCore {
             }
             let partitions = if self.cfg.chunked {
                 chunked_partition_cap(
+                    sizing.budget,
                     self.planner.config().rate.max_offsets_per_trigger,
                     sizing.largest_batch,
                     sizing.bytes_per_offset,

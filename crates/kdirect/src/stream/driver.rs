@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use kdirect_engine::cluster::{Cluster, ClusterView};
 use kdirect_engine::error::BrokerName;
-use kdirect_engine::fetch::{fetch_ranges_fitting, fetch_ranges_within, MemoryBudget, RangeData};
+use kdirect_engine::fetch::{fetch_ranges_fitting, fetch_ranges_within, Fetcher, RangeData};
 use kdirect_engine::plan::{
     LostRange, OffsetRange, PartitionSnapshot, TimestampLookup, TopicPartition, WaitReason,
 };
@@ -101,7 +101,7 @@ pub(super) struct Driver {
     core: Mutex<StreamCore>,
     pub(super) cluster: Arc<Cluster>,
     pub(super) config: StreamConfig,
-    pub(super) budget: MemoryBudget,
+    pub(super) fetcher: Fetcher,
     started: Instant,
     /// Set when the metadata shows the subscription changed since the join.
     pub(super) subscription_changed: tokio::sync::watch::Sender<bool>,
@@ -120,13 +120,13 @@ impl Driver {
         core: StreamCore,
         cluster: Arc<Cluster>,
         config: StreamConfig,
-        budget: MemoryBudget,
+        fetcher: Fetcher,
     ) -> Self {
         Driver {
             core: Mutex::new(core),
             cluster,
             config,
-            budget,
+            fetcher,
             started: Instant::now(),
             subscription_changed: tokio::sync::watch::channel(false).0,
         }
@@ -144,9 +144,9 @@ impl Driver {
 
     fn sizing(&self) -> Sizing {
         Sizing {
-            budget: self.budget.total(),
-            bytes_per_offset: self.budget.bytes_per_offset(),
-            largest_batch: self.budget.largest_batch(),
+            budget: self.fetcher.total(),
+            bytes_per_offset: self.fetcher.bytes_per_offset(),
+            largest_batch: self.fetcher.largest_batch(),
         }
     }
 
@@ -293,7 +293,7 @@ impl Driver {
     async fn check_truncation(&self, snap: &[PartitionSnapshot]) -> Result<(), EngineError> {
         let positions = self.core().positions_in(snap);
         let found =
-            match kdirect_engine::fetch::check_truncation(&self.cluster, &self.budget, &positions)
+            match kdirect_engine::fetch::check_truncation(&self.cluster, &self.fetcher, &positions)
                 .await
             {
                 Ok(found) => found,
@@ -319,11 +319,11 @@ impl Driver {
         reconnect: &mut Reconnect,
     ) -> Result<Vec<RangeData>, EngineError> {
         loop {
-            let (cluster, cfg, budget) = (&self.cluster, &self.config.fetch, &self.budget);
+            let (cluster, cfg, fetcher) = (&self.cluster, &self.config.fetch, &self.fetcher);
             let fetched = if fetch.fit {
-                fetch_ranges_fitting(cluster, &fetch.want, cfg, budget).await
+                fetch_ranges_fitting(cluster, &fetch.want, cfg, fetcher).await
             } else {
-                fetch_ranges_within(cluster, &fetch.want, cfg, budget).await
+                fetch_ranges_within(cluster, &fetch.want, cfg, fetcher).await
             };
             match fetched {
                 Ok(d) => return Ok(d),
@@ -369,7 +369,7 @@ impl Driver {
         ranges
             .iter()
             .filter_map(|r| {
-                let e = self.budget.epoch_at(&r.topic, r.partition, r.until)?;
+                let e = self.fetcher.epoch_at(&r.topic, r.partition, r.until)?;
                 Some((r.topic_partition(), e))
             })
             .collect()
@@ -426,7 +426,7 @@ impl Driver {
         metrics::counter!("kdirect_offsets_total").increment(offsets);
         metrics::counter!("kdirect_fetched_bytes_total").increment(bytes as u64);
         metrics::histogram!("kdirect_fetch_seconds").record(started.elapsed().as_secs_f64());
-        metrics::gauge!("kdirect_memory_in_use_bytes").set(self.budget.in_use() as f64);
+        metrics::gauge!("kdirect_memory_in_use_bytes").set(self.fetcher.in_use() as f64);
         Ok(Chunk {
             data,
             rest,
@@ -444,7 +444,7 @@ impl Driver {
         metrics::counter!("kdirect_offsets_total").increment(offsets);
         metrics::counter!("kdirect_fetched_bytes_total").increment(bytes as u64);
         metrics::histogram!("kdirect_fetch_seconds").record(fetch.as_secs_f64());
-        metrics::gauge!("kdirect_memory_in_use_bytes").set(self.budget.in_use() as f64);
+        metrics::gauge!("kdirect_memory_in_use_bytes").set(self.fetcher.in_use() as f64);
         for l in self.core().record_lag(snap) {
             let s = l.snapshot;
             let labels = [
@@ -474,7 +474,7 @@ impl Driver {
             &self.cluster,
             &asked,
             &self.config.fetch,
-            &self.budget,
+            &self.fetcher,
         )
         .await;
         match answer {

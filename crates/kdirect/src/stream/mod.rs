@@ -40,7 +40,7 @@ use kdirect_commit::{
 
 use kdirect_engine::cluster::Cluster;
 use kdirect_engine::conn::ConnConfig;
-use kdirect_engine::fetch::{FetchConfig, MemoryBudget, RangeData, RangeRecords};
+use kdirect_engine::fetch::{FetchConfig, Fetcher, MemoryBudget, RangeData, RangeRecords};
 use kdirect_engine::group::{GroupConfig, GroupMember};
 use kdirect_engine::plan::{
     BatchCompletion, DataLossPolicy, LostRange, OffsetRange, PidConfig, Planner, PlannerConfig,
@@ -86,7 +86,7 @@ const ASSUMED_STORED_BATCH_BYTES: usize = 1 << 20;
 /// How many partitions one batch may read: a range costs at least one whole stored batch
 /// (Kafka returns whole batches, KIP-74), so with the same rule as [`adaptive_cap`] — a batch
 /// takes at most a quarter of the budget — `max(1, budget / 4 / largest stored batch)`.
-/// `largest_batch` is the largest seen so far ([`MemoryBudget::largest_batch`]), or
+/// `largest_batch` is the largest seen so far ([`Fetcher::largest_batch`]), or
 /// [`ASSUMED_STORED_BATCH_BYTES`] before the first fetch. Applies with or without a rate
 /// limit: the budget is always a hard limit. One partition whose batch exceeds the whole
 /// budget is still [`ErrorKind::BudgetExceeded`] when fetched.
@@ -100,10 +100,13 @@ fn partition_cap(budget: usize, largest_batch: Option<usize>) -> usize {
 /// batches: each partition taken should get at least a stored batch's worth of the batch's
 /// offsets (with fewer, each range ends inside the stored batch the next range fetches
 /// again, on every partition: on 256 partitions of 256 KB producer batches that was 0.6×
-/// librdkafka's rate and five times the broker's CPU). So `max(1, max_offsets / (largest
-/// stored batch / bytes per offset))`, assuming what [`adaptive_cap`] and [`partition_cap`]
-/// assume before anything was fetched; `None` (every partition) without an offset limit.
+/// librdkafka's rate and five times the broker's CPU), unless the stored batches the ranges
+/// end inside of can all be carried to the next ranges, which is what [`partition_cap`]
+/// allows. So the larger of [`partition_cap`] and `max_offsets / (largest stored batch /
+/// bytes per offset)`, assuming what [`adaptive_cap`] and [`partition_cap`] assume before
+/// anything was fetched; `None` (every partition) without an offset limit.
 fn chunked_partition_cap(
+    budget: usize,
     max_offsets: Option<u64>,
     largest_batch: Option<usize>,
     bytes_per_offset: Option<f64>,
@@ -111,7 +114,8 @@ fn chunked_partition_cap(
     let max = max_offsets?;
     let batch = largest_batch.unwrap_or(ASSUMED_STORED_BATCH_BYTES).max(1) as f64;
     let offsets_per_stored = (batch / bytes_per_offset.unwrap_or(1024.0).max(1.0)).max(1.0);
-    Some(((max as f64 / offsets_per_stored) as usize).max(1))
+    let whole = (max as f64 / offsets_per_stored) as usize;
+    Some(whole.max(partition_cap(budget, largest_batch)))
 }
 
 /// Everything a [`DirectStream`] is configured with. Build it with [`DirectStreamBuilder`].
@@ -1086,7 +1090,7 @@ impl DirectStreamBuilder {
                 );
             }
         }
-        let budget = MemoryBudget::new(c.memory_budget);
+        let budget = Fetcher::new(c.memory_budget);
         for (tp, pos, epoch) in &resumed_epochs {
             budget.resume_at(&tp.topic, tp.partition, *pos, *epoch);
         }
@@ -1098,6 +1102,7 @@ impl DirectStreamBuilder {
             .with_data_loss(c.data_loss)
             .with_max_partitions_per_batch(if c.chunked {
                 chunked_partition_cap(
+                    budget.total(),
                     c.rate.max_offsets_per_trigger,
                     budget.largest_batch(),
                     budget.bytes_per_offset(),
@@ -1463,7 +1468,7 @@ impl DirectStream {
         // epochs are checked with their leaders before the first plan of the assignment.
         for (tp, pos, epoch) in epochs {
             self.driver
-                .budget
+                .fetcher
                 .resume_at(&tp.topic, tp.partition, pos, epoch);
         }
         self.driver.subscription_changed.send_replace(false);
@@ -1730,7 +1735,7 @@ impl DirectStream {
 
     /// Bytes of the memory budget in use (held batches plus the prefetch).
     pub fn memory_in_use(&self) -> usize {
-        self.driver.budget.in_use()
+        self.driver.fetcher.in_use()
     }
 
     /// How many times this caught-up stream fell back to polling at intervals (up to 200 ms
@@ -1743,7 +1748,7 @@ impl DirectStream {
     /// How many Fetch requests found the memory budget full and waited for room before being
     /// sent (the prefetch waiting for held batches to be released, mostly).
     pub fn memory_waits(&self) -> u64 {
-        self.driver.budget.waits()
+        self.driver.fetcher.waits()
     }
 
     /// The cluster this stream reads from (for ListOffsets, lag, offset stores).
@@ -2080,25 +2085,35 @@ mod tests {
 
     #[test]
     fn chunked_batches_take_as_many_partitions_as_get_a_stored_batch_each() {
-        // 98k offsets, 256 KB stored batches of 170 B offsets (1542 each): 63 partitions.
+        const B: usize = 64 << 20;
+        // 98k offsets, 256 KB stored batches of 170 B offsets (1542 each): 63 partitions get
+        // a stored batch each, but 64 stored batches can be carried (16 MiB): 64.
         assert_eq!(
-            chunked_partition_cap(Some(98_000), Some(262_144), Some(170.0)),
-            Some(63)
+            chunked_partition_cap(B, Some(98_000), Some(262_144), Some(170.0)),
+            Some(64)
         );
         // 10M offsets of 16 kB batches (15.75 offsets each): every partition of any topic.
         assert_eq!(
-            chunked_partition_cap(Some(10_000_000), Some(16_384), Some(1040.0)),
+            chunked_partition_cap(B, Some(10_000_000), Some(16_384), Some(1040.0)),
             Some(634_765)
         );
-        // Before any fetch: 1 MiB batches of 1 KiB offsets (1024 offsets each).
-        assert_eq!(chunked_partition_cap(Some(16_384), None, None), Some(16));
-        // Fewer offsets than one stored batch: one partition at a time; no limit: all.
+        // 1M offsets of 1 MiB batches of 100 B offsets (10,485 each): 95 partitions.
         assert_eq!(
-            chunked_partition_cap(Some(10), Some(1 << 20), Some(100.0)),
+            chunked_partition_cap(B, Some(1_000_000), Some(1 << 20), Some(100.0)),
+            Some(95)
+        );
+        // Fewer offsets than one stored batch: what carried batches allow (16 of 1 MiB), at
+        // least one; no limit: all.
+        assert_eq!(
+            chunked_partition_cap(B, Some(10), Some(1 << 20), Some(100.0)),
+            Some(16)
+        );
+        assert_eq!(
+            chunked_partition_cap(1, Some(10), Some(1 << 20), Some(100.0)),
             Some(1)
         );
         assert_eq!(
-            chunked_partition_cap(None, Some(1 << 20), Some(100.0)),
+            chunked_partition_cap(B, None, Some(1 << 20), Some(100.0)),
             None
         );
     }
