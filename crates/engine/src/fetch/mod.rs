@@ -967,7 +967,7 @@ async fn read_group(
     let mut retries = 0u32;
     let mut first_failure: Option<tokio::time::Instant> = None;
     while !session.is_done() {
-        let requests = session.next_requests(&view)?;
+        let requests = session.next_requests(&view, &fetcher.state())?;
         let mut tasks = tokio::task::JoinSet::new();
         for req in requests {
             let conn = match cluster.connection(req.leader).await {
@@ -1037,6 +1037,7 @@ async fn read_group(
             // The permit is released when the last chunk keeping it is dropped: a response
             // whose data is all dropped gives its bytes back right away.
             session.on_response(
+                &mut fetcher.state(),
                 &req,
                 conn.broker(),
                 a.view,
@@ -1081,7 +1082,7 @@ async fn read_group(
         }
     }
     let straddling = session.take_straddling();
-    Ok((session.finish(), straddling))
+    Ok((session.finish(&mut fetcher.state()), straddling))
 }
 
 /// A response that cannot fit the budget. A broker answers more than was asked only with a

@@ -21,7 +21,7 @@ use kdirect_proto::{ErrorCode, IsolationLevel};
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::epoch::{judge_epoch_end, EpochVerdict};
-use super::{Chunk, FetchConfig, FetchState, Fetcher, ObservedEnds, RangeData};
+use super::{Chunk, FetchConfig, FetchState, Fetcher, ObservedEnds, RangeData, ScratchPool};
 use crate::cluster::ClusterView;
 use crate::error::{BrokerName, Error, ErrorKind};
 use crate::plan::OffsetRange;
@@ -70,8 +70,8 @@ pub struct FetchSession {
     out: Vec<RangeData>,
     cfg: FetchConfig,
     isolation: IsolationLevel,
-    /// The stream's fetch state (what earlier fetches learned), lent for each decision.
-    fetcher: Fetcher,
+    /// The stream's decompression buffers (walks take one and give it back).
+    scratch: Arc<ScratchPool>,
     budget_total: usize,
     /// Bytes of fetched data the session holds.
     held: usize,
@@ -190,7 +190,7 @@ impl FetchSession {
                 .collect(),
             cfg: cfg.clone(),
             isolation,
-            fetcher: fetcher.clone(),
+            scratch: fetcher.scratch.clone(),
             budget_total: fetcher.total(),
             held: 0,
             retry: None,
@@ -205,11 +205,6 @@ impl FetchSession {
             fit: false,
             cut: false,
         }
-    }
-
-    /// The fetch state, for one decision.
-    fn state(&self) -> std::sync::MutexGuard<'_, FetchState> {
-        self.fetcher.state()
     }
 
     /// Lets the ranges end early, each at a stored batch's end, when the session's room
@@ -409,7 +404,7 @@ impl FetchSession {
     }
 
     /// The bytes to ask range `i` for.
-    fn part_bytes(&self, i: usize) -> i32 {
+    fn part_bytes(&self, state: &FetchState, i: usize) -> i32 {
         let max = self.cfg.partition_max_bytes;
         if self.uncapped.get(i).copied().unwrap_or(true) {
             return max;
@@ -417,7 +412,7 @@ impl FetchSession {
         let (Some(r), Some(&p)) = (self.ranges.get(i), self.pos.get(i)) else {
             return max;
         };
-        self.state()
+        state
             .partition_bytes(r.until - p)
             .map_or(max, |b| max.min(i32::try_from(b).unwrap_or(i32::MAX)))
     }
@@ -439,7 +434,11 @@ impl FetchSession {
     /// The requests of the next round, one per leader, against `view`. A range whose leader
     /// is unknown makes the round a retry (the others are still asked).
     /// [`ErrorKind::BudgetExceeded`] when the session alone fills the budget.
-    pub fn next_requests(&mut self, view: &ClusterView) -> Result<Vec<LeaderRequest>, Error> {
+    pub fn next_requests(
+        &mut self,
+        view: &ClusterView,
+        state: &FetchState,
+    ) -> Result<Vec<LeaderRequest>, Error> {
         self.retry = None;
         self.changed = false;
         let fetch_max = usize::try_from(self.cfg.params.max_bytes.max(1)).unwrap_or(usize::MAX);
@@ -450,7 +449,7 @@ impl FetchSession {
         // The first fetch on a budget knows nothing of the data: asking every partition for
         // max.partition.fetch.bytes would fill the budget with bytes past the ranges' ends.
         // One partition goes first, and the others are asked for what their ranges need.
-        if self.state().partition_bytes(1).is_none() {
+        if state.partition_bytes(1).is_none() {
             open.truncate(1);
         }
         let mut by_leader: BTreeMap<i32, Vec<(usize, i32)>> = BTreeMap::new();
@@ -461,8 +460,7 @@ impl FetchSession {
             match view.leader(&r.topic, r.partition) {
                 Ok((leader, epoch)) => {
                     // KIP-392: the replica the leader pointed at, while the metadata knows it.
-                    let node = self
-                        .state()
+                    let node = state
                         .read_replica(&r.topic, r.partition)
                         .filter(|n| view.brokers.contains_key(n))
                         .unwrap_or(leader);
@@ -478,7 +476,7 @@ impl FetchSession {
         let room = self.budget_total.saturating_sub(self.held);
         // Fitting the room: once it has less left than a stored batch (the least an answer
         // brings, KIP-74), the ranges end where they are.
-        let least = self.state().largest_batch().unwrap_or(0).max(1);
+        let least = state.largest_batch().unwrap_or(0).max(1);
         if self.fit && self.held > 0 && room < least && !by_leader.is_empty() {
             self.cut_at_positions();
             self.retry = None;
@@ -499,7 +497,7 @@ impl FetchSession {
             .into());
         }
         let asked =
-            |s: &Self, i: usize| usize::try_from(s.part_bytes(i).max(1)).unwrap_or(part_max);
+            |s: &Self, i: usize| usize::try_from(s.part_bytes(state, i).max(1)).unwrap_or(part_max);
         let wants: BTreeMap<i32, usize> = by_leader
             .iter()
             .map(|(l, items)| {
@@ -526,7 +524,7 @@ impl FetchSession {
                 };
                 let id = view.topic(&r.topic).map(|t| t.id).unwrap_or([0; 16]);
                 names.insert(id, r.topic.clone());
-                let bytes = self.part_bytes(i);
+                let bytes = self.part_bytes(state, i);
                 asked_items.push((i, usize::try_from(bytes).unwrap_or(0)));
                 if let Some(a) = self.asked_epoch.get_mut(i) {
                     *a = epoch;
@@ -590,6 +588,7 @@ impl FetchSession {
     /// positions.
     pub fn on_response(
         &mut self,
+        state: &mut FetchState,
         req: &LeaderRequest,
         broker: &BrokerName,
         resp: FetchView,
@@ -630,15 +629,11 @@ impl FetchSession {
             };
             let r = r.clone();
             // Asked of a replica other than the leader (KIP-392)?
-            let from_replica = self.state().read_replica(&r.topic, r.partition) == Some(req.leader);
+            let from_replica = state.read_replica(&r.topic, r.partition) == Some(req.leader);
             if p.preferred_read_replica >= 0 && p.preferred_read_replica != req.leader {
                 // The leader points at a replica in the client's rack (its answer carries no
                 // records for the partition): read from there from the next round on.
-                self.state().set_read_replica(
-                    &r.topic,
-                    r.partition,
-                    Some(p.preferred_read_replica),
-                );
+                state.set_read_replica(&r.topic, r.partition, Some(p.preferred_read_replica));
                 self.changed = true;
                 continue;
             }
@@ -647,7 +642,7 @@ impl FetchSession {
             {
                 // Any error from the replica, or a replica not caught up to the range yet:
                 // back to the leader, which has the answer.
-                self.state().set_read_replica(&r.topic, r.partition, None);
+                state.set_read_replica(&r.topic, r.partition, None);
                 self.changed = true;
                 continue;
             }
@@ -694,7 +689,7 @@ impl FetchSession {
                     }
                 }
             }
-            let walked = super::walk_answer(&p, opts, &self.fetcher.scratch).map_err(|source| {
+            let walked = super::walk_answer(&p, opts, &self.scratch).map_err(|source| {
                 Error::from(ErrorKind::Decode {
                     broker: broker.clone(),
                     topic: r.topic.clone(),
@@ -717,7 +712,7 @@ impl FetchSession {
                     let last = batches
                         .last()
                         .map_or(next, |b: &RecordBatch| b.header().next_offset().max(next));
-                    self.state().learn(used, last - first, max_batch);
+                    state.learn(used, last - first, max_batch);
                 }
                 // The range ends inside its last batch, or the answer holds the whole batch
                 // after its end (after a gap, or where the range ended at a batch's end):
@@ -953,7 +948,7 @@ impl FetchSession {
 
     /// The ranges' data, once [`is_done`](Self::is_done). Remembers where each range ended
     /// and the epoch of its last batch, for the next fetch from there (KIP-320).
-    pub fn finish(self) -> Vec<RangeData> {
+    pub fn finish(self, state: &mut FetchState) -> Vec<RangeData> {
         for (i, r) in self.ranges.iter().enumerate() {
             let (Some(&position), Some(&epoch), Some(&leader_epoch)) = (
                 self.pos.get(i),
@@ -970,7 +965,7 @@ impl FetchSession {
                 epoch,
                 leader_epoch,
             });
-            self.state().set_last_fetched(&r.topic, r.partition, at);
+            state.set_last_fetched(&r.topic, r.partition, at);
         }
         self.out
     }

@@ -125,9 +125,22 @@ fn answer(parts: Vec<FetchedPartition>) -> FetchView {
 
 /// Feeds `s` broker 1's answer to `req` (`parts`, `size` bytes on the wire, no permit held),
 /// which must be taken.
-fn respond(s: &mut FetchSession, req: &LeaderRequest, parts: Vec<FetchedPartition>, size: usize) {
-    s.on_response(req, &broker(1), answer(parts), size, None)
-        .unwrap();
+fn respond(
+    budget: &Fetcher,
+    s: &mut FetchSession,
+    req: &LeaderRequest,
+    parts: Vec<FetchedPartition>,
+    size: usize,
+) {
+    s.on_response(
+        &mut budget.state(),
+        req,
+        &broker(1),
+        answer(parts),
+        size,
+        None,
+    )
+    .unwrap();
 }
 
 fn ranges(spec: &[(i32, i64, i64)]) -> Vec<OffsetRange> {
@@ -146,19 +159,25 @@ fn first_round_asks_one_partition_then_everyone_by_leader() {
     );
     let v = view(&[1, 2, 1]);
     // Nothing learned yet: one partition goes first, asked for max.partition.fetch.bytes.
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     assert_eq!(reqs.len(), 1);
     assert_eq!(reqs[0].leader, 1);
     assert_eq!(reqs[0].topics[0].partitions.len(), 1);
     assert_eq!(reqs[0].topics[0].partitions[0].partition_max_bytes, 1 << 20);
     assert_eq!(reqs[0].topics[0].partitions[0].current_leader_epoch, 5);
     assert!(reqs[0].has_topic_ids());
-    respond(&mut s, &reqs[0], vec![part(0, 10, batch(0, 10))], 500);
+    respond(
+        &budget,
+        &mut s,
+        &reqs[0],
+        vec![part(0, 10, batch(0, 10))],
+        500,
+    );
     assert!(matches!(s.end_round(), RoundEnd::Continue));
     assert_eq!(s.positions(), &[10, 0, 0]);
     assert_eq!(s.held(), 500);
     // Now sized from what was learned, grouped by leader: p2 on broker 1, p1 on broker 2.
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     let mut leaders: Vec<(i32, Vec<i32>)> = reqs
         .iter()
         .map(|r| {
@@ -183,6 +202,7 @@ fn first_round_asks_one_partition_then_everyone_by_leader() {
         (&reqs[1], &reqs[0])
     };
     s.on_response(
+        &mut budget.state(),
         r1,
         &broker(1),
         answer(vec![part(2, 10, batch(0, 10))]),
@@ -191,6 +211,7 @@ fn first_round_asks_one_partition_then_everyone_by_leader() {
     )
     .unwrap();
     s.on_response(
+        &mut budget.state(),
         r2,
         &broker(2),
         answer(vec![part(1, 10, batch(0, 10))]),
@@ -199,7 +220,7 @@ fn first_round_asks_one_partition_then_everyone_by_leader() {
     )
     .unwrap();
     assert!(matches!(s.end_round(), RoundEnd::Done));
-    let data = s.finish();
+    let data = s.finish(&mut budget.state());
     assert_eq!(data.len(), 3);
     for d in &data {
         assert_eq!(d.for_each_record(|_| {}).unwrap(), 10, "{:?}", d.range);
@@ -220,8 +241,8 @@ fn a_partition_left_out_of_every_answer_is_a_retry_not_a_resend_loop() {
         answer(vec![part(5, 10, batch(0, 10))]),
         // The same old batch again: nothing past the position once it moved.
     ] {
-        let reqs = s.next_requests(&v).unwrap();
-        s.on_response(&reqs[0], &broker(1), shape, 100, None)
+        let reqs = s.next_requests(&v, &budget.state()).unwrap();
+        s.on_response(&mut budget.state(), &reqs[0], &broker(1), shape, 100, None)
             .unwrap();
         match s.end_round() {
             RoundEnd::Retry(e) => {
@@ -243,20 +264,26 @@ fn a_partition_left_out_of_every_answer_is_a_retry_not_a_resend_loop() {
         }
     }
     // The same old batch after the position moved past it.
-    let reqs = s.next_requests(&v).unwrap();
-    respond(&mut s, &reqs[0], vec![part(0, 20, batch(0, 5))], 100);
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
+    respond(
+        &budget,
+        &mut s,
+        &reqs[0],
+        vec![part(0, 20, batch(0, 5))],
+        100,
+    );
     assert!(matches!(s.end_round(), RoundEnd::Continue));
     assert_eq!(s.positions(), &[5]);
     // The old batch again: first taken for a batch larger than asked (asked again at the
     // full size, once), then a retry with backoff.
     let old = || answer(vec![part(0, 20, batch(0, 5))]);
-    let reqs = s.next_requests(&v).unwrap();
-    s.on_response(&reqs[0], &broker(1), old(), 100, None)
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
+    s.on_response(&mut budget.state(), &reqs[0], &broker(1), old(), 100, None)
         .unwrap();
     assert!(matches!(s.end_round(), RoundEnd::Continue));
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     assert_eq!(reqs[0].topics[0].partitions[0].partition_max_bytes, 1 << 20);
-    s.on_response(&reqs[0], &broker(1), old(), 100, None)
+    s.on_response(&mut budget.state(), &reqs[0], &broker(1), old(), 100, None)
         .unwrap();
     assert!(
         matches!(s.end_round(), RoundEnd::Retry(_)),
@@ -273,24 +300,36 @@ fn a_batch_cut_short_is_asked_again_for_the_full_size_then_retried() {
         &budget,
     );
     let v = view(&[1, 1]);
-    let reqs = s.next_requests(&v).unwrap();
-    respond(&mut s, &reqs[0], vec![part(0, 10, batch(0, 10))], 300);
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
+    respond(
+        &budget,
+        &mut s,
+        &reqs[0],
+        vec![part(0, 10, batch(0, 10))],
+        300,
+    );
     assert!(matches!(s.end_round(), RoundEnd::Continue));
     // p1 asked for little (sized from p0's small batch); its batch is cut short.
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     let asked = reqs[0].topics[0].partitions[0].partition_max_bytes;
     assert!(asked < 1 << 20);
     let mut cut = batch(0, 100);
     cut.truncate(100);
-    respond(&mut s, &reqs[0], vec![part(1, 100, cut.clone())], 200);
+    respond(
+        &budget,
+        &mut s,
+        &reqs[0],
+        vec![part(1, 100, cut.clone())],
+        200,
+    );
     assert!(
         matches!(s.end_round(), RoundEnd::Continue),
         "asked again, uncapped, at once"
     );
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     assert_eq!(reqs[0].topics[0].partitions[0].partition_max_bytes, 1 << 20);
     // Still cut short at the full size: that is the broker's doing, retried with backoff.
-    respond(&mut s, &reqs[0], vec![part(1, 100, cut)], 200);
+    respond(&budget, &mut s, &reqs[0], vec![part(1, 100, cut)], 200);
     match s.end_round() {
         RoundEnd::Retry(e) => assert!(
             matches!(e.kind(), ErrorKind::NoProgress { partition: 1, .. }),
@@ -304,26 +343,33 @@ fn a_batch_cut_short_is_asked_again_for_the_full_size_then_retried() {
 fn leader_changes_and_retriable_errors_retry_fatal_ones_end() {
     let budget = Fetcher::new(64 << 20);
     let mut s = FetchSession::new(&ranges(&[(0, 0, 10)]), &FetchConfig::default(), &budget);
-    let reqs = s.next_requests(&view(&[1])).unwrap();
+    let reqs = s.next_requests(&view(&[1]), &budget.state()).unwrap();
     let mut p = part(0, 10, Vec::new());
     p.error = ErrorCode::NOT_LEADER_OR_FOLLOWER;
-    respond(&mut s, &reqs[0], vec![p], 100);
+    respond(&budget, &mut s, &reqs[0], vec![p], 100);
     assert!(
         matches!(s.end_round(), RoundEnd::Retry(e) if matches!(e.kind(), ErrorKind::Range { .. }))
     );
     // No leader in the metadata: a retry, and the other ranges are still asked.
-    let reqs = s.next_requests(&view(&[-1])).unwrap();
+    let reqs = s.next_requests(&view(&[-1]), &budget.state()).unwrap();
     assert!(reqs.is_empty());
     assert!(
         matches!(s.end_round(), RoundEnd::Retry(e) if matches!(e.kind(), ErrorKind::NoLeader { .. }))
     );
     // A leader the broker list does not name is retriable too.
     assert!(crate::Error::from(ErrorKind::UnknownBroker { node_id: 9 }).is_retriable());
-    let reqs = s.next_requests(&view(&[1])).unwrap();
+    let reqs = s.next_requests(&view(&[1]), &budget.state()).unwrap();
     let mut p = part(0, 10, Vec::new());
     p.error = ErrorCode::OFFSET_OUT_OF_RANGE;
     let e = s
-        .on_response(&reqs[0], &broker(1), answer(vec![p]), 100, None)
+        .on_response(
+            &mut budget.state(),
+            &reqs[0],
+            &broker(1),
+            answer(vec![p]),
+            100,
+            None,
+        )
         .unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::Range { at: 0, .. }), "{e}");
 }
@@ -332,9 +378,10 @@ fn leader_changes_and_retriable_errors_retry_fatal_ones_end() {
 fn a_range_past_the_log_end_is_past_end_not_configuration() {
     let budget = Fetcher::new(64 << 20);
     let mut s = FetchSession::new(&ranges(&[(0, 10, 20)]), &FetchConfig::default(), &budget);
-    let reqs = s.next_requests(&view(&[1])).unwrap();
+    let reqs = s.next_requests(&view(&[1]), &budget.state()).unwrap();
     let e = s
         .on_response(
+            &mut budget.state(),
             &reqs[0],
             &broker(1),
             answer(vec![part(0, 10, Vec::new())]),
@@ -363,12 +410,13 @@ fn the_budget_is_shared_in_proportion_and_its_end_is_an_error() {
     let cfg = FetchConfig::default();
     let mut s = FetchSession::new(&ranges(&[(0, 0, 10), (1, 0, 10)]), &cfg, &budget);
     let v = view(&[1, 2]);
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     // One partition first, for max.partition.fetch.bytes: within the room.
     assert_eq!(reqs[0].reserve, 1 << 20);
     assert!(reqs[0].params.max_bytes < 1 << 20, "framing room left");
     // Holding the whole budget, the session cannot ask for more.
     s.on_response(
+        &mut budget.state(),
         &reqs[0],
         &broker(1),
         answer(vec![part(0, 10, batch(0, 5))]),
@@ -376,7 +424,7 @@ fn the_budget_is_shared_in_proportion_and_its_end_is_an_error() {
         None,
     )
     .unwrap();
-    let e = s.next_requests(&v).unwrap_err();
+    let e = s.next_requests(&v, &budget.state()).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::BudgetExceeded { .. }), "{e}");
     let msg = e.to_string();
     assert!(msg.contains("t-0 [0, 10), t-1 [0, 10)"), "{msg}");
@@ -388,12 +436,19 @@ fn records_removed_under_the_range_are_data_loss_with_the_exact_range() {
     let budget = Fetcher::new(64 << 20);
     let cfg = FetchConfig::default();
     let mut s = FetchSession::new(&ranges(&[(0, 0, 10)]), &cfg, &budget);
-    let reqs = s.next_requests(&view(&[1])).unwrap();
+    let reqs = s.next_requests(&view(&[1]), &budget.state()).unwrap();
     let mut p = part(0, 10, Vec::new());
     p.error = ErrorCode::OFFSET_OUT_OF_RANGE;
     p.log_start_offset = 7;
     let e = s
-        .on_response(&reqs[0], &broker(1), answer(vec![p]), 100, None)
+        .on_response(
+            &mut budget.state(),
+            &reqs[0],
+            &broker(1),
+            answer(vec![p]),
+            100,
+            None,
+        )
         .unwrap_err();
     assert!(
         matches!(
@@ -450,18 +505,19 @@ fn a_preferred_read_replica_is_followed_and_left_on_error() {
     };
     let v = view(&[1]);
     let mut s = FetchSession::new(&ranges(&[(0, 0, 10)]), &cfg, &budget);
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     assert_eq!((reqs[0].leader, reqs[0].rack.as_str()), (1, "rack-2"));
     let mut redirect = part(0, 10, Vec::new());
     redirect.preferred_read_replica = 2;
-    respond(&mut s, &reqs[0], vec![redirect], 100);
+    respond(&budget, &mut s, &reqs[0], vec![redirect], 100);
     assert!(
         matches!(s.end_round(), RoundEnd::Continue),
         "a change, not a stall"
     );
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     assert_eq!(reqs[0].leader, 2, "the replica in the client's rack");
     s.on_response(
+        &mut budget.state(),
         &reqs[0],
         &broker(2),
         answer(vec![part(0, 10, batch(0, 5))]),
@@ -471,9 +527,10 @@ fn a_preferred_read_replica_is_followed_and_left_on_error() {
     .unwrap();
     assert_eq!(s.positions(), &[5]);
     // The replica's high watermark lags the range's end: back to the leader.
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     assert_eq!(reqs[0].leader, 2);
     s.on_response(
+        &mut budget.state(),
         &reqs[0],
         &broker(2),
         answer(vec![part(0, 5, Vec::new())]),
@@ -482,31 +539,44 @@ fn a_preferred_read_replica_is_followed_and_left_on_error() {
     )
     .unwrap();
     assert!(matches!(s.end_round(), RoundEnd::Continue));
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     assert_eq!(reqs[0].leader, 1);
-    respond(&mut s, &reqs[0], vec![part(0, 10, batch(5, 5))], 300);
+    respond(
+        &budget,
+        &mut s,
+        &reqs[0],
+        vec![part(0, 10, batch(5, 5))],
+        300,
+    );
     assert!(matches!(s.end_round(), RoundEnd::Done));
     // A later batch on the same budget: the leader points again, then the replica errs.
     let mut s = FetchSession::new(&ranges(&[(0, 10, 20)]), &cfg, &budget);
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     let mut redirect = part(0, 20, Vec::new());
     redirect.preferred_read_replica = 2;
-    respond(&mut s, &reqs[0], vec![redirect], 100);
+    respond(&budget, &mut s, &reqs[0], vec![redirect], 100);
     s.end_round();
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     assert_eq!(reqs[0].leader, 2);
     let mut err = part(0, 20, Vec::new());
     err.error = ErrorCode::NOT_LEADER_OR_FOLLOWER;
-    s.on_response(&reqs[0], &broker(2), answer(vec![err]), 100, None)
-        .unwrap();
+    s.on_response(
+        &mut budget.state(),
+        &reqs[0],
+        &broker(2),
+        answer(vec![err]),
+        100,
+        None,
+    )
+    .unwrap();
     assert!(matches!(s.end_round(), RoundEnd::Continue));
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     assert_eq!(
         reqs[0].leader, 1,
         "back to the leader after the replica's error"
     );
     let mut s2 = FetchSession::new(&ranges(&[(0, 10, 20)]), &cfg, &budget);
-    assert_eq!(s2.next_requests(&v).unwrap()[0].leader, 1);
+    assert_eq!(s2.next_requests(&v, &budget.state()).unwrap()[0].leader, 1);
 }
 
 /// [`batch`] written by a leader at `epoch` (the header's partition_leader_epoch sits before
@@ -530,16 +600,17 @@ fn read_whole(budget: &Fetcher, from: i64, until: i64, epoch: i32) {
         &FetchConfig::default(),
         budget,
     );
-    let reqs = s.next_requests(&view(&[1])).unwrap();
+    let reqs = s.next_requests(&view(&[1]), &budget.state()).unwrap();
     let n = i32::try_from(until - from).unwrap();
     respond(
+        budget,
         &mut s,
         &reqs[0],
         vec![part(0, until, batch_at_epoch(from, n, epoch))],
         500,
     );
     assert!(matches!(s.end_round(), RoundEnd::Done));
-    s.finish();
+    s.finish(&mut budget.state());
 }
 
 /// KIP-320: the epoch of the last batch read is sent with the next fetch from where it ended,
@@ -550,35 +621,37 @@ fn the_last_fetched_epoch_follows_the_position() {
     let budget = Fetcher::new(64 << 20);
     let mut s = FetchSession::new(&ranges(&[(0, 0, 20)]), &FetchConfig::default(), &budget);
     let v = view(&[1]);
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     assert_eq!(reqs[0].topics[0].partitions[0].last_fetched_epoch, -1);
     respond(
+        &budget,
         &mut s,
         &reqs[0],
         vec![part(0, 20, batch_at_epoch(0, 10, 3))],
         500,
     );
     assert!(matches!(s.end_round(), RoundEnd::Continue));
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     assert_eq!(reqs[0].topics[0].partitions[0].fetch_offset, 10);
     assert_eq!(reqs[0].topics[0].partitions[0].last_fetched_epoch, 3);
     respond(
+        &budget,
         &mut s,
         &reqs[0],
         vec![part(0, 20, batch_at_epoch(10, 10, 4))],
         500,
     );
     assert!(matches!(s.end_round(), RoundEnd::Done));
-    s.finish();
+    s.finish(&mut budget.state());
     let f = budget.last_fetched("t", 0).unwrap();
     assert_eq!((f.position, f.epoch, f.leader_epoch), (20, 4, 5));
     // The next batch from 20 sends epoch 4; one from elsewhere (a seek) sends -1.
     let mut next = FetchSession::new(&ranges(&[(0, 20, 30)]), &FetchConfig::default(), &budget);
-    let reqs = next.next_requests(&v).unwrap();
+    let reqs = next.next_requests(&v, &budget.state()).unwrap();
     assert_eq!(reqs[0].topics[0].partitions[0].last_fetched_epoch, 4);
     let mut elsewhere =
         FetchSession::new(&ranges(&[(0, 25, 30)]), &FetchConfig::default(), &budget);
-    let reqs = elsewhere.next_requests(&v).unwrap();
+    let reqs = elsewhere.next_requests(&v, &budget.state()).unwrap();
     assert_eq!(reqs[0].topics[0].partitions[0].last_fetched_epoch, -1);
 }
 
@@ -589,10 +662,11 @@ fn a_diverging_epoch_below_the_range_is_truncation_data_loss() {
     let budget = Fetcher::new(64 << 20);
     read_whole(&budget, 0, 10, 5);
     let mut s = FetchSession::new(&ranges(&[(0, 10, 15)]), &FetchConfig::default(), &budget);
-    let reqs = s.next_requests(&view(&[1])).unwrap();
+    let reqs = s.next_requests(&view(&[1]), &budget.state()).unwrap();
     assert_eq!(reqs[0].topics[0].partitions[0].last_fetched_epoch, 5);
     let e = s
         .on_response(
+            &mut budget.state(),
             &reqs[0],
             &broker(1),
             answer(vec![diverging(0, 15, 5, 7)]),
@@ -631,8 +705,9 @@ fn a_diverging_epoch_inside_the_session_rereads_the_range() {
     let budget = Fetcher::new(64 << 20);
     let v = view(&[1]);
     let mut s = FetchSession::new(&ranges(&[(0, 0, 20)]), &FetchConfig::default(), &budget);
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     respond(
+        &budget,
         &mut s,
         &reqs[0],
         vec![part(0, 20, batch_at_epoch(0, 10, 5))],
@@ -640,24 +715,30 @@ fn a_diverging_epoch_inside_the_session_rereads_the_range() {
     );
     assert!(matches!(s.end_round(), RoundEnd::Continue));
     // Epoch 5 now ends at 12 in the leader's log: at or past 10, nothing lost.
-    let reqs = s.next_requests(&v).unwrap();
-    respond(&mut s, &reqs[0], vec![diverging(0, 20, 4, 12)], 100);
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
+    respond(
+        &budget,
+        &mut s,
+        &reqs[0],
+        vec![diverging(0, 20, 4, 12)],
+        100,
+    );
     assert!(matches!(s.end_round(), RoundEnd::Continue));
     assert_eq!(s.positions(), &[10]);
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     assert_eq!(reqs[0].topics[0].partitions[0].last_fetched_epoch, 4);
     // Then: epoch 4 ends at 6, below 10 but inside the range: read [0, 20) again.
-    respond(&mut s, &reqs[0], vec![diverging(0, 20, 4, 6)], 100);
+    respond(&budget, &mut s, &reqs[0], vec![diverging(0, 20, 4, 6)], 100);
     assert!(matches!(s.end_round(), RoundEnd::Continue));
     assert_eq!(s.positions(), &[0]);
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     assert_eq!(reqs[0].topics[0].partitions[0].fetch_offset, 0);
     assert_eq!(reqs[0].topics[0].partitions[0].last_fetched_epoch, -1);
     let mut log = batch_at_epoch(0, 6, 4);
     log.extend(batch_at_epoch(6, 14, 6));
-    respond(&mut s, &reqs[0], vec![part(0, 20, log)], 500);
+    respond(&budget, &mut s, &reqs[0], vec![part(0, 20, log)], 500);
     assert!(matches!(s.end_round(), RoundEnd::Done));
-    let data = s.finish();
+    let data = s.finish(&mut budget.state());
     let offsets: Vec<i64> = data[0].records().map(|r| r.unwrap().offset()).collect();
     assert_eq!(offsets, (0..20).collect::<Vec<_>>(), "no record twice");
     assert_eq!(budget.last_fetched("t", 0).unwrap().epoch, 6);
@@ -676,8 +757,14 @@ fn endless_diverging_answers_become_a_retry() {
     let e = loop {
         rounds += 1;
         assert!(rounds < 20, "never gave up");
-        let reqs = s.next_requests(&v).unwrap();
-        respond(&mut s, &reqs[0], vec![diverging(0, 20, 5, 30)], 100);
+        let reqs = s.next_requests(&v, &budget.state()).unwrap();
+        respond(
+            &budget,
+            &mut s,
+            &reqs[0],
+            vec![diverging(0, 20, 5, 30)],
+            100,
+        );
         match s.end_round() {
             RoundEnd::Continue => {}
             RoundEnd::Retry(e) => break e,
@@ -727,8 +814,14 @@ fn carried_data_needs_the_same_topic_id_and_leader_epoch() {
     let budget = Fetcher::new(64 << 20);
     let v = view(&[1]);
     let mut s = FetchSession::new(&ranges(&[(0, 0, 50)]), &FetchConfig::default(), &budget);
-    let reqs = s.next_requests(&v).unwrap();
-    respond(&mut s, &reqs[0], vec![part(0, 100, batch(0, 100))], 500);
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
+    respond(
+        &budget,
+        &mut s,
+        &reqs[0],
+        vec![part(0, 100, batch(0, 100))],
+        500,
+    );
     assert!(matches!(s.end_round(), RoundEnd::Done));
     let left = s.take_straddling();
     assert_eq!((left.len(), left[0].from, left[0].until), (1, 50, 100));
@@ -770,10 +863,11 @@ fn a_straddled_batch_is_carried_in_its_frame_when_it_is_a_large_part_of_it() {
     let v = view(&[1]);
     let straddle = |frame_bytes: usize| {
         let mut s = FetchSession::new(&ranges(&[(0, 0, 50)]), &FetchConfig::default(), &budget);
-        let reqs = s.next_requests(&v).unwrap();
+        let reqs = s.next_requests(&v, &budget.state()).unwrap();
         let batch_len = batch(0, 100).len();
         let hold = std::sync::Arc::new(budget.try_reserve(frame_bytes.max(batch_len)).unwrap());
         s.on_response(
+            &mut budget.state(),
             &reqs[0],
             &broker(1),
             answer(vec![part(0, 100, batch(0, 100))]),
@@ -818,15 +912,21 @@ fn a_range_inside_a_compaction_gap_completes_empty_and_carries_the_next_batch() 
     let budget = Fetcher::new(64 << 20);
     let v = view(&[1]);
     let mut s = FetchSession::new(&ranges(&[(0, 0, 1000)]), &FetchConfig::default(), &budget);
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     // Records 0..10 are left of [0, 93326); then the log goes on at 93326.
     let mut records = batch_at_epoch(0, 10, 2);
     records.extend(batch_at_epoch(93_326, 50, 3));
-    respond(&mut s, &reqs[0], vec![part(0, 93_376, records)], 500);
+    respond(
+        &budget,
+        &mut s,
+        &reqs[0],
+        vec![part(0, 93_376, records)],
+        500,
+    );
     assert!(matches!(s.end_round(), RoundEnd::Done));
     let left = s.take_straddling();
     assert_eq!((left.len(), left[0].from, left[0].until), (1, 1000, 93_376));
-    let data = s.finish();
+    let data = s.finish(&mut budget.state());
     let mut got = Vec::new();
     data[0].for_each_record(|r| got.push(r.offset())).unwrap();
     assert_eq!(got, (0..10).collect::<Vec<_>>());
@@ -859,7 +959,7 @@ fn a_range_inside_a_compaction_gap_completes_empty_and_carries_the_next_batch() 
     );
     let left = gap.take_straddling();
     assert_eq!((left.len(), left[0].from, left[0].until), (1, 2000, 93_376));
-    let data = gap.finish();
+    let data = gap.finish(&mut budget.state());
     assert_eq!(data[0].for_each_record(|_| ()).unwrap(), 0);
     assert_eq!(budget.epoch_at("t", 0, 2000), Some(3));
 
@@ -871,7 +971,7 @@ fn a_range_inside_a_compaction_gap_completes_empty_and_carries_the_next_batch() 
     tail.start_with(carried(&left[0]), &v);
     assert!(tail.is_done());
     let mut got = Vec::new();
-    tail.finish()[0]
+    tail.finish(&mut budget.state())[0]
         .for_each_record(|r| got.push(r.offset()))
         .unwrap();
     assert_eq!(got, (93_326..93_350).collect::<Vec<_>>());
@@ -885,12 +985,19 @@ fn a_gap_met_by_a_later_fetch_of_the_range_ends_it() {
     let budget = Fetcher::new(64 << 20);
     let v = view(&[1]);
     let mut s = FetchSession::new(&ranges(&[(0, 0, 1000)]), &FetchConfig::default(), &budget);
-    let reqs = s.next_requests(&v).unwrap();
-    respond(&mut s, &reqs[0], vec![part(0, 93_376, batch(0, 10))], 500);
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
+    respond(
+        &budget,
+        &mut s,
+        &reqs[0],
+        vec![part(0, 93_376, batch(0, 10))],
+        500,
+    );
     assert!(matches!(s.end_round(), RoundEnd::Continue));
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     assert_eq!(reqs[0].topics[0].partitions[0].fetch_offset, 10);
     respond(
+        &budget,
         &mut s,
         &reqs[0],
         vec![part(0, 93_376, batch(93_326, 50))],
@@ -916,16 +1023,22 @@ fn fitting_the_room_ends_the_ranges_at_whole_stored_batches() {
     );
     s.fit_to_room();
     s.limit_room(2_000);
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     // Nothing is known of the data: one partition goes first. Its answer leaves less room
     // than a stored batch.
     assert_eq!(reqs[0].topics[0].partitions.len(), 1);
-    respond(&mut s, &reqs[0], vec![part(0, 100, batch(0, 10))], 1_950);
+    respond(
+        &budget,
+        &mut s,
+        &reqs[0],
+        vec![part(0, 100, batch(0, 10))],
+        1_950,
+    );
     assert!(matches!(s.end_round(), RoundEnd::Continue));
-    assert!(s.next_requests(&v).unwrap().is_empty());
+    assert!(s.next_requests(&v, &budget.state()).unwrap().is_empty());
     assert!(s.was_cut());
     assert!(matches!(s.end_round(), RoundEnd::Done));
-    let data = s.finish();
+    let data = s.finish(&mut budget.state());
     let ends: Vec<(i32, i64, i64)> = data
         .iter()
         .map(|d| (d.range.partition, d.range.from, d.range.until))
@@ -941,21 +1054,33 @@ fn fitting_the_room_ends_the_ranges_at_whole_stored_batches() {
     s.fit_to_room();
     s.limit_room(2_000);
     assert!(!s.cut_instead_of(5_000), "nothing held yet");
-    let reqs = s.next_requests(&v).unwrap();
-    respond(&mut s, &reqs[0], vec![part(0, 100, batch(0, 10))], 500);
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
+    respond(
+        &budget,
+        &mut s,
+        &reqs[0],
+        vec![part(0, 100, batch(0, 10))],
+        500,
+    );
     assert!(s.cut_instead_of(5_000));
     assert!(!s.cut_instead_of(1_000));
     s.cut_at_positions();
     assert!(s.is_done());
-    assert_eq!(s.finish()[0].range.until, 10);
+    assert_eq!(s.finish(&mut budget.state())[0].range.until, 10);
 
     // Not fitting: the same room asks again (or fails when full), never cuts.
     let mut s = FetchSession::new(&ranges(&[(0, 0, 100)]), &FetchConfig::default(), &budget);
     s.limit_room(2_000);
-    let reqs = s.next_requests(&v).unwrap();
-    respond(&mut s, &reqs[0], vec![part(0, 100, batch(0, 10))], 1_950);
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
+    respond(
+        &budget,
+        &mut s,
+        &reqs[0],
+        vec![part(0, 100, batch(0, 10))],
+        1_950,
+    );
     assert!(!s.cut_instead_of(5_000));
-    assert_eq!(s.next_requests(&v).unwrap().len(), 1);
+    assert_eq!(s.next_requests(&v, &budget.state()).unwrap().len(), 1);
     assert!(!s.was_cut());
 }
 
@@ -976,10 +1101,16 @@ fn a_partition_starved_by_an_oversized_batch_goes_first_next_round() {
     };
     let mut s = FetchSession::new(&ranges(&[(0, 0, 20), (1, 0, 10)]), &cfg, &budget);
     // The first round asks one partition (nothing learned); p0 reads half its range.
-    let reqs = s.next_requests(&v).unwrap();
-    respond(&mut s, &reqs[0], vec![part(0, 20, batch(0, 10))], 500);
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
+    respond(
+        &budget,
+        &mut s,
+        &reqs[0],
+        vec![part(0, 20, batch(0, 10))],
+        500,
+    );
     assert!(matches!(s.end_round(), RoundEnd::Continue));
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     let order: Vec<i32> = reqs[0].topics[0]
         .partitions
         .iter()
@@ -988,6 +1119,7 @@ fn a_partition_starved_by_an_oversized_batch_goes_first_next_round() {
     assert_eq!(order, vec![0, 1]);
     // p0's data comes first; p1 (asked for max.partition.fetch.bytes) gets nothing.
     respond(
+        &budget,
         &mut s,
         &reqs[0],
         vec![part(0, 20, batch(10, 10)), part(1, 10, Vec::new())],
@@ -998,7 +1130,7 @@ fn a_partition_starved_by_an_oversized_batch_goes_first_next_round() {
         "p0 moved: no backoff"
     );
     assert_eq!(s.positions(), &[20, 0]);
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     let order: Vec<i32> = reqs[0].topics[0]
         .partitions
         .iter()
@@ -1008,13 +1140,14 @@ fn a_partition_starved_by_an_oversized_batch_goes_first_next_round() {
 
     // Two open partitions: the starved one is listed first.
     let mut s = FetchSession::new(&ranges(&[(0, 0, 30), (1, 0, 10)]), &cfg, &budget);
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     assert_eq!(
         reqs[0].topics[0].partitions.len(),
         2,
         "the budget learned the data"
     );
     respond(
+        &budget,
         &mut s,
         &reqs[0],
         vec![part(0, 30, batch(0, 10)), part(1, 10, Vec::new())],
@@ -1024,7 +1157,7 @@ fn a_partition_starved_by_an_oversized_batch_goes_first_next_round() {
         matches!(s.end_round(), RoundEnd::Continue),
         "p0 moved: no backoff"
     );
-    let reqs = s.next_requests(&v).unwrap();
+    let reqs = s.next_requests(&v, &budget.state()).unwrap();
     let order: Vec<i32> = reqs[0].topics[0]
         .partitions
         .iter()
@@ -1033,6 +1166,7 @@ fn a_partition_starved_by_an_oversized_batch_goes_first_next_round() {
     assert_eq!(order, vec![1, 0]);
     // Asked first and still nothing: that is no progress (a retry after a backoff).
     respond(
+        &budget,
         &mut s,
         &reqs[0],
         vec![part(1, 10, Vec::new()), part(0, 30, batch(10, 10))],
