@@ -666,3 +666,53 @@ fn log_lines_can_be_json() {
         "{stderr}"
     );
 }
+
+/// Issue 36: decompressed data is bounded by the memory budget, not by a fixed 128 MiB beside
+/// it. A zstd batch of a few kB that inflates to 48 MB (a decompression bomb, or a very
+/// compressible producer batch) is refused under a 64 MiB budget (half of it per batch),
+/// naming the setting that helps, and read under a 128 MiB one.
+#[test]
+fn a_batch_that_inflates_past_half_the_budget_is_refused_naming_the_budget() {
+    rt().block_on(async {
+        let fake = FakeCluster::builder()
+            .brokers(1)
+            .topic("bomb", 1)
+            .build()
+            .await
+            .unwrap();
+        let records: Vec<FakeRecord> = (0..6)
+            .map(|_| FakeRecord::value(Bytes::from(vec![0u8; 8_000_000])))
+            .collect();
+        fake.append_records("bomb", 0, &records, Codec::Zstd)
+            .unwrap();
+        let read = |budget: usize| {
+            let boot = fake.bootstrap();
+            async move {
+                let mut stream = kdirect::DirectStream::builder()
+                    .bootstrap(&boot)
+                    .topics(&["bomb"])
+                    .start(kdirect::engine::plan::StartPolicy::Earliest)
+                    .until_latest(true)
+                    .memory_budget(budget)
+                    .build()
+                    .await
+                    .unwrap();
+                let mut n = 0u64;
+                while let Some(b) = stream.next_batch().await? {
+                    n +=
+                        b.for_each_record(|_, r| assert_eq!(r.value().unwrap().len(), 8_000_000))?;
+                    stream.done(b);
+                }
+                Ok::<u64, kdirect::Error>(n)
+            }
+        };
+        let e = read(64 << 20).await.unwrap_err().to_string();
+        assert!(
+            e.contains("decompressed zstd records exceed the cap of 33554432 bytes")
+                && e.contains("memory.budget.bytes")
+                && e.contains("bomb-0"),
+            "{e}"
+        );
+        assert_eq!(read(128 << 20).await.unwrap(), 6);
+    });
+}

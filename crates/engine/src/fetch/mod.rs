@@ -55,7 +55,8 @@ pub struct FetchConfig {
     pub partition_max_bytes: i32,
     /// `check.crcs` (default true).
     pub check_crcs: bool,
-    /// Largest decompressed size of one batch.
+    /// Largest decompressed size of one batch (a stream takes at most half its memory budget:
+    /// [`Fetcher::max_decompressed`]).
     pub max_decompressed: usize,
     /// First retry backoff, doubled each retry up to 1 s (`retry.backoff.ms`, default 100).
     pub retry_backoff: Duration,
@@ -191,7 +192,7 @@ impl Fetcher {
         Fetcher {
             budget: MemoryBudget::new(total),
             state: Arc::default(),
-            scratch: Arc::default(),
+            scratch: Arc::new(ScratchPool::new(total / 4)),
         }
     }
 
@@ -223,6 +224,26 @@ impl Fetcher {
     /// See [`MemoryBudget::waits`].
     pub fn waits(&self) -> u64 {
         self.budget.waits()
+    }
+
+    /// The largest decompressed size of one record batch a stream on this budget reads: half
+    /// the budget, or `configured` if less (issue 36: decompressed data is bounded by the
+    /// budget, not by a fixed 128 MiB beside it). A batch past it is
+    /// [`DecodeErrorKind::DecompressedTooLarge`](crate::record::DecodeErrorKind::DecompressedTooLarge).
+    pub fn max_decompressed(&self, configured: usize) -> usize {
+        configured.min(self.total() / 2).max(1)
+    }
+
+    /// Bytes of the idle decompression buffers kept for reuse (at most a quarter of the
+    /// budget).
+    pub fn idle_scratch_bytes(&self) -> usize {
+        self.scratch.idle_bytes()
+    }
+
+    /// Gives a decompression buffer back to the pool (tools and tests that walk batches with
+    /// their own [`Scratch`]).
+    pub fn give_scratch(&self, scratch: Scratch) {
+        self.scratch.give(scratch);
     }
 
     /// See [`FetchState::largest_batch`].
@@ -296,18 +317,32 @@ impl Chunk {
 }
 
 /// Decompression buffers shared by the fetches and the consumption of one stream (one
-/// [`MemoryBudget`]): a walk takes one and gives it back, so a stream that consumes its
-/// batches one after the other reuses one buffer, and decompression stops allocating after
-/// the first few batches.
+/// [`Fetcher`]): a walk takes one and gives it back, so a stream that consumes its batches
+/// one after the other reuses one buffer, and decompression stops allocating after the
+/// first few batches. What it keeps idle is bounded by bytes, not only by count (issue 36: a
+/// buffer grows to its batch's decompressed size, and two kept at the 128 MiB cap pinned
+/// 256 MiB beside a 64 MiB budget): a buffer that would take the idle ones past
+/// `idle_limit` (a quarter of the budget) is freed when given back.
 #[derive(Debug, Default)]
-struct ScratchPool(Mutex<Vec<Scratch>>);
+pub(crate) struct ScratchPool {
+    idle: Mutex<Vec<Scratch>>,
+    idle_limit: usize,
+}
 
-/// Buffers kept for reuse; more are dropped (each can hold one batch's decompressed size).
+/// Buffers kept for reuse; more are dropped.
 const POOLED_SCRATCH: usize = 2;
 
 impl ScratchPool {
+    /// A pool keeping at most `idle_limit` bytes of idle buffers.
+    fn new(idle_limit: usize) -> ScratchPool {
+        ScratchPool {
+            idle: Mutex::default(),
+            idle_limit,
+        }
+    }
+
     fn take(&self) -> Scratch {
-        self.0
+        self.idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pop()
@@ -315,10 +350,22 @@ impl ScratchPool {
     }
 
     fn give(&self, scratch: Scratch) {
-        let mut pool = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if pool.len() < POOLED_SCRATCH {
+        let mut pool = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        let held: usize = pool.iter().map(Scratch::capacity).sum();
+        if pool.len() < POOLED_SCRATCH && held.saturating_add(scratch.capacity()) <= self.idle_limit
+        {
             pool.push(scratch);
         }
+    }
+
+    /// Bytes of the idle buffers.
+    fn idle_bytes(&self) -> usize {
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(Scratch::capacity)
+            .sum()
     }
 }
 

@@ -1174,3 +1174,42 @@ fn a_partition_starved_by_an_oversized_batch_goes_first_next_round() {
     );
     assert!(matches!(s.end_round(), RoundEnd::Retry(_)));
 }
+
+/// Issue 36: idle decompression buffers are bounded by bytes (a quarter of the budget), not
+/// only by count: one grown by a large batch is freed when given back.
+#[test]
+fn idle_decompression_buffers_stay_within_a_quarter_of_the_budget() {
+    use crate::record::{Compression, Scratch};
+    let fetcher = Fetcher::new(4 << 20);
+    let grown = |n: usize| {
+        let mut s = Scratch::new();
+        s.inflate(Compression::None, &vec![7u8; n], usize::MAX)
+            .unwrap();
+        s
+    };
+    fetcher.give_scratch(grown(2 << 20));
+    assert_eq!(
+        fetcher.idle_scratch_bytes(),
+        0,
+        "a 2 MiB buffer is not kept under 4 MiB"
+    );
+    fetcher.give_scratch(grown(512 << 10));
+    let kept = fetcher.idle_scratch_bytes();
+    assert!((512 << 10..=1 << 20).contains(&kept), "{kept}");
+    fetcher.give_scratch(grown(700 << 10));
+    assert_eq!(
+        fetcher.idle_scratch_bytes(),
+        kept,
+        "the two would pass 1 MiB"
+    );
+    assert_eq!(
+        fetcher.max_decompressed(128 << 20),
+        2 << 20,
+        "half the budget"
+    );
+    assert_eq!(
+        fetcher.max_decompressed(1 << 20),
+        1 << 20,
+        "or less if configured"
+    );
+}

@@ -113,6 +113,12 @@ impl Scratch {
         }
     }
 
+    /// Bytes the buffer holds (its high-water mark: what the largest batch it inflated
+    /// took).
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
     /// The decompressed bytes of the last batch.
     pub fn inflated(&self) -> &[u8] {
         self.buf.get(..self.used).unwrap_or(&[])

@@ -106,7 +106,10 @@ pub enum DecodeErrorKind {
     },
     /// Decompressed records would exceed the configured cap (a decompression bomb, or a cap
     /// set too low).
-    #[error("decompressed {codec} records exceed the cap of {cap} bytes")]
+    #[error(
+        "decompressed {codec} records exceed the cap of {cap} bytes (a stream's cap is half its \
+         memory.budget.bytes)"
+    )]
     DecompressedTooLarge {
         /// The batch's codec.
         codec: Compression,

@@ -1091,6 +1091,8 @@ impl DirectStreamBuilder {
             }
         }
         let budget = Fetcher::new(c.memory_budget);
+        // Decompressed data is bounded by the budget too (half of it per batch).
+        c.fetch.max_decompressed = budget.max_decompressed(c.fetch.max_decompressed);
         for (tp, pos, epoch) in &resumed_epochs {
             budget.resume_at(&tp.topic, tp.partition, *pos, *epoch);
         }
