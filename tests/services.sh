@@ -18,6 +18,10 @@ wait_up() {
   say "FAIL: $what is not listening on 127.0.0.1:$port after 60 s"; return 1
 }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+# What this script starts (not what it finds running) is listed, one service a line, in the
+# file KDIRECT_SERVICES_STARTED names (tests/run.sh sets it, and stops exactly those with
+# tests/stop-services.sh when the tests end).
+started() { if [ -n "${KDIRECT_SERVICES_STARTED:-}" ]; then echo "$*" >> "$KDIRECT_SERVICES_STARTED"; fi; }
 
 # Every service here listens on a fixed port in 39000-40999 (Kafka's brokers and controllers,
 # ZooKeeper, HBase, HDFS, moto, Azurite), which is inside Linux's ephemeral range (32768-60999):
@@ -44,6 +48,31 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@" >/dev/null
 }
 
+# --- TLS for the stores: a test CA and one server certificate (localhost, 127.0.0.1, ::1) ----
+# made once with the openssl command (nothing links OpenSSL), kept under /etc so the servers'
+# configurations that name it outlive any clone. The CA's key is thrown away: nothing else can
+# be signed by it. PostgreSQL, MariaDB and the TLS Redis below serve the certificate; the
+# tests trust ca.pem (KDIRECT_TEST_TLS_CA).
+tls_dir="${KDIRECT_TEST_TLS_DIR:-/etc/kdirect-test-tls}"
+if ! as_root test -s "$tls_dir/server.key"; then
+  command -v openssl >/dev/null || apt_install openssl
+  tls_tmp="$(mktemp -d)"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=kdirect test CA" \
+    -keyout "$tls_tmp/ca.key" -out "$tls_tmp/ca.pem" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" \
+    -keyout "$tls_tmp/server.key" -out "$tls_tmp/server.csr" 2>/dev/null
+  printf '%s\n' "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1" "basicConstraints=CA:FALSE" \
+    "keyUsage=digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth,clientAuth" \
+    > "$tls_tmp/ext"
+  openssl x509 -req -in "$tls_tmp/server.csr" -CA "$tls_tmp/ca.pem" -CAkey "$tls_tmp/ca.key" \
+    -CAcreateserial -days 3650 -extfile "$tls_tmp/ext" -out "$tls_tmp/server.pem" 2>/dev/null
+  as_root mkdir -p "$tls_dir"
+  as_root install -m 644 "$tls_tmp/ca.pem" "$tls_tmp/server.pem" "$tls_dir/"
+  as_root install -m 600 "$tls_tmp/server.key" "$tls_dir/"
+  rm -rf "$tls_tmp"
+  say "made a test CA and a server certificate for localhost in $tls_dir"
+fi
+
 # --- PostgreSQL: cluster from the Debian package, password login over TCP -----------------
 pg_password=kdirect
 if ! command -v pg_ctlcluster >/dev/null || ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
@@ -56,7 +85,20 @@ if ! up 5432; then
     as_root pg_createcluster "$ver" main >&2
   fi
   as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main start >&2 || true
+  started postgres "$ver"
   wait_up 5432 PostgreSQL
+fi
+# TLS with the test certificate (sslmode=require / verify-full); clear-text logins still work
+# (pg_hba's `host` lines take both). A reload, not a restart: sessions in progress go on.
+pg_key="$tls_dir/postgres.key"
+if ! as_root test -s "$pg_key"; then
+  as_root install -m 600 -o postgres -g postgres "$tls_dir/server.key" "$pg_key"
+fi
+if [ "$(as_root su postgres -c "psql -tAc 'SHOW ssl_cert_file'")" != "$tls_dir/server.pem" ]; then
+  as_root su postgres -c "psql -q -v ON_ERROR_STOP=1 -c \"ALTER SYSTEM SET ssl = on\" \
+    -c \"ALTER SYSTEM SET ssl_cert_file = '$tls_dir/server.pem'\" \
+    -c \"ALTER SYSTEM SET ssl_key_file = '$pg_key'\" -c 'SELECT pg_reload_conf()'" >/dev/null
+  say "PostgreSQL serves TLS with $tls_dir/server.pem"
 fi
 as_root su postgres -c "psql -q -v ON_ERROR_STOP=1 -c \"ALTER USER postgres PASSWORD '$pg_password'\"" >/dev/null
 if ! as_root su postgres -c "psql -tAc \"SELECT 1 FROM pg_database WHERE datname='kdirect_test'\"" | grep -q 1; then
@@ -65,9 +107,29 @@ fi
 
 # --- MariaDB: a password user for TCP logins ---------------------------------------------
 if ! command -v mariadbd >/dev/null; then apt_install mariadb-server; fi
+# TLS with the test certificate (ssl-mode=REQUIRED / VERIFY_IDENTITY), read at start-up only:
+# a server already running without it is restarted once. Clear-text logins still work.
+mysql_key="$tls_dir/mysql.key"
+mysql_tls_cnf=/etc/mysql/mariadb.conf.d/99-kdirect-test-tls.cnf
+if ! as_root test -s "$mysql_key"; then
+  as_root install -m 600 -o mysql -g mysql "$tls_dir/server.key" "$mysql_key"
+fi
+if ! as_root test -s "$mysql_tls_cnf"; then
+  printf '%s\n' "# kdirect's tests (tests/services.sh): TLS with a test certificate" "[mariadbd]" \
+    "ssl_ca = $tls_dir/ca.pem" "ssl_cert = $tls_dir/server.pem" "ssl_key = $mysql_key" \
+    | as_root tee "$mysql_tls_cnf" >/dev/null
+  if up 3306; then
+    say "restarting MariaDB once to serve TLS with $tls_dir/server.pem"
+    as_root mariadb-admin -uroot shutdown >&2 || true
+    for _ in $(seq 1 30); do up 3306 || break; sleep 1; done
+    mariadb_restarted=1
+  fi
+fi
 if ! up 3306; then
   as_root mkdir -p /run/mysqld && as_root chown mysql:mysql /run/mysqld 2>/dev/null || true
   as_root /etc/init.d/mariadb start >&2 || as_root start-stop-daemon --start --oknodo --background --chuid mysql --exec /usr/sbin/mariadbd
+  # A server restarted for TLS was not ours to begin with: it stays up after the tests.
+  [ -n "${mariadb_restarted:-}" ] || started mariadb
   wait_up 3306 MariaDB
 fi
 as_root mariadb -uroot -e "CREATE DATABASE IF NOT EXISTS kdirect_test;
@@ -81,7 +143,25 @@ if ! up 6379; then
   mkdir -p /tmp/kdirect-redis
   redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
     --dir /tmp/kdirect-redis --logfile /tmp/kdirect-redis/redis.log >&2
+  started redis 6379
   wait_up 6379 Redis
+fi
+# A second Redis that speaks TLS only (rediss://, port 39630), with the test certificate;
+# client certificates optional (`cert=`/`key=` are tested, not required).
+redis_tls_port=39630
+if ! up "$redis_tls_port"; then
+  redis_tls_home=/tmp/kdirect-redis-tls
+  mkdir -p "$redis_tls_home"
+  as_root cat "$tls_dir/server.key" > "$redis_tls_home/server.key"
+  chmod 600 "$redis_tls_home/server.key"
+  redis-server --daemonize yes --bind 127.0.0.1 --port 0 --tls-port "$redis_tls_port" \
+    --tls-cert-file "$tls_dir/server.pem" --tls-key-file "$redis_tls_home/server.key" \
+    --tls-ca-cert-file "$tls_dir/ca.pem" --tls-auth-clients optional --save "" --appendonly no \
+    --dir "$redis_tls_home" --logfile "$redis_tls_home/redis.log" \
+    --pidfile "$redis_tls_home/redis.pid" >&2
+  for _ in $(seq 1 50); do [ -s "$redis_tls_home/redis.pid" ] && break; sleep 0.1; done
+  started pid "$(cat "$redis_tls_home/redis.pid" 2>/dev/null)" redis-server
+  wait_up "$redis_tls_port" "Redis (TLS)"
 fi
 
 # --- ZooKeeper: Debian's package, run as a standalone server of our own on 39500 -----------
@@ -104,6 +184,7 @@ CFG
   nohup java -Xmx256m -cp "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar" \
     -Dzookeeper.log.dir="$zk_home" org.apache.zookeeper.server.ZooKeeperServerMain \
     "$zk_home/zoo.cfg" > "$zk_home/server.log" 2>&1 &
+  started pid $! ZooKeeperServerMain
   wait_up "$zk_port" ZooKeeper
 fi
 
@@ -118,6 +199,7 @@ if ! up "$s3_port"; then
     "$moto_home/bin/pip" install -q 'moto[server]==5.2.5' >&2
   fi
   nohup "$moto_home/bin/moto_server" -H 127.0.0.1 -p "$s3_port" > "$moto_home/server.log" 2>&1 &
+  started pid $! moto_server
   wait_up "$s3_port" "moto (S3)"
   "$moto_home/bin/python" - "$s3_port" <<'PY'
 import sys, boto3
@@ -142,22 +224,31 @@ if ! up "$az_port"; then
   nohup "$az_home/node_modules/.bin/azurite-blob" --blobHost 127.0.0.1 --blobPort "$az_port" \
     --location "$az_home/data" --skipApiVersionCheck --disableTelemetry --silent \
     > "$az_home/server.log" 2>&1 &
+  started pid $! azurite
   wait_up "$az_port" "Azurite (Azure Blob)"
 fi
 node "$here/azurite/create-container.js" "http://127.0.0.1:$az_port/devstoreaccount1" kdirect-test
 
 # --- Apache HBase (standalone, from Maven Central jars) and its REST gateway on 39530 --------
+if ! up 39530; then started hbase; fi
 bash "$here/hbase/hbase.sh" up >&2
 
 # --- HDFS: Hadoop's MiniDFSCluster (from Maven Central jars), NameNode RPC on 39540 ----------
+if ! up 39540; then started hdfs; fi
 bash "$here/hdfs/hdfs.sh" up >&2
 
 # --- Apache Kafka (KRaft, from Maven Central jars) ----------------------------------------
+for c in ${KDIRECT_KAFKA_CLUSTERS:-single trio old secure}; do
+  bash "$here/kafka/kafka.sh" is-up "$c" || started kafka "$c"
+done
 bash "$here/kafka/kafka.sh" up >&2
 
 export KDIRECT_TEST_POSTGRES="postgres://postgres:$pg_password@127.0.0.1:5432/kdirect_test"
 export KDIRECT_TEST_MYSQL="mysql://kdirect:kdirect@127.0.0.1:3306/kdirect_test"
 export KDIRECT_TEST_REDIS="redis://127.0.0.1:6379/"
+# The stores over TLS: the CA the servers' certificate is signed by, and Redis's TLS port.
+export KDIRECT_TEST_TLS_CA="$tls_dir/ca.pem"
+export KDIRECT_TEST_REDIS_TLS="rediss://127.0.0.1:$redis_tls_port/"
 export KDIRECT_TEST_ZOOKEEPER="zk://127.0.0.1:$zk_port"
 export KDIRECT_TEST_S3="http://127.0.0.1:$s3_port/kdirect-test"
 export KDIRECT_TEST_AZURE="http://127.0.0.1:$az_port/devstoreaccount1/kdirect-test"

@@ -91,10 +91,24 @@ fn path_segment(s: &str) -> String {
 }
 
 impl HBaseStore {
-    /// Connects to the REST gateway of `spec` (`hbase://host:port[/table]`) for `group`,
-    /// creating the table (family `o`) if it is missing.
+    /// Connects to the REST gateway of `spec` for `group`, creating the table (family `o`) if
+    /// it is missing: `hbase://host:port[/table]` in clear text (HTTP), or
+    /// `hbases://host:port[/table]` over HTTPS (rustls; the gateway's `hbase.rest.ssl.enabled`),
+    /// checked against the system's CA store or, with `?cacert=PATH`, against the CA
+    /// certificates in that PEM file only.
     pub async fn connect(spec: &str, group: &str) -> Result<HBaseStore, StoreError> {
-        let rest = spec.strip_prefix("hbase://").unwrap_or(spec);
+        let spec_error = |reason: String| -> StoreError {
+            StoreErrorKind::Spec {
+                spec: redact(spec),
+                reason,
+            }
+            .into()
+        };
+        let (https, rest) = match spec.strip_prefix("hbases://") {
+            Some(rest) => (true, rest),
+            None => (false, spec.strip_prefix("hbase://").unwrap_or(spec)),
+        };
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
         let (hostport, table) = rest.split_once('/').unwrap_or((rest, ""));
         let table = if table.trim_matches('/').is_empty() {
             DEFAULT_TABLE.to_owned()
@@ -102,12 +116,11 @@ impl HBaseStore {
             table.trim_matches('/').to_owned()
         };
         if hostport.rsplit_once(':').is_none() {
-            return Err(StoreErrorKind::Spec {
-                spec: redact(spec),
-                reason: "expected hbase://HOST:PORT[/TABLE] (the REST gateway's address)"
+            return Err(spec_error(
+                "expected hbase://HOST:PORT[/TABLE] or hbases://HOST:PORT[/TABLE][?cacert=PATH] \
+                 (the REST gateway's address)"
                     .to_owned(),
-            }
-            .into());
+            ));
         }
         if !table
             .chars()
@@ -120,14 +133,60 @@ impl HBaseStore {
             }
             .into());
         }
-        let http = reqwest::Client::builder()
+        let mut cacert = None;
+        for kv in query.split('&').filter(|kv| !kv.is_empty()) {
+            match kv.split_once('=') {
+                Some(("cacert", path)) if !path.is_empty() => cacert = Some(path),
+                _ => {
+                    return Err(spec_error(format!(
+                        "unknown parameter '{}' (the one parameter is cacert=PATH, with hbases://)",
+                        kv.split('=').next().unwrap_or(kv)
+                    )))
+                }
+            }
+        }
+        let mut http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(30))
+            .timeout(Duration::from_secs(30));
+        match (https, cacert) {
+            (false, Some(_)) => {
+                return Err(spec_error(
+                    "cacert= is a TLS setting: use hbases:// for HTTPS".to_owned(),
+                ))
+            }
+            (true, Some(path)) => {
+                let pem = std::fs::read(path)
+                    .map_err(|e| spec_error(format!("cannot read cacert file '{path}': {e}")))?;
+                let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                    .ok()
+                    .filter(|c| !c.is_empty())
+                    .ok_or_else(|| {
+                        spec_error(format!(
+                            "cacert file '{path}' holds no PEM certificate \
+                             (-----BEGIN CERTIFICATE-----)"
+                        ))
+                    })?;
+                http = http.tls_built_in_root_certs(false);
+                for cert in certs {
+                    http = http.add_root_certificate(cert);
+                }
+            }
+            (true, None) => {}
+            (false, None) => {
+                crate::transport::warn_clear_text(
+                    "hbase",
+                    spec,
+                    "use hbases://HOST:PORT (with ?cacert=PATH for a private CA) on a gateway \
+                     with hbase.rest.ssl.enabled",
+                );
+            }
+        }
+        let http = http
             .build()
-            .map_err(|e| hbase_error(spec, "connect", e))?;
+            .map_err(|e| hbase_error(spec, "connect", why(&e)))?;
         let store = HBaseStore {
             http,
-            base: format!("http://{hostport}"),
+            base: format!("{}://{hostport}", if https { "https" } else { "http" }),
             table,
             group: group.to_owned(),
         };
@@ -155,7 +214,7 @@ impl HBaseStore {
             .header("Accept", "application/json")
             .send()
             .await
-            .map_err(|e| self.err("read the table schema", e))?;
+            .map_err(|e| self.err("read the table schema", why(&e)))?;
         if got.status().is_success() {
             return Ok(());
         }
@@ -168,7 +227,7 @@ impl HBaseStore {
             .body(body.to_string())
             .send()
             .await
-            .map_err(|e| self.err("create the table", e))?;
+            .map_err(|e| self.err("create the table", why(&e)))?;
         let status = put.status();
         // Another process may have created it in between: that is fine.
         if status.is_success() || self.table_exists().await? {
@@ -188,7 +247,7 @@ impl HBaseStore {
             .header("Accept", "application/json")
             .send()
             .await
-            .map_err(|e| self.err("read the table schema", e))?;
+            .map_err(|e| self.err("read the table schema", why(&e)))?;
         Ok(got.status().is_success())
     }
 
@@ -206,12 +265,12 @@ impl HBaseStore {
             .header("Accept", "application/json")
             .send()
             .await
-            .map_err(|e| self.err(&what, e))?;
+            .map_err(|e| self.err(&what, why(&e)))?;
         if got.status() == reqwest::StatusCode::NOT_FOUND {
             return Ok(Vec::new());
         }
         let status = got.status();
-        let text = got.text().await.map_err(|e| self.err(&what, e))?;
+        let text = got.text().await.map_err(|e| self.err(&what, why(&e)))?;
         if !status.is_success() {
             return Err(self.err(&what, format_args!("HTTP {status}: {}", text.trim())));
         }
@@ -269,7 +328,7 @@ impl HBaseStore {
             .body(body.to_string())
             .send()
             .await
-            .map_err(|e| self.err(&what, e))?;
+            .map_err(|e| self.err(&what, why(&e)))?;
         match got.status() {
             s if s.is_success() => Ok(true),
             reqwest::StatusCode::NOT_MODIFIED => Ok(false),
@@ -391,6 +450,23 @@ impl HBaseStore {
             ),
         ))
     }
+}
+
+/// A reqwest error with its causes: its own text is only "error sending request for url (…)";
+/// the cause (connection refused, an unknown CA, a host name the certificate does not name) is
+/// in its sources.
+fn why(e: &reqwest::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
 }
 
 fn decode(v: Option<&Value>) -> Option<String> {

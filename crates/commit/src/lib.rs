@@ -70,6 +70,8 @@ pub mod redis;
 pub mod spark;
 #[cfg(feature = "sql")]
 pub mod sql;
+#[cfg(any(feature = "sql", feature = "redis", feature = "hbase"))]
+mod transport;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
@@ -425,7 +427,7 @@ impl StoreSpec {
         if spec.starts_with("zk://") || spec.starts_with("zookeeper://") {
             return Ok(StoreSpec::ZooKeeper(spec.to_owned()));
         }
-        if spec.starts_with("hbase://") {
+        if spec.starts_with("hbase://") || spec.starts_with("hbases://") {
             return Ok(StoreSpec::HBase(spec.to_owned()));
         }
         Err(bad(

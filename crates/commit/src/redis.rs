@@ -100,6 +100,74 @@ impl fmt::Debug for RedisStore {
     }
 }
 
+/// The TLS files named in `url`'s query (`cacert`, `cert`, `key`), read: `None` for
+/// `redis://`, which takes none of them.
+fn tls_files(url: &str) -> Result<Option<redis::TlsCertificates>, StoreError> {
+    let spec_error = |reason: String| -> StoreError {
+        StoreErrorKind::Spec {
+            spec: redact(url),
+            reason,
+        }
+        .into()
+    };
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    let query = query.split('#').next().unwrap_or("");
+    let (mut cacert, mut cert, mut key) = (None, None, None);
+    for kv in query.split('&').filter(|kv| !kv.is_empty()) {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        let slot = match k {
+            "cacert" => &mut cacert,
+            "cert" => &mut cert,
+            "key" => &mut key,
+            _ => continue,
+        };
+        if v.is_empty() {
+            return Err(spec_error(format!("{k}= needs a file path")));
+        }
+        *slot = Some((k, v));
+    }
+    if !url.starts_with("rediss://") {
+        if let Some((k, _)) = cacert.or(cert).or(key) {
+            return Err(spec_error(format!(
+                "{k}= is a TLS setting: use rediss:// for a TLS connection"
+            )));
+        }
+        return Ok(None);
+    }
+    let read = |(k, path): (&str, &str)| -> Result<Vec<u8>, StoreError> {
+        let bytes = std::fs::read(path)
+            .map_err(|e| spec_error(format!("cannot read {k} file '{path}': {e}")))?;
+        let label = if k == "key" {
+            "PRIVATE KEY-----"
+        } else {
+            "-----BEGIN CERTIFICATE-----"
+        };
+        if !bytes.windows(label.len()).any(|w| w == label.as_bytes()) {
+            return Err(spec_error(format!(
+                "{k} file '{path}' holds no PEM {}",
+                if k == "key" {
+                    "private key"
+                } else {
+                    "certificate (-----BEGIN CERTIFICATE-----)"
+                }
+            )));
+        }
+        Ok(bytes)
+    };
+    let client_tls = match (cert, key) {
+        (Some(c), Some(k)) => Some(redis::ClientTlsConfig {
+            client_cert: read(c)?,
+            client_key: read(k)?,
+        }),
+        (None, None) => None,
+        _ => return Err(spec_error("cert= and key= go together".to_owned())),
+    };
+    Ok(Some(redis::TlsCertificates {
+        client_tls,
+        root_cert: cacert.map(read).transpose()?,
+    }))
+}
+
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -108,7 +176,11 @@ fn now_ms() -> i64 {
 }
 
 impl RedisStore {
-    /// Connects to `url` (`redis://host:port/db`) for `group`.
+    /// Connects to `url` for `group`: `redis://host:port/db` in clear text, or
+    /// `rediss://host:port/db` over TLS (rustls), checked against the system's CA store or,
+    /// with `?cacert=PATH`, against the CA certificates in that PEM file only; `cert=PATH` and
+    /// `key=PATH` (PEM) add a client certificate for a server that asks for one
+    /// (`tls-auth-clients`). The parameters are redis-cli's `--cacert`, `--cert` and `--key`.
     pub async fn connect(url: &str, group: &str) -> Result<RedisStore, StoreError> {
         let server = redact(url);
         let err = |source| -> StoreError {
@@ -119,7 +191,19 @@ impl RedisStore {
             }
             .into()
         };
-        let client = redis::Client::open(url).map_err(err)?;
+        let tls = tls_files(url)?;
+        let client = match tls {
+            None => {
+                crate::transport::warn_clear_text(
+                    "redis",
+                    url,
+                    "use rediss://HOST:PORT/DB (with ?cacert=PATH for a private CA) on a server \
+                     with tls-port",
+                );
+                redis::Client::open(url).map_err(err)?
+            }
+            Some(certs) => redis::Client::build_with_tls(url, certs).map_err(err)?,
+        };
         // redis-rs defaults to a 1 s connect and a 500 ms response timeout: a commit on a busy
         // server (appendfsync always under load) outlasts that, and a timed-out commit is
         // ambiguous. The Kafka client's defaults instead: 10 s to connect, 30 s an answer.
@@ -385,6 +469,59 @@ pub async fn read_hash(url: &str, key: &str, topic: &str) -> Result<Positions, S
 mod tests {
     use super::*;
     use crate::OffsetRange;
+
+    /// `rediss://`'s TLS files: each read and checked before any connection, every mistake a
+    /// typed spec error that names the parameter and the file and never the password.
+    #[tokio::test]
+    async fn tls_settings_are_checked_before_connecting() {
+        let dir = std::env::temp_dir().join(format!("kdirect-redis-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let not_pem = dir.join("not.pem");
+        std::fs::write(&not_pem, "hello").unwrap();
+        let missing = dir.join("missing.pem");
+        let cases = [
+            (
+                format!(
+                    "redis://:S3CRETPW@127.0.0.1:1/?cacert={}",
+                    not_pem.display()
+                ),
+                "use rediss://",
+            ),
+            (
+                format!(
+                    "rediss://:S3CRETPW@127.0.0.1:1/?cacert={}",
+                    missing.display()
+                ),
+                "cannot read cacert file",
+            ),
+            (
+                format!(
+                    "rediss://:S3CRETPW@127.0.0.1:1/?cacert={}",
+                    not_pem.display()
+                ),
+                "holds no PEM certificate",
+            ),
+            (
+                format!("rediss://:S3CRETPW@127.0.0.1:1/?cert={}", not_pem.display()),
+                "cert= and key= go together",
+            ),
+            (
+                "rediss://:S3CRETPW@127.0.0.1:1/?cacert=".to_owned(),
+                "cacert= needs a file path",
+            ),
+        ];
+        for (url, expected) in cases {
+            let e = RedisStore::connect(&url, "g").await.unwrap_err();
+            let shown = format!("{e} {e:?}");
+            assert!(
+                matches!(e.kind(), StoreErrorKind::Spec { .. }),
+                "{url}: {shown}"
+            );
+            assert!(shown.contains(expected), "{url}: {shown}");
+            assert!(!shown.contains("S3CRETPW"), "{shown}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// A crafted reply cannot panic the commit (issue 36): `conflict` for a batch with no
     /// ranges indexed `ranges.len() - 1` (an underflow); an index naming no range is an

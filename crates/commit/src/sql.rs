@@ -206,6 +206,22 @@ impl SqlStore {
         &self.pool
     }
 
+    /// Whether the store's connections are encrypted, as the server reports it for one of
+    /// them (PostgreSQL's `pg_stat_ssl`, MySQL's `Ssl_cipher`; always false for SQLite). With
+    /// `sslmode=prefer` (PostgreSQL's default) or `ssl-mode=PREFERRED` (MySQL's), this is how
+    /// to know whether the server offered TLS.
+    pub async fn uses_tls(&self) -> Result<bool, StoreError> {
+        let t = &self.table;
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(self.err(t, "ask whether the connection uses TLS"))?;
+        connection_uses_tls(&mut conn, self.dialect)
+            .await
+            .map_err(self.err(t, "ask whether the connection uses TLS"))
+    }
+
     fn err(
         &self,
         table: &str,
@@ -881,6 +897,27 @@ async fn open_pool(url: &str, table: &str) -> Result<(AnyPool, Dialect, String),
             context: "connect".to_owned(),
             source,
         })?;
+        let mut first = first;
+        if crate::transport::clear_text_warning(dialect.name(), &url, "").is_some()
+            && !connection_uses_tls(&mut first, dialect)
+                .await
+                .unwrap_or_else(|_| requires_tls(&url))
+        {
+            crate::transport::warn_clear_text(
+                dialect.name(),
+                &url,
+                match dialect {
+                    Dialect::Postgres => {
+                        "add ?sslmode=verify-full&sslrootcert=CA.pem (or sslmode=require) to the \
+                         URL on a server with ssl=on"
+                    }
+                    _ => {
+                        "add ?ssl-mode=VERIFY_IDENTITY&ssl-ca=CA.pem (or ssl-mode=REQUIRED) to \
+                         the URL on a server with ssl_cert and ssl_key set"
+                    }
+                },
+            );
+        }
         let _ = sqlx::Connection::close(first).await;
     }
     let pool = options
@@ -893,6 +930,54 @@ async fn open_pool(url: &str, table: &str) -> Result<(AnyPool, Dialect, String),
             source,
         })?;
     Ok((pool, dialect, database))
+}
+
+/// Whether `conn` runs over TLS, as the server sees it: PostgreSQL's `pg_stat_ssl` for this
+/// backend, MySQL's and MariaDB's session `Ssl_cipher` (empty in clear text). SQLite: false.
+async fn connection_uses_tls(
+    conn: &mut AnyConnection,
+    dialect: Dialect,
+) -> Result<bool, sqlx::Error> {
+    match dialect {
+        Dialect::Sqlite => Ok(false),
+        Dialect::Postgres => {
+            let row = sqlx::query("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+                .fetch_optional(&mut *conn)
+                .await?;
+            row.map(|r| r.try_get::<bool, _>(0))
+                .transpose()
+                .map(|b| b.unwrap_or(false))
+        }
+        Dialect::MySql => {
+            let row = sqlx::query("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+                .fetch_optional(&mut *conn)
+                .await?;
+            row.map(|r| r.try_get::<String, _>(1))
+                .transpose()
+                .map(|c| c.is_some_and(|c| !c.is_empty()))
+        }
+    }
+}
+
+/// Whether `url` refuses a connection without TLS (`sslmode=require|verify-ca|verify-full`,
+/// `ssl-mode=REQUIRED|VERIFY_CA|VERIFY_IDENTITY`): what is known when the server cannot be
+/// asked.
+fn requires_tls(url: &str) -> bool {
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    query.split('&').any(|kv| {
+        kv.split_once('=').is_some_and(|(k, v)| {
+            matches!(k, "sslmode" | "ssl-mode")
+                && matches!(
+                    v.to_ascii_lowercase().as_str(),
+                    "require"
+                        | "required"
+                        | "verify-ca"
+                        | "verify_ca"
+                        | "verify-full"
+                        | "verify_identity"
+                )
+        })
+    })
 }
 
 impl Dialect {

@@ -104,8 +104,9 @@ impl FakeTls {
         &self.ca_pem
     }
 
-    /// The rustls server configuration (no client certificates asked for).
-    pub(crate) fn server_config(&self) -> Result<Arc<ServerConfig>, FakeError> {
+    /// The rustls server configuration (no client certificates asked for): the fake
+    /// cluster's TLS listeners, and a test's own TLS server (the stores' HTTPS tests).
+    pub fn server_config(&self) -> Result<Arc<ServerConfig>, FakeError> {
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key_der.clone()));
         let config =
             ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))

@@ -36,3 +36,29 @@ fn redis_store() {
         );
     });
 }
+
+/// `rediss://` against a Redis that speaks TLS only (tests/services.sh: `--tls-port`, the test
+/// certificate): with `cacert=` it passes the conformance suite; without it the system's CA
+/// store does not know the test CA and the connection is refused, saying so. Before the
+/// redis crate had TLS: "can't connect with TLS, the feature is not enabled".
+#[test]
+fn redis_store_over_tls() {
+    let (Some(url), Some(ca)) = (
+        service("KDIRECT_TEST_REDIS_TLS", "redis_store_over_tls"),
+        service("KDIRECT_TEST_TLS_CA", "redis_store_over_tls"),
+    ) else {
+        return;
+    };
+    rt().block_on(async {
+        let tls = format!("{url}?cacert={ca}");
+        let group = unique("g");
+        let (a, b) = two_writers(&tls, &group).await;
+        exercise(&a, &b, &unique("topic")).await;
+        let by_name = tls.replacen("//127.0.0.1:", "//localhost:", 1);
+        let s = RedisStore::connect(&by_name, &unique("g")).await.unwrap();
+        assert!(s.load(&[]).await.unwrap().positions.is_empty());
+
+        let e = RedisStore::connect(&url, &unique("g")).await.unwrap_err();
+        assert!(e.to_string().contains("UnknownIssuer"), "{e}");
+    });
+}

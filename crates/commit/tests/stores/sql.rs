@@ -311,3 +311,93 @@ fn sqlite_is_durable() {
     });
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `url` with `params` added to its query.
+fn with_params(url: &str, params: &str) -> String {
+    format!("{url}{}{params}", if url.contains('?') { '&' } else { '?' })
+}
+
+/// The password in `url`'s user-info, as it must never be shown (`:password@`).
+fn shown_password(url: &str) -> String {
+    let userinfo = url.split_once("://").unwrap().1.rsplit_once('@').unwrap().0;
+    format!(":{}@", userinfo.split_once(':').unwrap().1)
+}
+
+/// A SQL store over TLS, against the real server with the test certificate (tests/services.sh):
+/// each mode in `tls_modes` connects encrypted (as the server reports it) and passes the
+/// conformance suite and the exactly-once API; `clear` connects in clear text; each of
+/// `refused` (a mode that checks the certificate without the test CA, which the system's
+/// store does not hold) fails with its cause and without the password. Before sqlx had TLS,
+/// every TLS mode failed with "TLS upgrade required by connect options but SQLx was built
+/// without TLS support".
+async fn over_tls(url: &str, tls_modes: &[String], clear: &str, refused: &str) {
+    for mode in tls_modes {
+        let u = with_params(url, mode);
+        let store = SqlStore::connect(&u, &unique("g"))
+            .await
+            .unwrap_or_else(|e| panic!("{mode}: {e}"));
+        assert!(store.uses_tls().await.unwrap(), "{mode}: not encrypted");
+    }
+    let tls = with_params(url, tls_modes.last().unwrap());
+    common(&tls).await;
+    transactional(&tls).await;
+    // The certificate's DNS name as well as its IP address.
+    let by_name = tls.replacen("@127.0.0.1:", "@localhost:", 1);
+    let store = SqlStore::connect(&by_name, &unique("g")).await.unwrap();
+    assert!(store.uses_tls().await.unwrap());
+
+    let store = SqlStore::connect(&with_params(url, clear), &unique("g"))
+        .await
+        .unwrap();
+    assert!(!store.uses_tls().await.unwrap(), "{clear}: encrypted");
+
+    let e = SqlStore::connect(&with_params(url, refused), &unique("g"))
+        .await
+        .unwrap_err();
+    let shown = format!("{e} {e:?}");
+    assert!(!shown.contains(&shown_password(url)), "{shown}");
+    assert!(
+        shown.contains("UnknownIssuer") || shown.contains("certificate"),
+        "{refused}: {shown}"
+    );
+}
+
+#[test]
+fn postgres_store_over_tls() {
+    let (Some(url), Some(ca)) = (
+        service("KDIRECT_TEST_POSTGRES", "postgres_store_over_tls"),
+        service("KDIRECT_TEST_TLS_CA", "postgres_store_over_tls"),
+    ) else {
+        return;
+    };
+    rt().block_on(over_tls(
+        &url,
+        &[
+            "sslmode=require".to_owned(),
+            format!("sslmode=verify-ca&sslrootcert={ca}"),
+            format!("sslmode=verify-full&sslrootcert={ca}"),
+        ],
+        "sslmode=disable",
+        "sslmode=verify-full",
+    ));
+}
+
+#[test]
+fn mysql_store_over_tls() {
+    let (Some(url), Some(ca)) = (
+        service("KDIRECT_TEST_MYSQL", "mysql_store_over_tls"),
+        service("KDIRECT_TEST_TLS_CA", "mysql_store_over_tls"),
+    ) else {
+        return;
+    };
+    rt().block_on(over_tls(
+        &url,
+        &[
+            "ssl-mode=REQUIRED".to_owned(),
+            format!("ssl-mode=VERIFY_CA&ssl-ca={ca}"),
+            format!("ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}"),
+        ],
+        "ssl-mode=DISABLED",
+        "ssl-mode=VERIFY_IDENTITY",
+    ));
+}
