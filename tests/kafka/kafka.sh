@@ -5,7 +5,8 @@
 #
 #   kafka.sh up [CLUSTER...]        fetch jars if missing; start every cluster (or those named)
 #                                   not yet answering
-#   kafka.sh down                   stop every node
+#   kafka.sh down [CLUSTER...]      stop every node (of every cluster, or of those named)
+#   kafka.sh is-up CLUSTER          exit 0 when every node of CLUSTER answers
 #   kafka.sh env                    print the KDIRECT_TEST_KAFKA* variables to export
 #   kafka.sh stop  CLUSTER NODE     stop one node (SIGTERM, controlled shutdown)
 #   kafka.sh kill  CLUSTER NODE     SIGKILL one node
@@ -336,7 +337,11 @@ case "${1:-}" in
     tool
     for c in $clusters; do cluster_up "$c"; done ;;
   down)
-    for c in single trio old secure; do for n in $(nodes_of "$c"); do stop_node "$c" "$n" TERM; done; done ;;
+    clusters="single trio old secure"
+    if [ $# -gt 1 ]; then shift; clusters="$*"; fi
+    for c in $clusters; do for n in $(nodes_of "$c"); do stop_node "$c" "$n" TERM; done; done ;;
+  is-up)
+    for n in $(nodes_of "$2"); do up "$(port_of "$2" "$n")" || exit 1; done ;;
   env)
     echo "export KDIRECT_TEST_KAFKA=$(bootstrap_of single)"
     echo "export KDIRECT_TEST_KAFKA_TRIO=$(bootstrap_of trio)"
