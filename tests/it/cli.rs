@@ -803,3 +803,44 @@ fn store_passwords_are_never_printed() {
         }
     }
 }
+
+/// This machine's address on its default route, when it has one that is not loopback (no
+/// packet is sent: a UDP socket's connect only picks the route).
+fn own_address() -> Option<std::net::IpAddr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("10.255.255.254:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+/// Issue 36: a store reached in clear text on a host that is not loopback warns, once per
+/// store, naming the store without its password and the scheme that turns TLS on; on
+/// loopback it stays quiet. (The store's port is closed: the warning comes before the
+/// connection fails.)
+#[test]
+fn a_store_in_clear_text_on_another_host_warns_once() {
+    let Some(ip) = own_address() else {
+        eprintln!("skipping a_store_in_clear_text_on_another_host_warns_once: this machine has no address but loopback");
+        return;
+    };
+    for (store, fix) in [
+        (format!("redis://:S3CRETPW@{ip}:1/"), "rediss://"),
+        (format!("hbase://bob:S3CRETPW@{ip}:1"), "hbases://"),
+    ] {
+        let o = kdirect(&["offsets", "show", "--store", &store, "-g", "g"]);
+        let err = stderr(&o);
+        assert_eq!(err.matches("without TLS").count(), 1, "{store}: {err}");
+        assert!(err.contains(fix), "{store}: {err}");
+        assert!(err.contains(&format!("{ip}:1")), "{store}: {err}");
+        assert!(!err.contains("S3CRETPW"), "{err}");
+    }
+    let o = kdirect(&[
+        "offsets",
+        "show",
+        "--store",
+        "redis://:S3CRETPW@127.0.0.1:1/",
+        "-g",
+        "g",
+    ]);
+    assert!(!stderr(&o).contains("without TLS"), "{}", stderr(&o));
+}

@@ -135,6 +135,12 @@ impl Hdfs {
         }
         let base = format!("/{base}");
         let name = PathBuf::from(format!("hdfs://{authority}{base}"));
+        crate::transport::warn_clear_text(
+            "hdfs",
+            &format!("hdfs://{authority}"),
+            "kdirect's HDFS client has no TLS (nor SASL privacy): keep the NameNode and \
+             DataNodes on a network you trust",
+        );
         let rt = tokio::runtime::Handle::try_current().map_err(|e| {
             hdfs_err(
                 &name,

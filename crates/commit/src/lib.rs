@@ -70,7 +70,13 @@ pub mod redis;
 pub mod spark;
 #[cfg(feature = "sql")]
 pub mod sql;
-#[cfg(any(feature = "sql", feature = "redis", feature = "hbase"))]
+#[cfg(any(
+    feature = "sql",
+    feature = "redis",
+    feature = "hbase",
+    feature = "zookeeper",
+    feature = "hdfs"
+))]
 mod transport;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;

@@ -104,6 +104,12 @@ impl ZooKeeperStore {
             }
             .into());
         }
+        crate::transport::warn_clear_text(
+            "zookeeper",
+            spec,
+            "kdirect's ZooKeeper client has no TLS: keep ZooKeeper on a network you trust, or use \
+             a store that has it (postgres://…?sslmode=verify-full, rediss://, hbases://)",
+        );
         let client = open(&connect).await?;
         let store = ZooKeeperStore {
             connect,
