@@ -813,6 +813,51 @@ fn own_address() -> Option<std::net::IpAddr> {
     (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
 }
 
+/// Issue 36: `-X sasl.password=…` on the command line warns once, naming the environment
+/// variable to use and never the value; PLAIN over SASL_PLAINTEXT to a host that is not
+/// loopback warns once that the password crosses in clear text (both were silent). The
+/// password from the environment gives no command-line warning. (The broker's port is closed:
+/// the warnings come before the connection fails.)
+#[test]
+fn secrets_on_the_command_line_and_clear_text_sasl_warn() {
+    let Some(ip) = own_address() else {
+        eprintln!("skipping secrets_on_the_command_line_and_clear_text_sasl_warn: this machine has no address but loopback");
+        return;
+    };
+    let broker = format!("{ip}:1");
+    let sasl = [
+        "-X",
+        "security.protocol=SASL_PLAINTEXT",
+        "-X",
+        "sasl.mechanism=PLAIN",
+        "-X",
+        "sasl.username=u",
+    ];
+    let mut args = vec!["metadata", "-b", &broker];
+    args.extend(sasl);
+    args.extend(["-X", "sasl.password=S3CRETPW"]);
+    let o = kdirect(&args);
+    let err = stderr(&o);
+    assert!(!err.contains("S3CRETPW"), "{err}");
+    assert_eq!(err.matches("KDIRECT_SASL_PASSWORD").count(), 1, "{err}");
+    assert_eq!(err.matches("sends the password").count(), 1, "{err}");
+
+    let mut args = vec!["metadata", "-b", &broker];
+    args.extend(sasl);
+    let o = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+        .args(&args)
+        .env_remove("KDIRECT_BOOTSTRAP")
+        .env("KDIRECT_SASL_PASSWORD", "S3CRETPW")
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(
+        !err.contains("S3CRETPW") && !err.contains("visible to every user"),
+        "{err}"
+    );
+    assert_eq!(err.matches("sends the password").count(), 1, "{err}");
+}
+
 /// Issue 36: a store reached in clear text on a host that is not loopback warns, once per
 /// store, naming the store without its password and the scheme that turns TLS on; on
 /// loopback it stays quiet. (The store's port is closed: the warning comes before the

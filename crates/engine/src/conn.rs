@@ -235,6 +235,21 @@ impl std::fmt::Debug for BrokerConnection {
     }
 }
 
+/// Logs each of `warnings` once per process (every connection of a run has the same settings).
+fn warn_once(warnings: Vec<String>) {
+    static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    if warnings.is_empty() {
+        return;
+    }
+    let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+    for w in warnings {
+        if !warned.contains(&w) {
+            tracing::warn!("{w}");
+            warned.push(w);
+        }
+    }
+}
+
 impl BrokerConnection {
     /// Connects to `addr` and does the ApiVersions handshake.
     pub async fn connect(
@@ -247,6 +262,7 @@ impl BrokerConnection {
             addr: addr.to_owned(),
         };
         config.security.check()?;
+        warn_once(config.security.warnings(crate::tls::host_of(addr)));
         let tls = if config.security.protocol.tls() {
             Some(
                 crate::tls::client_config(&config.security).map_err(|problem| ErrorKind::Tls {

@@ -229,6 +229,47 @@ pub const SECRET_KEYS: &[&str] = &[
 ];
 
 impl Security {
+    /// What these settings leave open, one line each, for a connection to `host` (empty:
+    /// nothing to say): PLAIN's password or OAUTHBEARER's token over `SASL_PLAINTEXT` to a
+    /// host that is not loopback (SCRAM never sends the password), and a TLS connection whose
+    /// certificate is not checked against the host name
+    /// (`ssl.endpoint.identification.algorithm=none`) — with Mozilla's roots, any publicly
+    /// issued certificate for any host. Each names the setting that closes it.
+    pub fn warnings(&self, host: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let loopback = host.eq_ignore_ascii_case("localhost")
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        if self.protocol == SecurityProtocol::SaslPlaintext && !loopback {
+            match self.sasl_mechanism {
+                Some(SaslMechanism::Plain) => out.push(
+                    "security.protocol=SASL_PLAINTEXT with sasl.mechanism=PLAIN sends the password \
+                     (and every record) in clear text: use SASL_SSL"
+                        .to_owned(),
+                ),
+                Some(SaslMechanism::OAuthBearer) => out.push(
+                    "security.protocol=SASL_PLAINTEXT with sasl.mechanism=OAUTHBEARER sends the \
+                     token (and every record) in clear text: use SASL_SSL"
+                        .to_owned(),
+                ),
+                _ => {}
+            }
+        }
+        if self.protocol.tls() && self.ssl_endpoint_identification == EndpointIdentification::None {
+            out.push(match self.ssl_ca_location {
+                Some(_) => "ssl.endpoint.identification.algorithm=none: brokers' certificates \
+                            are checked against ssl.ca.location but not against their host names"
+                    .to_owned(),
+                None => "ssl.endpoint.identification.algorithm=none without ssl.ca.location: \
+                         any certificate a public CA issued, for any host, is accepted as the \
+                         broker's; set ssl.ca.location to your CA, or leave the host-name check on"
+                    .to_owned(),
+            });
+        }
+        out
+    }
+
     /// Applies one setting by its Kafka name. `Ok(false)`: `key` is not a security setting.
     /// The error never quotes a secret's value.
     pub fn set(&mut self, key: &str, value: &str) -> Result<bool, Error> {
@@ -313,6 +354,63 @@ impl Security {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 36: PLAIN and OAUTHBEARER over SASL_PLAINTEXT, and no host-name check, each have
+    /// their one-line warning (the first was silent; the second said nothing of the public
+    /// roots); SCRAM, loopback and the defaults have none.
+    #[test]
+    fn settings_that_leave_something_open_are_named() {
+        let with = |pairs: &[(&str, &str)]| {
+            let mut s = Security::default();
+            for (k, v) in pairs {
+                s.set(k, v).unwrap();
+            }
+            s
+        };
+        let plain = with(&[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "PLAIN"),
+            ("sasl.username", "u"),
+            ("sasl.password", "S3CRETPW"),
+        ]);
+        let w = plain.warnings("kafka.example.com");
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("sends the password") && w[0].contains("SASL_SSL"),
+            "{w:?}"
+        );
+        assert!(!w[0].contains("S3CRETPW"));
+        assert!(plain.warnings("127.0.0.1").is_empty());
+        assert!(plain.warnings("localhost").is_empty());
+        let oauth = with(&[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "OAUTHBEARER"),
+            ("sasl.oauthbearer.token", "t"),
+        ]);
+        assert!(oauth.warnings("10.0.0.1")[0].contains("sends the token"));
+        let scram = with(&[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+        ]);
+        assert!(scram.warnings("10.0.0.1").is_empty());
+        let none = with(&[
+            ("security.protocol", "SSL"),
+            ("ssl.endpoint.identification.algorithm", "none"),
+        ]);
+        let w = none.warnings("127.0.0.1");
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("any certificate a public CA issued"), "{w:?}");
+        let none_ca = with(&[
+            ("security.protocol", "SASL_SSL"),
+            ("ssl.endpoint.identification.algorithm", ""),
+            ("ssl.ca.location", "/etc/ca.pem"),
+        ]);
+        assert!(none_ca.warnings("h")[0].contains("checked against ssl.ca.location"));
+        assert!(Security::default().warnings("h").is_empty());
+        assert!(with(&[("security.protocol", "SSL")])
+            .warnings("h")
+            .is_empty());
+    }
 
     #[test]
     fn keys_parse_and_secrets_never_print() {

@@ -9,7 +9,7 @@
 
 use std::io;
 use std::path::Path;
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
@@ -63,13 +63,7 @@ pub(crate) fn client_config(security: &Security) -> Result<Arc<ClientConfig>, Tl
     let builder = match security.ssl_endpoint_identification {
         EndpointIdentification::Https => builder.with_root_certificates(roots),
         EndpointIdentification::None => {
-            static WARN: Once = Once::new();
-            WARN.call_once(|| {
-                eprintln!(
-                    "kdirect: warning: ssl.endpoint.identification.algorithm=none: brokers' \
-                     certificates are not checked against their host names"
-                );
-            });
+            // Warned once by BrokerConnection::connect (Security::warnings).
             let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
                 .build()
                 .map_err(|e| TlsProblem::Setup(e.to_string()))?;

@@ -49,9 +49,33 @@ impl ConnectArgs {
             Some(path) => read_properties(path)?,
             None => Vec::new(),
         };
+        warn_secrets_on_command_line(&self.set);
         out.extend(self.set.iter().cloned());
         Ok(out)
     }
+}
+
+/// A secret given as `-X sasl.password=…` is readable by every user of the machine while the
+/// command runs (`ps`, `/proc/PID/cmdline`) and stays in the shell's history: warned once,
+/// naming the key and its environment variable, never the value.
+fn warn_secrets_on_command_line(set: &[String]) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    let secrets: Vec<&str> = set
+        .iter()
+        .filter_map(|kv| kv.split_once('=').map(|(k, _)| k.trim()))
+        .filter(|k| kdirect_engine::security::SECRET_KEYS.contains(k))
+        .collect();
+    let Some(first) = secrets.first() else {
+        return;
+    };
+    WARNED.call_once(|| {
+        tracing::warn!(
+            "-X {first}=… on the command line is visible to every user of this machine (ps) \
+             and kept in the shell's history: set {} in the environment, or put it in a file \
+             read with -F FILE",
+            env_name(first)
+        );
+    });
 }
 
 /// A Java properties file's `key=value` (or `key: value`) lines, comments (`#`, `!`) and
