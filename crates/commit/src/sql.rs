@@ -1089,6 +1089,31 @@ pub async fn read_offsets_table(
 mod tests {
     use super::*;
 
+    /// What a URL promises when the server cannot be asked whether the connection is
+    /// encrypted: only the modes that refuse clear text count as TLS.
+    #[test]
+    fn only_modes_that_refuse_clear_text_count_as_tls() {
+        for url in [
+            "postgres://h/db?sslmode=require",
+            "postgres://h/db?a=1&sslmode=verify-full&sslrootcert=/ca.pem",
+            "mysql://h/db?ssl-mode=REQUIRED",
+            "mysql://h/db?ssl-mode=VERIFY_IDENTITY&ssl-ca=/ca.pem",
+            "mysql://h/db?sslmode=verify_ca",
+        ] {
+            assert!(requires_tls(url), "{url}");
+        }
+        for url in [
+            "postgres://h/db",
+            "postgres://h/db?sslmode=prefer",
+            "postgres://h/db?sslmode=allow",
+            "postgres://h/db?sslmode=disable",
+            "mysql://h/db?ssl-mode=PREFERRED",
+            "mysql://h/db?application_name=sslmode=require",
+        ] {
+            assert!(!requires_tls(url), "{url}");
+        }
+    }
+
     #[test]
     fn redacts_and_checks_names() {
         assert_eq!(redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
