@@ -48,13 +48,14 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@" >/dev/null
 }
 
-# --- TLS for the stores: a test CA and one server certificate (localhost, 127.0.0.1, ::1) ----
-# made once with the openssl command (nothing links OpenSSL), kept under /etc so the servers'
-# configurations that name it outlive any clone. The CA's key is thrown away: nothing else can
-# be signed by it. PostgreSQL, MariaDB and the TLS Redis below serve the certificate; the
-# tests trust ca.pem (KDIRECT_TEST_TLS_CA).
+# --- TLS for the stores: a test CA, a server certificate (localhost, 127.0.0.1, ::1) and a
+# client certificate, made with the openssl command (nothing links OpenSSL) and kept under /etc
+# so the servers' configurations that name them outlive any clone. PostgreSQL, MariaDB and the
+# TLS Redis below serve the server certificate; the tests trust ca.pem (KDIRECT_TEST_TLS_CA)
+# and present client.pem (a test-only key, readable by all) where the TLS Redis asks for one.
 tls_dir="${KDIRECT_TEST_TLS_DIR:-/etc/kdirect-test-tls}"
-if ! as_root test -s "$tls_dir/server.key"; then
+tls_new=
+if ! as_root test -s "$tls_dir/ca.key"; then
   command -v openssl >/dev/null || apt_install openssl
   tls_tmp="$(mktemp -d)"
   openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=kdirect test CA" \
@@ -62,15 +63,28 @@ if ! as_root test -s "$tls_dir/server.key"; then
   openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" \
     -keyout "$tls_tmp/server.key" -out "$tls_tmp/server.csr" 2>/dev/null
   printf '%s\n' "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1" "basicConstraints=CA:FALSE" \
-    "keyUsage=digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth,clientAuth" \
-    > "$tls_tmp/ext"
+    "keyUsage=digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth" > "$tls_tmp/ext"
   openssl x509 -req -in "$tls_tmp/server.csr" -CA "$tls_tmp/ca.pem" -CAkey "$tls_tmp/ca.key" \
     -CAcreateserial -days 3650 -extfile "$tls_tmp/ext" -out "$tls_tmp/server.pem" 2>/dev/null
   as_root mkdir -p "$tls_dir"
+  as_root rm -f "$tls_dir/client.key" "$tls_dir/client.pem"
   as_root install -m 644 "$tls_tmp/ca.pem" "$tls_tmp/server.pem" "$tls_dir/"
-  as_root install -m 600 "$tls_tmp/server.key" "$tls_dir/"
+  as_root install -m 600 "$tls_tmp/ca.key" "$tls_tmp/server.key" "$tls_dir/"
   rm -rf "$tls_tmp"
+  tls_new=1
   say "made a test CA and a server certificate for localhost in $tls_dir"
+fi
+if ! test -s "$tls_dir/client.key"; then
+  tls_tmp="$(mktemp -d)"
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=kdirect test client" \
+    -keyout "$tls_tmp/client.key" -out "$tls_tmp/client.csr" 2>/dev/null
+  printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=digitalSignature,keyEncipherment" \
+    "extendedKeyUsage=clientAuth" > "$tls_tmp/ext"
+  as_root openssl x509 -req -in "$tls_tmp/client.csr" -CA "$tls_dir/ca.pem" \
+    -CAkey "$tls_dir/ca.key" -CAcreateserial -CAserial "$tls_tmp/ca.srl" -days 3650 \
+    -extfile "$tls_tmp/ext" -out "$tls_tmp/client.pem" 2>/dev/null
+  as_root install -m 644 "$tls_tmp/client.pem" "$tls_tmp/client.key" "$tls_dir/"
+  as_root rm -rf "$tls_tmp"
 fi
 
 # --- PostgreSQL: cluster from the Debian package, password login over TCP -----------------
@@ -91,10 +105,11 @@ fi
 # TLS with the test certificate (sslmode=require / verify-full); clear-text logins still work
 # (pg_hba's `host` lines take both). A reload, not a restart: sessions in progress go on.
 pg_key="$tls_dir/postgres.key"
-if ! as_root test -s "$pg_key"; then
+if [ -n "$tls_new" ] || ! as_root test -s "$pg_key"; then
   as_root install -m 600 -o postgres -g postgres "$tls_dir/server.key" "$pg_key"
 fi
-if [ "$(as_root su postgres -c "psql -tAc 'SHOW ssl_cert_file'")" != "$tls_dir/server.pem" ]; then
+if [ -n "$tls_new" ] \
+  || [ "$(as_root su postgres -c "psql -tAc 'SHOW ssl_cert_file'")" != "$tls_dir/server.pem" ]; then
   as_root su postgres -c "psql -q -v ON_ERROR_STOP=1 -c \"ALTER SYSTEM SET ssl = on\" \
     -c \"ALTER SYSTEM SET ssl_cert_file = '$tls_dir/server.pem'\" \
     -c \"ALTER SYSTEM SET ssl_key_file = '$pg_key'\" -c 'SELECT pg_reload_conf()'" >/dev/null
@@ -111,8 +126,10 @@ if ! command -v mariadbd >/dev/null; then apt_install mariadb-server; fi
 # a server already running without it is restarted once. Clear-text logins still work.
 mysql_key="$tls_dir/mysql.key"
 mysql_tls_cnf=/etc/mysql/mariadb.conf.d/99-kdirect-test-tls.cnf
-if ! as_root test -s "$mysql_key"; then
+if [ -n "$tls_new" ] || ! as_root test -s "$mysql_key"; then
   as_root install -m 600 -o mysql -g mysql "$tls_dir/server.key" "$mysql_key"
+  # A server already serving the old certificate reads the new one (FLUSH SSL, MariaDB 10.4+).
+  if up 3306 && as_root test -s "$mysql_tls_cnf"; then as_root mariadb -uroot -e 'FLUSH SSL' || true; fi
 fi
 if ! as_root test -s "$mysql_tls_cnf"; then
   printf '%s\n' "# kdirect's tests (tests/services.sh): TLS with a test certificate" "[mariadbd]" \
@@ -146,17 +163,22 @@ if ! up 6379; then
   started redis 6379
   wait_up 6379 Redis
 fi
-# A second Redis that speaks TLS only (rediss://, port 39630), with the test certificate;
-# client certificates optional (`cert=`/`key=` are tested, not required).
+# A second Redis that speaks TLS only (rediss://, port 39630), with the test certificate,
+# asking every client for a certificate of the test CA (`cert=`/`key=`). One left serving an
+# older certificate is started again.
 redis_tls_port=39630
+redis_tls_home=/tmp/kdirect-redis-tls
+if [ -n "$tls_new" ] && up "$redis_tls_port" && [ -s "$redis_tls_home/redis.pid" ]; then
+  kill "$(cat "$redis_tls_home/redis.pid")" 2>/dev/null || true
+  for _ in $(seq 1 50); do up "$redis_tls_port" || break; sleep 0.1; done
+fi
 if ! up "$redis_tls_port"; then
-  redis_tls_home=/tmp/kdirect-redis-tls
   mkdir -p "$redis_tls_home"
   as_root cat "$tls_dir/server.key" > "$redis_tls_home/server.key"
   chmod 600 "$redis_tls_home/server.key"
   redis-server --daemonize yes --bind 127.0.0.1 --port 0 --tls-port "$redis_tls_port" \
     --tls-cert-file "$tls_dir/server.pem" --tls-key-file "$redis_tls_home/server.key" \
-    --tls-ca-cert-file "$tls_dir/ca.pem" --tls-auth-clients optional --save "" --appendonly no \
+    --tls-ca-cert-file "$tls_dir/ca.pem" --tls-auth-clients yes --save "" --appendonly no \
     --dir "$redis_tls_home" --logfile "$redis_tls_home/redis.log" \
     --pidfile "$redis_tls_home/redis.pid" >&2
   for _ in $(seq 1 50); do [ -s "$redis_tls_home/redis.pid" ] && break; sleep 0.1; done

@@ -37,10 +37,12 @@ fn redis_store() {
     });
 }
 
-/// `rediss://` against a Redis that speaks TLS only (tests/services.sh: `--tls-port`, the test
-/// certificate): with `cacert=` it passes the conformance suite; without it the system's CA
-/// store does not know the test CA and the connection is refused, saying so. Before the
-/// redis crate had TLS: "can't connect with TLS, the feature is not enabled".
+/// `rediss://` against a Redis that speaks TLS only and asks every client for a certificate
+/// (tests/services.sh: `--tls-port`, `--tls-auth-clients yes`, the test CA's certificates):
+/// with `cacert=`, `cert=` and `key=` it passes the conformance suite, by address and by
+/// name; without `cacert=` the system's CA store does not know the test CA and the
+/// connection is refused, saying so; without a client certificate the server refuses it.
+/// Before the redis crate had TLS: "can't connect with TLS, the feature is not enabled".
 #[test]
 fn redis_store_over_tls() {
     let (Some(url), Some(ca)) = (
@@ -49,8 +51,15 @@ fn redis_store_over_tls() {
     ) else {
         return;
     };
+    // The client certificate beside the CA (tests/services.sh makes both).
+    let dir = std::path::Path::new(&ca)
+        .parent()
+        .unwrap()
+        .display()
+        .to_string();
+    let client = format!("cert={dir}/client.pem&key={dir}/client.key");
     rt().block_on(async {
-        let tls = format!("{url}?cacert={ca}");
+        let tls = format!("{url}?cacert={ca}&{client}");
         let group = unique("g");
         let (a, b) = two_writers(&tls, &group).await;
         exercise(&a, &b, &unique("topic")).await;
@@ -58,7 +67,11 @@ fn redis_store_over_tls() {
         let s = RedisStore::connect(&by_name, &unique("g")).await.unwrap();
         assert!(s.load(&[]).await.unwrap().positions.is_empty());
 
-        let e = RedisStore::connect(&url, &unique("g")).await.unwrap_err();
+        let e = RedisStore::connect(&format!("{url}?{client}"), &unique("g"))
+            .await
+            .unwrap_err();
         assert!(e.to_string().contains("UnknownIssuer"), "{e}");
+        let no_client = format!("{url}?cacert={ca}");
+        assert!(RedisStore::connect(&no_client, &unique("g")).await.is_err());
     });
 }
