@@ -86,6 +86,14 @@ if ! test -s "$tls_dir/client.key"; then
   as_root install -m 644 "$tls_tmp/client.pem" "$tls_tmp/client.key" "$tls_dir/"
   as_root rm -rf "$tls_tmp"
 fi
+# The HBase REST gateway's keystore (PKCS#12, the server certificate and key; a test-only
+# password): tests/hbase/hbase.sh serves HTTPS on 39531 with it.
+if [ -n "$tls_new" ] || ! test -s "$tls_dir/hbase-rest.p12"; then
+  as_root openssl pkcs12 -export -in "$tls_dir/server.pem" -inkey "$tls_dir/server.key" \
+    -certfile "$tls_dir/ca.pem" -name rest -passout pass:kdirect-test \
+    -out "$tls_dir/hbase-rest.p12"
+  as_root chmod 644 "$tls_dir/hbase-rest.p12"
+fi
 
 # --- PostgreSQL: cluster from the Debian package, password login over TCP -----------------
 pg_password=kdirect
@@ -252,7 +260,7 @@ fi
 node "$here/azurite/create-container.js" "http://127.0.0.1:$az_port/devstoreaccount1" kdirect-test
 
 # --- Apache HBase (standalone, from Maven Central jars) and its REST gateway on 39530 --------
-if ! up 39530; then started hbase; fi
+if ! up 39530; then started hbase; elif ! up 39531; then started hbase-tls; fi
 bash "$here/hbase/hbase.sh" up >&2
 
 # --- HDFS: Hadoop's MiniDFSCluster (from Maven Central jars), NameNode RPC on 39540 ----------
@@ -275,6 +283,7 @@ export KDIRECT_TEST_ZOOKEEPER="zk://127.0.0.1:$zk_port"
 export KDIRECT_TEST_S3="http://127.0.0.1:$s3_port/kdirect-test"
 export KDIRECT_TEST_AZURE="http://127.0.0.1:$az_port/devstoreaccount1/kdirect-test"
 export KDIRECT_TEST_HBASE="hbase://127.0.0.1:39530"
+export KDIRECT_TEST_HBASE_TLS="hbases://127.0.0.1:39531"
 eval "$(bash "$here/hdfs/hdfs.sh" env)"
 eval "$(bash "$here/kafka/kafka.sh" env)"
 

@@ -7,7 +7,7 @@
 #
 # Lines: `postgres VERSION`, `mariadb`, `redis PORT`, `pid PID NAME` (a process, stopped only
 # while its command line still names NAME: a pid the system has since given to another process
-# is left alone), `hbase`, `hdfs`, `kafka CLUSTER`.
+# is left alone), `hbase`, `hbase-tls` (its HTTPS gateway only), `hdfs`, `kafka CLUSTER`.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 say() { printf '[services] %s\n' "$*" >&2; }
@@ -30,6 +30,7 @@ tac "$file" | while read -r kind a b; do
         kill -9 "$a" 2>/dev/null
       fi ;;
     hbase | hdfs) say "stopping $kind"; bash "$here/$kind/$kind.sh" down >&2 ;;
+    hbase-tls) say "stopping HBase's HTTPS gateway"; bash "$here/hbase/hbase.sh" down tls >&2 ;;
     kafka) say "stopping Kafka cluster $a"; bash "$here/kafka/kafka.sh" down "$a" >&2 ;;
     *) say "stop-services.sh: unknown line '$kind $a $b' in $file" ;;
   esac

@@ -3,14 +3,21 @@
 # and HBase's own ZooKeeper on 39510 in one JVM, data under $KDIRECT_HBASE_HOME, default
 # target/hbase) and the REST gateway on 39530, from Maven Central jars (tests/hbase/pom.xml).
 #
-#   hbase.sh up      fetch jars if missing; start HBase and its REST gateway unless answering
-#   hbase.sh down    stop both
+#   hbase.sh up        fetch jars if missing; start HBase and its REST gateways unless answering
+#   hbase.sh down      stop them all
+#   hbase.sh down tls  stop only the HTTPS gateway
+#
+# A second REST gateway serves HTTPS on 39531 (hbase.rest.ssl.enabled) when tests/services.sh
+# made the test certificate's PKCS#12 keystore ($KDIRECT_TEST_TLS_DIR/hbase-rest.p12), for the
+# store's hbases:// tests.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 home="${KDIRECT_HBASE_HOME:-$root/target/hbase}"
 version=2.6.1
 rest_port=39530
+rest_tls_port=39531
+tls_dir="${KDIRECT_TEST_TLS_DIR:-/etc/kdirect-test-tls}"
 say() { printf '[hbase] %s\n' "$*" >&2; }
 # shellcheck source=../pid.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../pid.sh"
@@ -54,8 +61,20 @@ config() {
 <property><name>hbase.rest.info.port</name><value>-1</value></property>
 </configuration>
 XML
+  # The HTTPS gateway's configuration: the same, with TLS.
+  mkdir -p "$home/conf-tls"
+  sed 's|</configuration>||' "$home/conf/hbase-site.xml" > "$home/conf-tls/hbase-site.xml"
+  cat >> "$home/conf-tls/hbase-site.xml" <<XML
+<property><name>hbase.rest.ssl.enabled</name><value>true</value></property>
+<property><name>hbase.rest.ssl.keystore.store</name><value>$tls_dir/hbase-rest.p12</value></property>
+<property><name>hbase.rest.ssl.keystore.type</name><value>PKCS12</value></property>
+<property><name>hbase.rest.ssl.keystore.password</name><value>kdirect-test</value></property>
+<property><name>hbase.rest.ssl.keystore.keypassword</name><value>kdirect-test</value></property>
+</configuration>
+XML
   printf 'log4j.rootLogger=WARN,c\nlog4j.appender.c=org.apache.log4j.ConsoleAppender\nlog4j.appender.c.layout=org.apache.log4j.PatternLayout\nlog4j.appender.c.layout.ConversionPattern=%%d %%p %%c{1}: %%m%%n\n' \
     > "$home/conf/log4j.properties"
+  cp "$home/conf/log4j.properties" "$home/conf-tls/"
 }
 
 opens=(--add-opens java.base/java.lang=ALL-UNNAMED --add-opens java.base/java.nio=ALL-UNNAMED
@@ -77,26 +96,39 @@ start() {
       -p "$rest_port" start > "$home/rest.log" 2>&1 &
     echo $! > "$home/rest.pid"
   fi
+  local tls=
+  if [ -s "$tls_dir/hbase-rest.p12" ]; then tls=1; fi
+  if [ -n "$tls" ] && ! up "$rest_tls_port"; then
+    nohup java -Xmx256m "${opens[@]}" -cp "$home/conf-tls:$lib/*" \
+      org.apache.hadoop.hbase.rest.RESTServer -p "$rest_tls_port" start \
+      > "$home/rest-tls.log" 2>&1 &
+    echo $! > "$home/rest-tls.pid"
+  fi
   # Up when the REST gateway answers for the cluster (the master has a region server).
   for _ in $(seq 1 120); do
     if curl -sf "http://127.0.0.1:$rest_port/version/cluster" >/dev/null 2>&1 \
-      && curl -sf "http://127.0.0.1:$rest_port/status/cluster" 2>/dev/null | grep -q '1 live'; then
-      say "HBase up, REST gateway at 127.0.0.1:$rest_port"
+      && curl -sf "http://127.0.0.1:$rest_port/status/cluster" 2>/dev/null | grep -q '1 live' \
+      && { [ -z "$tls" ] || curl -sf --cacert "$tls_dir/ca.pem" \
+        "https://127.0.0.1:$rest_tls_port/version/cluster" >/dev/null 2>&1; }; then
+      say "HBase up, REST gateway at 127.0.0.1:$rest_port${tls:+, HTTPS at 127.0.0.1:$rest_tls_port}"
       return 0
     fi
     sleep 1
   done
   say "FAIL: HBase's REST gateway is not answering on 127.0.0.1:$rest_port after 120 s"
   tail -20 "$home/master.log" "$home/rest.log" >&2 || true
+  [ -z "$tls" ] || tail -20 "$home/rest-tls.log" >&2 || true
   return 1
 }
 
 case "${1:-}" in
   up) start ;;
   down)
-    for p in rest master; do
+    gateways="rest-tls rest master"
+    if [ "${2:-}" = tls ]; then gateways=rest-tls; fi
+    for p in $gateways; do
       pid="$(live_pid "$home/$p.pid" "$home/conf")" && kill "$pid" 2>/dev/null
       rm -f "$home/$p.pid"
     done ;;
-  *) echo "usage: hbase.sh up|down" >&2; exit 2 ;;
+  *) echo "usage: hbase.sh up|down [tls]" >&2; exit 2 ;;
 esac
