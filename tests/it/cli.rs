@@ -813,6 +813,83 @@ fn own_address() -> Option<std::net::IpAddr> {
     (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
 }
 
+/// A TCP forwarder listening on `ip` (port chosen by the system) to `target`: a service
+/// bound to loopback, reached as if it ran on another host. Lives as long as the process.
+fn forward(ip: std::net::IpAddr, target: String) -> u16 {
+    let listener = std::net::TcpListener::bind((ip, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(server) = std::net::TcpStream::connect(&target) else {
+                continue;
+            };
+            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let (mut c, mut s) = (client, server);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c, &mut s2);
+                let _ = s2.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut s, &mut c2);
+                let _ = c2.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    port
+}
+
+/// Issue 36: PostgreSQL and MariaDB reached on a host that is not loopback (this machine's own
+/// address, forwarded to the real servers) warn once when the connection is in clear text —
+/// `sslmode=disable`, `ssl-mode=DISABLED` — and stay quiet when it is encrypted, including
+/// the default `prefer`/`PREFERRED` that got TLS (the server is asked: pg_stat_ssl,
+/// Ssl_cipher). The warning names the store without its password.
+#[test]
+fn a_sql_store_in_clear_text_on_another_host_warns_and_tls_does_not() {
+    let (Some(pg), Some(my)) = (
+        crate::support::service(
+            "KDIRECT_TEST_POSTGRES",
+            "a_sql_store_in_clear_text_on_another_host_warns_and_tls_does_not",
+        ),
+        crate::support::service(
+            "KDIRECT_TEST_MYSQL",
+            "a_sql_store_in_clear_text_on_another_host_warns_and_tls_does_not",
+        ),
+    ) else {
+        return;
+    };
+    let Some(ip) = own_address() else {
+        eprintln!("skipping a_sql_store_in_clear_text_on_another_host_warns_and_tls_does_not: this machine has no address but loopback");
+        return;
+    };
+    for (url, clear, tls) in [
+        (pg, "sslmode=disable", ["sslmode=prefer", "sslmode=require"]),
+        (
+            my,
+            "ssl-mode=DISABLED",
+            ["ssl-mode=PREFERRED", "ssl-mode=REQUIRED"],
+        ),
+    ] {
+        // scheme://user:password@127.0.0.1:PORT/db
+        let (head, rest) = url.split_once('@').unwrap();
+        let (hostport, db) = rest.split_once('/').unwrap();
+        let port = forward(ip, hostport.to_owned());
+        let password = head.rsplit_once(':').unwrap().1;
+        let at = |mode: &str| format!("{head}@{ip}:{port}/{db}?{mode}");
+        let o = kdirect(&["offsets", "show", "--store", &at(clear), "-g", "g"]);
+        let err = stderr(&o);
+        assert!(o.status.success(), "{clear}: {err}");
+        assert_eq!(err.matches("without TLS").count(), 1, "{clear}: {err}");
+        assert!(err.contains(&format!("{ip}:{port}")), "{err}");
+        assert!(!err.contains(&format!(":{password}@")), "{err}");
+        for mode in tls {
+            let o = kdirect(&["offsets", "show", "--store", &at(mode), "-g", "g"]);
+            let err = stderr(&o);
+            assert!(o.status.success(), "{mode}: {err}");
+            assert!(!err.contains("without TLS"), "{mode}: {err}");
+        }
+    }
+}
+
 /// Issue 36: `-X sasl.password=…` on the command line warns once, naming the environment
 /// variable to use and never the value; PLAIN over SASL_PLAINTEXT to a host that is not
 /// loopback warns once that the password crosses in clear text (both were silent). The
