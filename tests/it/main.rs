@@ -12,6 +12,7 @@ mod group;
 mod hostile;
 mod import;
 mod kill;
+mod lakehouse;
 mod migrate;
 mod output;
 mod progress;

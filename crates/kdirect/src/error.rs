@@ -17,6 +17,9 @@ pub enum Error {
     /// broker, the topic and partition, the batch's offset and the byte position.
     #[error(transparent)]
     Decode(kdirect_engine::Error),
+    /// From a sink ([`crate::sink`]): writing or committing a batch's output.
+    #[error(transparent)]
+    Sink(#[from] crate::sink::SinkError),
     /// The stream was used in an order that would break its guarantees (for example, asking
     /// for the next batch while one handed out is not committed yet).
     #[error("{0}")]

@@ -52,6 +52,9 @@
 //! - `sql`: the SQLite, PostgreSQL and MySQL/MariaDB stores (sqlx), and exactly-once with
 //!   results in the offsets' transaction.
 //! - `redis`: the Redis store.
+//! - `arrow`: a batch as Arrow `RecordBatch`es in Spark's Kafka source schema
+//!   ([`sink::arrow`]).
+//! - `parquet` (in `cli`): the exactly-once Parquet sink ([`sink::parquet`]); implies `arrow`.
 //! - `unstable`: the workspace's crates as modules — [`proto`] (the sans-IO protocol layer),
 //!   [`engine`] (connections, cluster view, planner, fetcher, record decoder) and [`commit`]
 //!   (the stores) — with no stability promise. The items re-exported at the top level are
@@ -59,6 +62,7 @@
 #![forbid(unsafe_code)]
 
 mod error;
+pub mod sink;
 pub mod stream;
 
 pub use error::Error;
@@ -89,6 +93,8 @@ pub use kdirect_engine::security::{
 };
 pub use kdirect_engine::{ErrorKind, SaslProblem, TlsProblem};
 pub use kdirect_proto::IsolationLevel;
+
+pub use sink::{BatchWriter, JsonLinesSink, Sink, SinkCommit, SinkError, SinkErrorKind};
 
 pub use kdirect_commit::checkpoint::CheckpointStore;
 pub use kdirect_commit::file_sink::FileSink;

@@ -5,9 +5,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use kdirect::commit::file_sink::FileSink;
 use kdirect::engine::plan::StartPolicy;
 use kdirect::proto::IsolationLevel;
+use kdirect::sink::parquet::{ParquetCompression, ParquetOptions, ParquetSink};
+use kdirect::sink::{BatchWriter, JsonLinesSink, LineFormat, Sink};
 use kdirect::stream::DirectStream;
 use kdirect::{parse_trigger, starting_offsets_json, Ending, Trigger};
 
@@ -221,6 +222,45 @@ pub struct Args {
     /// transaction as the offsets — exactly-once. Replaces `--output`.
     #[arg(long, value_name = "NAME", requires = "store", conflicts_with_all = ["output", "output_dir"])]
     sink_table: Option<String>,
+    /// Where the records go, exactly-once with no --store: `parquet:DIR`, one Parquet file per
+    /// batch in Spark's Kafka schema (`DIR/part-<batchId>-000.parquet`, hidden until
+    /// committed), its positions and file lists in `DIR/_kdirect_metadata` (a checkpoint
+    /// directory: a restart resumes from it). Local directories only. Replaces `--output`.
+    #[arg(long, value_name = "SPEC", conflicts_with_all = ["output", "output_dir", "sink_table", "store", "join", "join_group", "count"])]
+    sink: Option<String>,
+    /// `--sink parquet:`'s page compression: zstd (level 3), snappy or none.
+    #[arg(long, value_name = "CODEC", default_value = "zstd", requires = "sink")]
+    parquet_compression: ParquetCompression,
+    /// `--sink parquet:`'s rows per row group at most.
+    #[arg(long, value_name = "ROWS", default_value_t = 1024 * 1024, requires = "sink")]
+    parquet_row_group_rows: usize,
+}
+
+/// `--sink parquet:DIR`: the sink (its log becomes the stream's store).
+fn open_sink(args: &Args) -> Result<Option<ParquetSink>, CliError> {
+    let Some(spec) = &args.sink else {
+        return Ok(None);
+    };
+    let Some(dir) = spec.strip_prefix("parquet:") else {
+        return Err(CliError(format!(
+            "--sink '{spec}': the sinks are parquet:DIR (and --output-dir DIR for JSON lines)"
+        )));
+    };
+    if dir.is_empty() {
+        return Err(CliError(
+            "--sink parquet: needs a directory, e.g. parquet:/data/events".into(),
+        ));
+    }
+    if dir.contains("://") {
+        return Err(CliError(format!(
+            "--sink '{spec}': the Parquet sink writes to local directories only for now (object \
+             stores and HDFS are not done yet)"
+        )));
+    }
+    let options = ParquetOptions::default()
+        .compression(args.parquet_compression)
+        .row_group_rows(args.parquet_row_group_rows);
+    Ok(Some(ParquetSink::open(dir, options)?))
 }
 
 fn parse_interval(s: &str) -> Result<Duration, String> {
@@ -442,6 +482,11 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
     if let Some(spec) = &args.store {
         builder = builder.group(&args.group).store_spec(spec);
     }
+    // --sink parquet:DIR keeps its own positions: its log is the store.
+    let parquet_sink = open_sink(&args)?;
+    if let Some(sink) = &parquet_sink {
+        builder = builder.store(sink.log());
+    }
     if args.join {
         let group = args.group.clone();
         builder = builder
@@ -492,7 +537,13 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
         (None, _) => None,
     };
     let file_sink = match &args.output_dir {
-        Some(dir) => Some(FileSink::open(dir)?),
+        Some(dir) => {
+            let bytes = args.bytes;
+            let format: LineFormat = std::sync::Arc::new(move |line, range, r| {
+                push_record_json(line, Some((&range.topic, range.partition)), r, bytes);
+            });
+            Some(JsonLinesSink::open(dir, format)?)
+        }
         None => None,
     };
     // The output file, to fsync before a commit covers what was written, and its log of
@@ -500,7 +551,7 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
     let mut durable: Option<File> = None;
     let mut cover: Option<OutputCover> = None;
     let mut out: Option<Box<dyn Write>> = match args.output.as_str() {
-        _ if file_sink.is_some() || sink_table.is_some() => None,
+        _ if file_sink.is_some() || sink_table.is_some() || parquet_sink.is_some() => None,
         "null" => None,
         "-" => Some(Box::new(BufWriter::with_capacity(
             1 << 20,
@@ -625,29 +676,29 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
             // Exactly-once output with a store that logs plans: a re-run batch rewrites the
             // same file.
             let mut file = sink.begin(batch.id())?;
-            let mut werr = None;
             stream
-                .try_for_each_record(&mut batch, |range, r| {
+                .try_for_each_record(&mut batch, |range, r| -> Result<(), kdirect::Error> {
                     stats.add(r.key(), r.value());
-                    line.clear();
-                    push_record_json(
-                        &mut line,
-                        Some((&range.topic, range.partition)),
-                        r,
-                        args.bytes,
-                    );
-                    // The sink adds the newline.
-                    if let Err(e) = file.write_line(line.trim_end_matches('\n').as_bytes()) {
-                        werr.get_or_insert(e);
-                    }
-                    Ok::<(), kdirect::Error>(())
+                    Ok(file.write_record(range, r)?)
                 })
                 .await
                 .map_err(fail)?;
-            if let Some(e) = werr {
-                return Err(e.into());
+            file.commit()?;
+        } else if let Some(sink) = &parquet_sink {
+            // Exactly-once by itself: the file is placed (visible) here, and the commit below
+            // lists it in the sink's log with the positions.
+            let mut file = sink.begin(batch.id())?;
+            // Each chunk into the one file.
+            loop {
+                batch
+                    .for_each_record(|_, r| stats.add(r.key(), r.value()))
+                    .map_err(fail)?;
+                file.write(&batch)?;
+                if !stream.next_chunk(&mut batch).await.map_err(fail)? {
+                    break;
+                }
             }
-            file.finish()?;
+            file.commit()?;
         } else {
             let limit = args.count.unwrap_or(u64::MAX);
             let walked = stream

@@ -1,0 +1,420 @@
+//! The sinks against batches a real stream reads from the fake broker.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use kdirect_fake_broker::{encode_batch, BatchOptions, Codec, FakeCluster, FakeRecord};
+
+use crate::{DirectStream, StartPolicy};
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn tempdir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "kdirect-sink-{tag}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Topic `t`: 3 partitions × `per` records, in stored batches of 10, partition 1 zstd; keys
+/// on even offsets, headers on every third record, a tombstone at offset 5.
+async fn fake(per: i32) -> FakeCluster {
+    let fake = FakeCluster::builder().topic("t", 3).build().await.unwrap();
+    for p in 0..3 {
+        for b in 0..per / 10 {
+            let recs: Vec<FakeRecord> = (0..10)
+                .map(|i| {
+                    let o = b * 10 + i;
+                    let mut r = if o == 5 {
+                        FakeRecord::value(Bytes::new())
+                    } else {
+                        FakeRecord::value(Bytes::from(format!("v{p}-{o}")))
+                    };
+                    if o == 5 {
+                        r.value = None;
+                    }
+                    if o % 2 == 0 {
+                        r = r.with_key(Bytes::from(format!("k{o}")));
+                    }
+                    if o % 3 == 0 {
+                        r = r
+                            .with_header("h", Some(Bytes::from(format!("{o}"))))
+                            .with_header("n", None);
+                    }
+                    r.with_timestamp(1_700_000_000_000 + i64::from(o))
+                })
+                .collect();
+            let codec = if p == 1 { Codec::Zstd } else { Codec::None };
+            fake.append_batch(
+                "t",
+                p,
+                encode_batch(&recs, &BatchOptions::codec(codec)).unwrap(),
+            )
+            .unwrap();
+        }
+    }
+    fake
+}
+
+#[cfg(feature = "arrow")]
+#[test]
+fn arrow_view_has_sparks_kafka_schema_and_every_record() {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Int32Type, Int64Type, TimestampMillisecondType};
+    use arrow_array::Array;
+
+    use super::arrow::{kafka_schema, ArrowConverter};
+
+    rt().block_on(async {
+        let fake = fake(30).await;
+        let mut stream = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["t"])
+            .start(StartPolicy::Earliest)
+            .until_latest(true)
+            .build()
+            .await
+            .unwrap();
+        let mut seen = BTreeMap::new();
+        // Rows cut at 7: several RecordBatches per batch.
+        let mut conv = ArrowConverter::new().with_max_rows(7);
+        while let Some(batch) = stream.next_batch().await.unwrap() {
+            for rb in conv.to_record_batches(&batch).unwrap() {
+                assert_eq!(rb.schema(), kafka_schema());
+                assert!(rb.num_rows() <= 7);
+                let key = rb.column(0).as_binary::<i32>();
+                let value = rb.column(1).as_binary::<i32>();
+                let topic = rb.column(2).as_string::<i32>();
+                let part = rb.column(3).as_primitive::<Int32Type>();
+                let off = rb.column(4).as_primitive::<Int64Type>();
+                let ts = rb.column(5).as_primitive::<TimestampMillisecondType>();
+                let ts_type = rb.column(6).as_primitive::<Int32Type>();
+                let headers = rb.column(7).as_list::<i32>();
+                for i in 0..rb.num_rows() {
+                    let (p, o) = (part.value(i), off.value(i));
+                    assert_eq!(topic.value(i), "t");
+                    assert_eq!(ts.value(i), 1_700_000_000_000 + o);
+                    assert_eq!(ts_type.value(i), 0);
+                    assert_eq!(key.is_null(i), o % 2 != 0, "{p}-{o}");
+                    if o % 2 == 0 {
+                        assert_eq!(key.value(i), format!("k{o}").as_bytes());
+                    }
+                    if o == 5 {
+                        assert!(value.is_null(i));
+                    } else {
+                        assert_eq!(value.value(i), format!("v{p}-{o}").as_bytes());
+                    }
+                    // Spark's source: null headers for a record without any.
+                    assert_eq!(headers.is_null(i), o % 3 != 0, "{p}-{o}");
+                    if o % 3 == 0 {
+                        let h = headers.value(i);
+                        let h = h.as_struct();
+                        assert_eq!(h.len(), 2);
+                        let (k, v) = (
+                            h.column(0).as_string::<i32>(),
+                            h.column(1).as_binary::<i32>(),
+                        );
+                        assert_eq!((k.value(0), v.value(0)), ("h", format!("{o}").as_bytes()));
+                        assert_eq!(k.value(1), "n");
+                        assert!(v.is_null(1));
+                    }
+                    assert!(seen.insert((p, o), ()).is_none(), "{p}-{o} twice");
+                }
+            }
+            stream.commit(batch).await.unwrap();
+        }
+        assert_eq!(seen.len(), 90);
+    });
+}
+
+#[test]
+fn jsonl_sink_writes_one_file_per_batch_and_a_rerun_replaces_it() {
+    use super::{BatchWriter, JsonLinesSink, LineFormat, Sink};
+
+    rt().block_on(async {
+        let fake = fake(10).await;
+        let dir = tempdir("jsonl");
+        let format: LineFormat = std::sync::Arc::new(|line, range, r| {
+            line.push_str(&format!(
+                "{}-{} {}",
+                range.topic,
+                range.partition,
+                r.offset()
+            ));
+        });
+        let sink = JsonLinesSink::open(&dir, format).unwrap();
+        assert_eq!(sink.last_committed().unwrap(), None);
+        let mut stream = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["t"])
+            .start(StartPolicy::Earliest)
+            .until_latest(true)
+            .build()
+            .await
+            .unwrap();
+        let batch = stream.next_batch().await.unwrap().unwrap();
+        // Written twice (a re-run, or two chunks of a batch into one writer): the file has
+        // each line as often as it was written into the committed writer, never more.
+        for _ in 0..2 {
+            let mut w = sink.begin(batch.id()).unwrap();
+            w.write(&batch).unwrap();
+            assert_eq!(w.records(), 30);
+            let c = w.commit().unwrap();
+            assert_eq!(c.files, vec![dir.join("0.jsonl")]);
+        }
+        let text = std::fs::read_to_string(dir.join("0.jsonl")).unwrap();
+        assert_eq!(text.lines().count(), 30);
+        assert!(text.starts_with("t-0 0\n"), "{text}");
+        assert!(sink.is_committed(0).unwrap());
+        assert!(!sink.is_committed(1).unwrap());
+        assert_eq!(sink.last_committed().unwrap(), Some(0));
+        // A writer dropped uncommitted leaves the committed file alone.
+        {
+            let mut w = sink.begin(0).unwrap();
+            w.write(&batch).unwrap();
+            w.write(&batch).unwrap();
+        }
+        assert_eq!(std::fs::read_to_string(dir.join("0.jsonl")).unwrap(), text);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
+#[cfg(feature = "parquet")]
+mod parquet {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Int32Type, Int64Type};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    use super::*;
+    use crate::sink::parquet::{ParquetCompression, ParquetOptions, ParquetSink};
+    use crate::sink::{BatchWriter, Sink};
+
+    /// (partition, offset) of every row of every visible `part-*.parquet` file, read with the
+    /// parquet crate's own reader (not kdirect's code), as a reader that knows nothing of
+    /// kdirect sees the directory: names starting with `_` or `.` skipped.
+    pub(crate) fn read_back(dir: &Path) -> Vec<(i32, i64)> {
+        let mut rows = Vec::new();
+        for e in std::fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('_') || name.starts_with('.') {
+                continue;
+            }
+            let reader =
+                ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(e.path()).unwrap())
+                    .unwrap()
+                    .build()
+                    .unwrap();
+            for rb in reader {
+                let rb = rb.unwrap();
+                let p = rb
+                    .column_by_name("partition")
+                    .unwrap()
+                    .as_primitive::<Int32Type>();
+                let o = rb
+                    .column_by_name("offset")
+                    .unwrap()
+                    .as_primitive::<Int64Type>();
+                for i in 0..rb.num_rows() {
+                    rows.push((p.value(i), o.value(i)));
+                }
+            }
+        }
+        rows.sort_unstable();
+        rows
+    }
+
+    fn every_offset(per: i64) -> Vec<(i32, i64)> {
+        (0..3).flat_map(|p| (0..per).map(move |o| (p, o))).collect()
+    }
+
+    async fn stream(fake: &FakeCluster, sink: &ParquetSink) -> DirectStream {
+        DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["t"])
+            .start(StartPolicy::Earliest)
+            .until_latest(true)
+            .max_offsets_per_trigger(20)
+            .store(sink.log())
+            .build()
+            .await
+            .unwrap()
+    }
+
+    /// A crash after the batch's file was renamed into place but before the log committed it:
+    /// the restarted stream re-runs the batch (same ranges, same file name), and every
+    /// (partition, offset) is in the directory once, before the re-run and after.
+    #[test]
+    fn crash_between_rename_and_log_commit_reruns_the_batch_once() {
+        rt().block_on(async {
+            let fake = fake(30).await;
+            let dir = tempdir("parquet-crash");
+            let opts = ParquetOptions::default().compression(ParquetCompression::Snappy);
+            {
+                let sink = ParquetSink::open(&dir, opts.clone()).unwrap();
+                let mut s = stream(&fake, &sink).await;
+                let b0 = s.next_batch().await.unwrap().unwrap();
+                let mut w = sink.begin(b0.id()).unwrap();
+                w.write(&b0).unwrap();
+                w.commit().unwrap();
+                s.commit(b0).await.unwrap();
+                let b1 = s.next_batch().await.unwrap().unwrap();
+                assert_eq!(b1.id(), 1);
+                let mut w = sink.begin(1).unwrap();
+                w.write(&b1).unwrap();
+                w.commit().unwrap();
+                // The crash: no stream commit; and a temp file the crash left half-written.
+                drop(b1);
+                drop(s);
+                std::fs::write(dir.join(".part-0000000002-000.parquet.tmp-1-0123"), b"PAR1")
+                    .unwrap();
+            }
+            let before = read_back(&dir);
+            let unique: BTreeSet<_> = before.iter().collect();
+            assert_eq!(
+                unique.len(),
+                before.len(),
+                "a row seen twice before the restart"
+            );
+            assert_eq!(sink_last(&dir, &opts), Some(0));
+            // The restart: the log's pending batch 1 is re-run with exactly its ranges.
+            let sink = ParquetSink::open(&dir, opts).unwrap();
+            let mut s = stream(&fake, &sink).await;
+            let mut replayed = false;
+            while let Some(b) = s.next_batch().await.unwrap() {
+                replayed |= b.id() == 1 && b.is_replay();
+                let mut w = sink.begin(b.id()).unwrap();
+                w.write(&b).unwrap();
+                w.commit().unwrap();
+                s.commit(b).await.unwrap();
+            }
+            assert!(replayed, "batch 1 was not re-run from the log");
+            assert_eq!(read_back(&dir), every_offset(30));
+            // The log lists each committed batch's files, and they are the visible ones.
+            let listed: BTreeSet<String> = sink
+                .committed_files()
+                .unwrap()
+                .values()
+                .flatten()
+                .map(|f| f.name.clone())
+                .collect();
+            let visible: BTreeSet<String> = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| !n.starts_with('_') && !n.starts_with('.'))
+                .collect();
+            assert_eq!(listed, visible);
+            // No temp file survives the reopen.
+            assert!(std::fs::read_dir(&dir).unwrap().all(|e| !e
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .contains(".tmp-")));
+            let _ = std::fs::remove_dir_all(&dir);
+        });
+    }
+
+    fn sink_last(dir: &Path, opts: &ParquetOptions) -> Option<u64> {
+        ParquetSink::open(dir, opts.clone())
+            .unwrap()
+            .last_committed()
+            .unwrap()
+    }
+
+    /// The log refuses to commit a batch whose output was not committed through the sink.
+    #[test]
+    fn commit_before_output_is_refused() {
+        rt().block_on(async {
+            let fake = fake(10).await;
+            let dir = tempdir("parquet-order");
+            let sink = ParquetSink::open(&dir, ParquetOptions::default()).unwrap();
+            let mut s = stream(&fake, &sink).await;
+            let b = s.next_batch().await.unwrap().unwrap();
+            let e = s.commit(b).await.unwrap_err().to_string();
+            assert!(e.contains("before its output"), "{e}");
+            let _ = std::fs::remove_dir_all(&dir);
+        });
+    }
+
+    /// Each codec and a small row group size: the parquet crate reads the rows back with the
+    /// values written, and the file says which batch it holds.
+    #[test]
+    fn files_read_back_with_the_parquet_reader() {
+        rt().block_on(async {
+            let fake = fake(20).await;
+            for codec in [
+                ParquetCompression::Zstd,
+                ParquetCompression::Snappy,
+                ParquetCompression::None,
+            ] {
+                let dir = tempdir("parquet-codec");
+                let sink = ParquetSink::open(
+                    &dir,
+                    ParquetOptions::default()
+                        .compression(codec)
+                        .row_group_rows(8),
+                )
+                .unwrap();
+                let mut s = stream(&fake, &sink).await;
+                while let Some(b) = s.next_batch().await.unwrap() {
+                    let mut w = sink.begin(b.id()).unwrap();
+                    w.write(&b).unwrap();
+                    w.commit().unwrap();
+                    s.commit(b).await.unwrap();
+                }
+                assert_eq!(read_back(&dir), every_offset(20), "{codec:?}");
+                let first = dir.join(ParquetSink::file_name(0));
+                let builder =
+                    ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&first).unwrap())
+                        .unwrap();
+                let meta = builder.metadata().clone();
+                assert!(
+                    meta.num_row_groups() >= 2,
+                    "{codec:?}: row groups of 8 rows"
+                );
+                let kv = meta.file_metadata().key_value_metadata().unwrap();
+                assert!(kv
+                    .iter()
+                    .any(|k| k.key == "kdirect.batchId" && k.value.as_deref() == Some("0")));
+                let mut values = Vec::new();
+                for rb in builder.build().unwrap() {
+                    let rb = rb.unwrap();
+                    let v = rb.column_by_name("value").unwrap().as_binary::<i32>();
+                    let p = rb
+                        .column_by_name("partition")
+                        .unwrap()
+                        .as_primitive::<Int32Type>();
+                    let o = rb
+                        .column_by_name("offset")
+                        .unwrap()
+                        .as_primitive::<Int64Type>();
+                    for i in 0..rb.num_rows() {
+                        if o.value(i) != 5 {
+                            assert_eq!(
+                                v.value(i),
+                                format!("v{}-{}", p.value(i), o.value(i)).as_bytes()
+                            );
+                            values.push(());
+                        }
+                    }
+                }
+                assert!(!values.is_empty());
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+        });
+    }
+}
