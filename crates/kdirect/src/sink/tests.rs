@@ -191,13 +191,13 @@ fn jsonl_sink_writes_one_file_per_batch_and_a_rerun_replaces_it() {
 }
 
 #[cfg(feature = "parquet")]
-mod parquet {
+mod parquet_sink {
     use std::collections::BTreeSet;
     use std::path::Path;
 
+    use ::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Int32Type, Int64Type};
-    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
     use super::*;
     use crate::sink::parquet::{ParquetCompression, ParquetOptions, ParquetSink};
