@@ -2,7 +2,8 @@
 # Installs (from Debian, when missing) and starts the services the tests talk to, on loopback:
 # PostgreSQL, MariaDB, Redis, ZooKeeper, an S3-compatible server (moto), Azure Blob's emulator
 # (Azurite), Apache HBase, HDFS
-# (tests/hdfs/hdfs.sh: Hadoop's MiniDFSCluster) and Apache Kafka (tests/kafka/kafka.sh), and fetches Apache Spark
+# (tests/hdfs/hdfs.sh: Hadoop's MiniDFSCluster) and Apache Kafka (tests/kafka/kafka.sh), installs
+# pyarrow (a venv in target/pyarrow, the Parquet sink's independent reader), and fetches Apache Spark
 # (tests/spark/spark.sh: jars only; the Spark test runs it in local mode). Idempotent: a service
 # already answering is left alone. Meant to be sourced by tests/run (it exports the
 # KDIRECT_TEST_* variables the tests read); `bash tests/services.sh` alone starts them and
@@ -239,6 +240,15 @@ s3.create_bucket(Bucket="kdirect-test")
 PY
 fi
 
+# --- pyarrow from PyPI: the independent reader of the Parquet sink's files (tests/it/lakehouse.rs
+# and kill.rs read them with pyarrow.dataset, which skips `_`/`.` names as Spark does) ---------
+pyarrow_home="$here/../target/pyarrow"
+if ! "$pyarrow_home/bin/python" -c 'import pyarrow.dataset' 2>/dev/null; then
+  say "installing pyarrow 22.0.0 from PyPI into $pyarrow_home"
+  python3 -m venv "$pyarrow_home" >&2 || { apt_install python3-venv; python3 -m venv "$pyarrow_home" >&2; }
+  "$pyarrow_home/bin/pip" install -q 'pyarrow==22.0.0' >&2
+fi
+
 # --- Azure Blob Storage's emulator: Azurite from npm (it keeps Put Blob's If-None-Match: *), on
 # 39610 with container kdirect-test in the emulator's account, for checkpoints on Azure -------
 az_port=39610
@@ -284,6 +294,8 @@ export KDIRECT_TEST_S3="http://127.0.0.1:$s3_port/kdirect-test"
 export KDIRECT_TEST_AZURE="http://127.0.0.1:$az_port/devstoreaccount1/kdirect-test"
 export KDIRECT_TEST_HBASE="hbase://127.0.0.1:39530"
 export KDIRECT_TEST_HBASE_TLS="hbases://127.0.0.1:39531"
+KDIRECT_TEST_PYARROW="$(cd "$pyarrow_home" && pwd)/bin/python"
+export KDIRECT_TEST_PYARROW
 eval "$(bash "$here/hdfs/hdfs.sh" env)"
 eval "$(bash "$here/kafka/kafka.sh" env)"
 

@@ -19,6 +19,14 @@ impl SinkError {
         *self.0
     }
 
+    /// The writer of `writer` handed `batch`: refused unless they are the same batch.
+    pub(crate) fn check_batch(writer: u64, batch: u64) -> Result<(), SinkError> {
+        if writer == batch {
+            return Ok(());
+        }
+        Err(SinkErrorKind::WrongBatch { writer, batch }.into())
+    }
+
     pub(crate) fn io(
         path: impl Into<PathBuf>,
         op: &'static str,
@@ -92,6 +100,14 @@ pub enum SinkErrorKind {
         batch_id: u64,
         /// The stream's error.
         source: Box<crate::Error>,
+    },
+    /// A writer was handed another batch than the one it was begun for.
+    #[error("the writer of batch {writer} was handed batch {batch}: begin a writer per batch id")]
+    WrongBatch {
+        /// The writer's batch id.
+        writer: u64,
+        /// The batch handed to it.
+        batch: u64,
     },
     /// Building the Arrow arrays failed.
     #[cfg(feature = "arrow")]

@@ -123,6 +123,7 @@ impl JsonLinesWriter {
 impl BatchWriter for JsonLinesWriter {
     fn write(&mut self, batch: &Batch) -> Result<(), SinkError> {
         let batch_id = self.batch_id;
+        SinkError::check_batch(batch_id, batch.id())?;
         batch
             .try_for_each_record(|range, r| -> Result<(), Walk> {
                 self.write_record(range, r).map_err(Walk::Sink)

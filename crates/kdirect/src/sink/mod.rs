@@ -79,7 +79,8 @@ pub trait Sink {
 pub trait BatchWriter {
     /// Adds every record `batch` holds now: the whole batch, or the chunk it holds (a batch
     /// delivered in several chunks is written chunk by chunk into the same writer). Records
-    /// are added in the order the batch gives them.
+    /// are added in the order the batch gives them. Another batch than the writer's is
+    /// refused ([`SinkErrorKind::WrongBatch`]).
     fn write(&mut self, batch: &Batch) -> Result<(), SinkError>;
 
     /// Records written so far.

@@ -484,6 +484,7 @@ impl ParquetWriter {
 
 impl BatchWriter for ParquetWriter {
     fn write(&mut self, batch: &Batch) -> Result<(), SinkError> {
+        SinkError::check_batch(self.batch_id, batch.id())?;
         let mut converter = std::mem::take(&mut self.converter);
         let written = converter.convert(batch, |rb| self.append(&rb));
         self.converter = converter;

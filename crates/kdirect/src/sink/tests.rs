@@ -186,6 +186,18 @@ fn jsonl_sink_writes_one_file_per_batch_and_a_rerun_replaces_it() {
             w.write(&batch).unwrap();
         }
         assert_eq!(std::fs::read_to_string(dir.join("0.jsonl")).unwrap(), text);
+        // A writer takes its own batch only.
+        let e = sink.begin(7).unwrap().write(&batch).unwrap_err();
+        assert!(
+            matches!(
+                e.kind(),
+                super::SinkErrorKind::WrongBatch {
+                    writer: 7,
+                    batch: 0
+                }
+            ),
+            "{e}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     });
 }
