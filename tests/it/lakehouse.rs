@@ -15,9 +15,12 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use crate::support::{service, tempdir};
 
+/// (partition, offset) → how many rows hold it.
+pub(crate) type Rows = BTreeMap<(i32, i64), u32>;
+
 /// Every (partition, offset) of the visible Parquet files (names not starting with `_` or
 /// `.`), counted, read with the parquet crate's reader.
-pub(crate) fn parquet_rows(dir: &Path) -> BTreeMap<(i32, i64), u32> {
+pub(crate) fn parquet_rows(dir: &Path) -> Rows {
     let mut seen = BTreeMap::new();
     for e in std::fs::read_dir(dir).unwrap() {
         let e = e.unwrap();
@@ -50,7 +53,7 @@ pub(crate) fn parquet_rows(dir: &Path) -> BTreeMap<(i32, i64), u32> {
 
 /// What pyarrow.dataset sees in `dir`: the schema (one line per field) and every
 /// (partition, offset), counted. `None` (after a printed reason) without pyarrow.
-pub(crate) fn pyarrow_rows(dir: &Path, test: &str) -> Option<(String, BTreeMap<(i32, i64), u32>)> {
+pub(crate) fn pyarrow_rows(dir: &Path, test: &str) -> Option<(String, Rows)> {
     let python = service("KDIRECT_TEST_PYARROW", test)?;
     let script = r#"
 import sys
