@@ -340,6 +340,72 @@ mod parquet_sink {
         });
     }
 
+    /// A chunked batch (issue 32) larger than the memory budget is written chunk by chunk into
+    /// its one writer: one file per batch, every record once.
+    #[test]
+    fn a_chunked_batch_goes_into_one_file() {
+        rt().block_on(async {
+            let fake = FakeCluster::builder().topic("w", 4).build().await.unwrap();
+            for p in 0..4 {
+                for _ in 0..8 {
+                    let recs: Vec<FakeRecord> = (0..16)
+                        .map(|_| FakeRecord::value(Bytes::from(vec![b'v'; 1000])))
+                        .collect();
+                    fake.append_records("w", p, &recs, Codec::None).unwrap();
+                }
+            }
+            let dir = tempdir("parquet-chunked");
+            let sink = ParquetSink::open(&dir, ParquetOptions::default()).unwrap();
+            let mut s = DirectStream::builder()
+                .bootstrap(&fake.bootstrap())
+                .topics(&["w"])
+                .start(StartPolicy::Earliest)
+                .until_latest(true)
+                .memory_budget(256 * 1024)
+                .set("maxOffsetsPerTrigger", "10000000")
+                .unwrap()
+                .set("batch.chunked", "true")
+                .unwrap()
+                .store(sink.log())
+                .build()
+                .await
+                .unwrap();
+            let mut batches = 0;
+            let mut most_chunks = 0;
+            while let Some(mut b) = s.next_batch().await.unwrap() {
+                let mut w = sink.begin(b.id()).unwrap();
+                loop {
+                    w.write(&b).unwrap();
+                    if !s.next_chunk(&mut b).await.unwrap() {
+                        break;
+                    }
+                }
+                most_chunks = most_chunks.max(b.chunks());
+                let c = w.commit().unwrap();
+                assert!(c.files.len() <= 1);
+                s.commit(b).await.unwrap();
+                batches += 1;
+            }
+            assert!(most_chunks > 1, "no batch came in chunks");
+            let rows = read_back(&dir);
+            let want: Vec<(i32, i64)> =
+                (0..4).flat_map(|p| (0..128).map(move |o| (p, o))).collect();
+            assert_eq!(rows, want);
+            let files = std::fs::read_dir(&dir)
+                .unwrap()
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .file_name()
+                        .to_string_lossy()
+                        .starts_with("part-")
+                })
+                .count();
+            assert!(files <= batches);
+            let _ = std::fs::remove_dir_all(&dir);
+        });
+    }
+
     fn sink_last(dir: &Path, opts: &ParquetOptions) -> Option<u64> {
         ParquetSink::open(dir, opts.clone())
             .unwrap()
