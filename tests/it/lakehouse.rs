@@ -167,3 +167,56 @@ fn pyarrow_reads_the_parquet_sink_with_sparks_kafka_schema() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A batch larger than `--memory-mib` (read in chunks, issue 32) is one Parquet file: 8
+/// partitions × 192 records of 1 kB (~1.5 MB) under a 1 MiB budget, as one batch.
+#[test]
+fn the_cli_writes_a_batch_larger_than_its_memory_as_one_parquet_file() {
+    let fake = FakeCluster::builder().topic("wide", 8).start().unwrap();
+    for p in 0..8 {
+        for _ in 0..12 {
+            let recs: Vec<FakeRecord> = (0..16)
+                .map(|_| FakeRecord::value(Bytes::from(vec![b'v'; 1000])))
+                .collect();
+            fake.append_records("wide", p, &recs, Codec::None).unwrap();
+        }
+    }
+    let dir = tempdir("parquet-chunked-cli");
+    let out = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+        .args([
+            "consume",
+            "-b",
+            &fake.bootstrap(),
+            "-t",
+            "wide",
+            "--until-latest",
+        ])
+        .args([
+            "--memory-mib",
+            "1",
+            "--max-offsets-per-batch",
+            "10000000",
+            "--stats",
+        ])
+        .arg("--sink")
+        .arg(format!("parquet:{}", dir.display()))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("batches=1 "), "{stderr}");
+    let visible: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| !n.starts_with('_'))
+        .collect();
+    assert_eq!(
+        visible,
+        ["part-0000000000-000.parquet"],
+        "one batch, one file"
+    );
+    let rows = parquet_rows(&dir);
+    assert_eq!(rows.len(), 8 * 192);
+    assert!(rows.values().all(|n| *n == 1));
+    let _ = std::fs::remove_dir_all(&dir);
+}
