@@ -14,7 +14,9 @@ use crate::{Batch, OffsetRange, Record};
 /// How one record becomes one line: push its text (without the newline) onto the string.
 pub type LineFormat = Arc<dyn Fn(&mut String, &OffsetRange, &Record<'_>) + Send + Sync>;
 
-/// One JSON-lines file per batch; see the [module docs](self).
+/// One JSON-lines file per batch, `DIR/<batchId>.jsonl`, written atomically by [`FileSink`]
+/// (hidden temp file, fsync, rename over the batch's name); each record a line in the
+/// caller's [`LineFormat`].
 #[derive(Clone)]
 pub struct JsonLinesSink {
     files: FileSink,
