@@ -36,6 +36,11 @@
 //! # Ok(()) }
 //! ```
 //!
+//! The [`sink`] module writes a batch's records exactly-once with the stream's commit: the
+//! [`Sink`] trait (one output per batch id, made visible at once by committing its writer,
+//! replacing an earlier attempt), the JSON-lines sink, and behind features the Arrow view of a
+//! batch (`arrow`) and the Parquet sink whose log is the stream's store (`parquet`).
+//!
 //! With a SQL store (feature `sql`), [`DirectStream::begin`] opens the transaction that
 //! holds both the batch's offsets and your results; [`DirectStream::commit_transaction`]
 //! commits them together.
