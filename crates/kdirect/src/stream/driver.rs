@@ -14,6 +14,7 @@ use kdirect_engine::fetch::{fetch_ranges_fitting, fetch_ranges_within, Fetcher, 
 use kdirect_engine::plan::{
     LostRange, OffsetRange, PartitionSnapshot, TimestampLookup, TopicPartition, WaitReason,
 };
+use kdirect_engine::retry::Budget;
 use kdirect_engine::{Error as EngineError, ErrorKind};
 use kdirect_proto::api::list_offsets::{OffsetSpec, PartitionOffset};
 
@@ -31,42 +32,41 @@ pub(super) struct Chunk {
     pub lost: Vec<LostRange>,
 }
 
-/// How long a stream has been unable to reach the brokers, and the backoff before its next try.
+/// How long a stream has been unable to reach the brokers, and the backoff before its next try:
+/// one retry budget with the fetches' and ListOffsets' own ([`Budget`]), so that what they
+/// gave up on after `default.api.timeout.ms` is not retried for as long again.
 #[derive(Debug, Default)]
 pub(super) struct Reconnect {
-    since: Option<Instant>,
-    attempts: u32,
+    budget: Budget,
 }
 
 impl Reconnect {
     /// Sleeps before the next try after `e` (retriable), or gives `e` back once
-    /// `reconnect.timeout.ms` has passed since the first failure (`default.api.timeout.ms` for a
-    /// bounded stream without one; unbounded otherwise). Backoff doubles from
-    /// `retry.backoff.ms` up to 5 s.
+    /// `reconnect.timeout.ms` has passed since the first failure, an inner layer's included
+    /// (`default.api.timeout.ms` for a bounded stream without one; unbounded otherwise).
+    /// Backoff doubles from `retry.backoff.ms` up to 5 s.
     async fn wait(&mut self, e: EngineError, c: &StreamConfig) -> Result<(), EngineError> {
-        let since = *self.since.get_or_insert_with(Instant::now);
         let limit = c
             .conn
             .reconnect_timeout
             .or(c.ending.is_some().then_some(c.conn.retry_timeout));
-        if limit.is_some_and(|l| since.elapsed() >= l) {
-            tracing::error!(
-                attempts = self.attempts,
-                elapsed_ms = since.elapsed().as_millis() as u64,
-                "still failing after reconnect.timeout.ms, giving up: {e}"
-            );
-            return Err(e.gave_up(self.attempts + 1, since.elapsed()));
-        }
-        self.attempts += 1;
+        let (retry, e) = match self.budget.fail(e, limit) {
+            Ok(retry) => retry,
+            Err(e) => {
+                tracing::error!(
+                    attempts = self.budget.attempts(),
+                    elapsed_ms = self.budget.elapsed().as_millis() as u64,
+                    "still failing after reconnect.timeout.ms, giving up: {e}"
+                );
+                return Err(e);
+            }
+        };
         metrics::counter!("kdirect_reconnect_attempts_total").increment(1);
-        let backoff = kdirect_engine::retry::backoff(
-            c.fetch.retry_backoff,
-            self.attempts,
-            Duration::from_secs(5),
-        );
+        let backoff =
+            kdirect_engine::retry::backoff(c.fetch.retry_backoff, retry, Duration::from_secs(5));
         tracing::warn!(
-            attempt = self.attempts,
-            elapsed_ms = since.elapsed().as_millis() as u64,
+            attempt = retry,
+            elapsed_ms = self.budget.elapsed().as_millis() as u64,
             backoff_ms = backoff.as_millis() as u64,
             "retrying: {e}"
         );
@@ -586,6 +586,72 @@ impl Driver {
                     tokio::time::sleep(sleep.max(Duration::from_millis(5))).await;
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::DirectStreamBuilder;
+
+    fn no_progress() -> EngineError {
+        ErrorKind::NoProgress {
+            broker: BrokerName {
+                addr: "127.0.0.1:1".to_owned(),
+                node_id: Some(1),
+            },
+            topic: "h".to_owned(),
+            partition: 0,
+            offset: 0,
+            reason: "no whole record batch".to_owned(),
+        }
+        .into()
+    }
+
+    /// Issue 36 item 6: a bounded stream whose fetch already retried for
+    /// `default.api.timeout.ms` gives up at once, instead of retrying the fetch for another
+    /// `default.api.timeout.ms` (122 s with the 60 s default); an unbounded one keeps trying.
+    #[tokio::test(start_paused = true)]
+    async fn a_fetch_that_spent_the_retry_budget_is_not_retried_for_another() {
+        let mut config = DirectStreamBuilder::default().config;
+        config.ending = Some(Ending::Latest);
+        let budget = config.conn.retry_timeout;
+        let spent = || no_progress().gave_up(12, budget);
+        let started = tokio::time::Instant::now();
+        let e = Reconnect::default()
+            .wait(spent(), &config)
+            .await
+            .unwrap_err();
+        assert_eq!(started.elapsed(), Duration::ZERO, "no backoff slept");
+        let ErrorKind::GaveUp {
+            attempts,
+            elapsed,
+            last,
+        } = e.kind()
+        else {
+            panic!("{e}")
+        };
+        assert_eq!((*attempts, *elapsed), (12, budget), "{e}");
+        assert!(matches!(last.kind(), ErrorKind::NoProgress { .. }), "{e}");
+
+        // Half the budget spent by the fetch: the other half is retried, no more.
+        let mut r = Reconnect::default();
+        r.wait(no_progress().gave_up(3, budget / 2), &config)
+            .await
+            .unwrap();
+        let mut tries = 1;
+        while r.wait(no_progress(), &config).await.is_ok() {
+            tries += 1;
+        }
+        assert!(started.elapsed() < budget, "{:?}", started.elapsed());
+        assert!(tries > 1);
+
+        // Unbounded (no ending, no reconnect.timeout.ms): retried however long it takes.
+        config.ending = None;
+        let mut r = Reconnect::default();
+        for _ in 0..3 {
+            r.wait(spent(), &config).await.unwrap();
         }
     }
 }

@@ -141,7 +141,7 @@ pub static SETTINGS: &[Setting] = &[
         |b, k, v| Ok(b.request_timeout(ms(k, v)?))),
     row("default.api.timeout.ms", &[], "60000", "How long an operation retries retriable errors before it fails.",
         |b, k, v| Ok(b.default_api_timeout(ms(k, v)?))),
-    row("reconnect.timeout.ms", &[], "unbounded (bounded streams: default.api.timeout.ms)", "How long a running stream keeps trying when the brokers are unreachable.",
+    row("reconnect.timeout.ms", &[], "unbounded (bounded streams: default.api.timeout.ms)", "How long a running stream keeps trying when the brokers are unreachable, from the first failure: time a fetch or ListOffsets already spent retrying counts (one budget, not one per layer).",
         |b, k, v| Ok(b.reconnect_timeout(Some(ms(k, v)?)))),
     row("metadata.max.age.ms", &[], "5000", "Metadata is refreshed when older than this, and after any error.",
         |b, k, v| Ok(b.metadata_max_age(ms(k, v)?))),
