@@ -418,6 +418,10 @@ struct Inner {
     /// Where the files live: a local directory, or a bucket's prefix.
     backend: Backend,
     retention: usize,
+    /// A local directory on a filesystem where a file's fsync may not make its new directory
+    /// entry durable (NFS, overlay, FAT, an unknown one): the directory is fsynced after each
+    /// batch file as well ([`needs_directory_fsync`]).
+    sync_dir: bool,
     /// What the directory holds, as of this process's last read or write (`None`: read it
     /// again). The mutex serializes this process's writers; other processes are caught by the
     /// atomic creates, after which the state is read again.
@@ -462,10 +466,21 @@ impl CheckpointStore {
         for d in [dir.clone(), dir.join("offsets"), dir.join("commits")] {
             fs::create_dir_all(&d).map_err(io(&d, "create directory"))?;
         }
+        let fstype = filesystem_of(&dir);
+        let sync_dir = needs_directory_fsync(fstype.as_deref());
+        if sync_dir {
+            tracing::info!(
+                dir = %dir.display(),
+                filesystem = fstype.as_deref().unwrap_or("unknown"),
+                "the checkpoint's filesystem does not promise that a file's fsync makes its \
+                 directory entry durable: the directory is fsynced after each batch file too"
+            );
+        }
         let inner = Inner {
             dir,
             backend: Backend::Disk,
             retention: retention.max(1),
+            sync_dir,
             state: Mutex::new(None),
         };
         inner.open_metadata()?;
@@ -498,6 +513,7 @@ impl CheckpointStore {
             dir: bucket.url().to_owned(),
             backend: Backend::Object(bucket),
             retention: retention.max(1),
+            sync_dir: false,
             state: Mutex::new(None),
         };
         let inner = Arc::new(inner);
@@ -558,6 +574,7 @@ impl CheckpointStore {
                 dir: hdfs.url().to_owned(),
                 backend: Backend::Hdfs(hdfs),
                 retention: retention.max(1),
+                sync_dir: false,
                 state: Mutex::new(None),
             };
             inner.open_metadata()?;
@@ -828,12 +845,15 @@ impl Inner {
             // A batch file is renamed into place only once whole: nothing is ever torn.
             return h.create(path, bytes);
         }
+        let dir = path.parent().unwrap_or(&self.dir);
         match write_new(path, bytes) {
+            Ok(()) if self.sync_dir => File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io(dir, "fsync directory")),
             Err(e)
                 if matches!(e.kind(), StoreErrorKind::AlreadyExists { .. })
                     && self.is_torn(path) =>
             {
-                let dir = path.parent().unwrap_or(&self.dir);
                 replace_torn(dir, path, bytes, |p| self.is_torn(p))
             }
             other => other,
@@ -1361,14 +1381,60 @@ pub(crate) fn read_bounded(path: &Path) -> Result<Vec<u8>, StoreError> {
     Ok(bytes)
 }
 
+/// The type of the filesystem holding `dir` (as `/proc/self/mountinfo` names it), if it can
+/// be told.
+fn filesystem_of(dir: &Path) -> Option<String> {
+    let path = fs::canonicalize(dir).ok()?;
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    filesystem_in(&mountinfo, &path).map(str::to_owned)
+}
+
+/// In a `/proc/self/mountinfo` text, the type of the filesystem mounted on the longest mount
+/// point that holds `path` (the last one mounted there, when several were).
+fn filesystem_in<'a>(mountinfo: &'a str, path: &Path) -> Option<&'a str> {
+    let mut best: Option<(usize, &str)> = None;
+    for line in mountinfo.lines() {
+        // ID PARENT MAJ:MIN ROOT MOUNT_POINT OPTIONS [OPTIONAL…] - FSTYPE SOURCE SUPER_OPTIONS
+        let (Some(mount), Some((_, after))) = (line.split(' ').nth(4), line.split_once(" - "))
+        else {
+            continue;
+        };
+        let Some(fstype) = after.split(' ').next() else {
+            continue;
+        };
+        // Spaces, tabs, newlines and backslashes in a mount point are octal escapes.
+        let mount = mount
+            .replace("\\040", " ")
+            .replace("\\011", "\t")
+            .replace("\\012", "\n")
+            .replace("\\134", "\\");
+        if path.starts_with(&mount) && best.is_none_or(|(len, _)| mount.len() >= len) {
+            best = Some((mount.len(), fstype));
+        }
+    }
+    best.map(|(_, t)| t)
+}
+
+/// Whether a batch file's directory entry needs a directory fsync of its own to be durable.
+/// Not on the journaling filesystems whose fsync of a file commits the journal transaction
+/// holding its link (ext3/ext4, XFS, btrfs, ZFS), nor on tmpfs (nothing there outlives a
+/// crash anyway); on any other (NFS, overlay, FAT, FUSE, one that cannot be told) it does.
+fn needs_directory_fsync(fstype: Option<&str>) -> bool {
+    !matches!(
+        fstype,
+        Some("ext3" | "ext4" | "xfs" | "btrfs" | "zfs" | "tmpfs")
+    )
+}
+
 /// Writes a batch file with one durable write, never over an existing file, and never showing
 /// a partial file under the final name: the bytes go to a temp file of unique name
 /// ([`create_temp_beside`]), which is hard-linked to `path` (the link fails if `path` exists:
 /// of two writers exactly one wins, and the loser gets `AlreadyExists`, having seen a whole
 /// file), then made durable with one fsync and the temp name removed. On the journaling
-/// filesystems kdirect runs on (ext4, XFS, btrfs), the fsync of a file after its link also
-/// makes the new directory entry durable (the link is in the journal transaction the fsync
-/// commits), so the directory needs no fsync of its own. A crash before the fsync returns can
+/// filesystems kdirect usually runs on (ext4, XFS, btrfs), the fsync of a file after its link
+/// also makes the new directory entry durable (the link is in the journal transaction the
+/// fsync commits), so the directory needs no fsync of its own; on any other the caller
+/// fsyncs the directory too ([`needs_directory_fsync`]). A crash before the fsync returns can
 /// still leave a torn file at `path`: it was never acknowledged, and `read_state` counts the
 /// newest file of a directory as absent when it is torn; a torn file in the way of a new write
 /// is replaced (`replace_torn`). A crash can also leave the temp name (a `.` file, skipped by
@@ -1538,6 +1604,51 @@ mod tests {
         ));
         let _ = fs::remove_dir_all(&d);
         d
+    }
+
+    /// Issue 36 (low): a checkpoint on a filesystem where a file's fsync may not make its
+    /// directory entry durable (NFS, overlay, one that cannot be told) fsyncs the directory
+    /// after each batch file; on ext4, XFS, btrfs, ZFS and tmpfs the file's fsync is enough.
+    #[test]
+    fn the_directory_is_fsynced_where_the_filesystem_does_not_promise_the_entry() {
+        let mountinfo = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+30 22 0:27 / /data rw,relatime shared:5 - xfs /dev/sdb1 rw
+31 30 0:40 / /data/nfs rw,relatime shared:6 - nfs4 server:/export rw,vers=4.2
+32 22 0:41 / /var/lib/docker/overlay rw - overlay overlay rw
+33 22 0:42 / /tmp rw - tmpfs tmpfs rw
+34 22 0:43 / /mnt/my\\040disk rw - vfat /dev/sdc1 rw
+35 22 0:44 / /data rw - btrfs /dev/sdd1 rw
+";
+        let fs_of = |p: &str| filesystem_in(mountinfo, Path::new(p));
+        assert_eq!(fs_of("/home/me/ckpt"), Some("ext4"));
+        // The last mount on a mount point hides the earlier ones.
+        assert_eq!(fs_of("/data/ckpt"), Some("btrfs"));
+        assert_eq!(fs_of("/data/nfs/ckpt"), Some("nfs4"));
+        // A component that only starts like a mount point is not under it.
+        assert_eq!(fs_of("/data/nfsx"), Some("btrfs"));
+        assert_eq!(fs_of("/mnt/my disk/ckpt"), Some("vfat"));
+        assert_eq!(fs_of("/tmp/x"), Some("tmpfs"));
+        for (fstype, sync) in [
+            (Some("ext4"), false),
+            (Some("xfs"), false),
+            (Some("btrfs"), false),
+            (Some("zfs"), false),
+            (Some("tmpfs"), false),
+            (Some("nfs4"), true),
+            (Some("nfs"), true),
+            (Some("overlay"), true),
+            (Some("vfat"), true),
+            (Some("fuse.sshfs"), true),
+            (None, true),
+        ] {
+            assert_eq!(needs_directory_fsync(fstype), sync, "{fstype:?}");
+        }
+        // This machine's own answer for a real directory is one of those.
+        let d = tmpdir("fstype");
+        fs::create_dir_all(&d).unwrap();
+        assert!(filesystem_of(&d).is_some(), "{}", d.display());
+        let _ = fs::remove_dir_all(&d);
     }
 
     fn batch(id: u64, from: i64, until: i64) -> PlannedBatch {

@@ -66,6 +66,11 @@ pub struct ZooKeeperStore {
     plans: Mutex<BTreeSet<u64>>,
     /// Topics whose parent znodes exist.
     topics_made: Mutex<BTreeSet<String>>,
+    /// The ACL of the znodes this store creates: with `user:password@` in the spec the session
+    /// authenticates (`digest`) and its znodes are the creator's only (`creator_all`: no one
+    /// without the same credentials can read or change a position); without, open to anyone
+    /// (`anyone_all`), as the old Kafka consumer made them.
+    acls: zk::Acls<'static>,
 }
 
 impl fmt::Debug for ZooKeeperStore {
@@ -111,12 +116,18 @@ impl ZooKeeperStore {
              a store that has it (postgres://…?sslmode=verify-full, rediss://, hbases://)",
         );
         let client = open(&connect).await?;
+        let acls = if split_auth(&connect).0.is_some() {
+            zk::Acls::creator_all()
+        } else {
+            zk::Acls::anyone_all()
+        };
         let store = ZooKeeperStore {
             connect,
             group: group.to_owned(),
             client: tokio::sync::Mutex::new(client),
             plans: Mutex::new(BTreeSet::new()),
             topics_made: Mutex::new(BTreeSet::new()),
+            acls,
         };
         store.mkdir(&store.kdirect_dir()).await?;
         Ok(store)
@@ -182,10 +193,10 @@ impl ZooKeeperStore {
         })
     }
 
-    /// Creates `path` and its parents (persistent, open ACL, as the old consumer did).
+    /// Creates `path` and its parents (persistent, with the store's ACL).
     async fn mkdir(&self, path: &str) -> Result<(), StoreError> {
         let c = self.client().await?;
-        let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let opts = zk::CreateMode::Persistent.with_acls(self.acls);
         match self.call(path, c.mkdir(path, &opts)).await? {
             Ok(()) | Err(zk::Error::NodeExists) => Ok(()),
             Err(e) => Err(self.err(path, e)),
@@ -384,7 +395,7 @@ impl ZooKeeperStore {
         self.make_topics(entries.iter().map(|(tp, _, _)| tp.topic.as_str()))
             .await?;
         let plans: Vec<u64> = lock(&self.plans).range(..=batch_id).copied().collect();
-        let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let opts = zk::CreateMode::Persistent.with_acls(self.acls);
         let c = self.client().await?;
         let mut w = c.new_multi_writer();
         let mut paths = Vec::with_capacity(entries.len() + plans.len() + 1);
@@ -507,7 +518,15 @@ pub fn connect_string(spec: &str) -> Result<String, StoreError> {
             }
             .into()
         })?;
-    let hosts = rest.split('/').next().unwrap_or_default();
+    let (auth, after) = split_auth(rest);
+    let hosts = after.split('/').next().unwrap_or_default();
+    if auth.is_some_and(|a| !a.contains(':') || a.starts_with(':')) {
+        return Err(StoreErrorKind::Spec {
+            spec: redact(spec),
+            reason: "ZooKeeper credentials are user:password@ (the digest scheme)".to_owned(),
+        }
+        .into());
+    }
     if hosts.is_empty() || hosts.split(',').any(|h| h.rsplit_once(':').is_none()) {
         return Err(StoreErrorKind::Spec {
             spec: redact(spec),
@@ -519,15 +538,33 @@ pub fn connect_string(spec: &str) -> Result<String, StoreError> {
     Ok(rest.trim_end_matches('/').to_owned())
 }
 
+/// `user:password@hosts/chroot` → (`Some("user:password")`, `hosts/chroot`): the digest
+/// credentials of a connect string, if it has any (the last `@` ends them, so a password may
+/// hold one).
+fn split_auth(connect: &str) -> (Option<&str>, &str) {
+    match connect.rsplit_once('@') {
+        Some((auth, rest)) => (Some(auth), rest),
+        None => (None, connect),
+    }
+}
+
 async fn open(connect: &str) -> Result<zk::Client, StoreError> {
-    let (hosts, chroot) = match connect.split_once('/') {
+    let (auth, rest) = split_auth(connect);
+    let (hosts, chroot) = match rest.split_once('/') {
         Some((h, c)) => (h, Some(format!("/{c}"))),
-        None => (connect, None),
+        None => (rest, None),
     };
+    // With credentials, the session authenticates with ZooKeeper's `digest` scheme (its
+    // `user:password`, as zkCli's `addauth digest` takes it) before anything else: a wrong
+    // password fails the session (AuthFailed), and the znodes are created for it alone.
     let connector = || {
-        zk::Client::connector()
+        let c = zk::Client::connector()
             .with_session_timeout(Duration::from_secs(30))
-            .with_connection_timeout(Duration::from_secs(10))
+            .with_connection_timeout(Duration::from_secs(10));
+        match auth {
+            Some(a) => c.with_auth("digest", a.as_bytes()),
+            None => c,
+        }
     };
     let fail = |path: &str, e: &dyn fmt::Display| zk_error(connect, path, e);
     let root = tokio::time::timeout(Duration::from_secs(10), connector().connect(hosts))
@@ -538,7 +575,12 @@ async fn open(connect: &str) -> Result<zk::Client, StoreError> {
         return Ok(root);
     };
     // The chroot must exist before a client rooted there can create anything under it.
-    let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    let acls = if auth.is_some() {
+        zk::Acls::creator_all()
+    } else {
+        zk::Acls::anyone_all()
+    };
+    let opts = zk::CreateMode::Persistent.with_acls(acls);
     match root.mkdir(&chroot, &opts).await {
         Ok(()) | Err(zk::Error::NodeExists) => {}
         Err(e) => return Err(fail(&chroot, &e)),
@@ -624,7 +666,7 @@ impl OffsetStore for ZooKeeperStore {
         )?;
         self.mkdir(&self.plans_dir()).await?;
         let c = self.client().await?;
-        let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let opts = zk::CreateMode::Persistent.with_acls(self.acls);
         match self
             .call(&path, c.create(&path, data.as_bytes(), &opts))
             .await?

@@ -197,3 +197,74 @@ fn zookeeper_store_unreachable_is_one_clear_error() {
         assert!(e.to_string().contains("127.0.0.1:1"), "{e}");
     });
 }
+
+/// Issue 36 (low): with `user:password@` in the spec the store authenticates (`digest`) and
+/// creates its znodes for those credentials alone (`creator_all`): another client without
+/// them can neither read nor change a position, nor log a plan; one with them can. The
+/// conformance suite passes with credentials. Without credentials the znodes stay open to
+/// anyone, as the old consumer made them. Before, `user:password@` was taken for part of the
+/// host name, and every znode was world-writable.
+#[test]
+fn zookeeper_store_with_credentials_keeps_its_znodes_to_itself() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let hosts = url.trim_start_matches("zk://").split('/').next().unwrap();
+        let chroot = unique("kdirect-acl");
+        let authed = format!("zk://kd:S3cret-pw@{hosts}/{chroot}");
+        let group = unique("g");
+        let (a, b) = two_writers(&authed, &group).await;
+        exercise(&a, &b, &unique("topic")).await;
+
+        let (group, topic) = (unique("g"), unique("t"));
+        let store = ZooKeeperStore::connect(&authed, &group).await.unwrap();
+        assert!(
+            !store.describe().contains("S3cret-pw"),
+            "{}",
+            store.describe()
+        );
+        store
+            .commit(&batch(0, &topic, &[(0, 0, 42)]))
+            .await
+            .unwrap();
+        let path = format!("/{chroot}/consumers/{group}/offsets/{topic}/0");
+        // Another program, no credentials: refused.
+        let anon = raw(&url).await;
+        assert!(
+            matches!(anon.get_data(&path).await, Err(zk::Error::NoAuth)),
+            "read without credentials"
+        );
+        assert!(
+            matches!(
+                anon.set_data(&path, b"0", None).await,
+                Err(zk::Error::NoAuth)
+            ),
+            "written without credentials"
+        );
+        let (acl, _) = anon.get_acl(&path).await.unwrap();
+        assert!(
+            acl.iter().all(|a| a.scheme() == "digest"),
+            "creator only: {acl:?}"
+        );
+        // Wrong password: the store cannot read its positions either.
+        let wrong = format!("zk://kd:wrong@{hosts}/{chroot}");
+        let other = ZooKeeperStore::connect(&wrong, &group).await;
+        match other {
+            Err(e) => assert!(!e.to_string().contains("wrong@"), "{e}"),
+            Ok(s) => assert!(s.load(&[]).await.is_err(), "read with the wrong password"),
+        }
+        // The same credentials: read back.
+        let again = ZooKeeperStore::connect(&authed, &group).await.unwrap();
+        let c = again.load(std::slice::from_ref(&topic)).await.unwrap();
+        assert_eq!(c.positions, pos(&topic, &[(0, 42)]));
+
+        // Without credentials: open to anyone, as before.
+        let (group, topic) = (unique("g"), unique("t"));
+        let open = ZooKeeperStore::connect(&url, &group).await.unwrap();
+        open.commit(&batch(0, &topic, &[(0, 0, 7)])).await.unwrap();
+        let (acl, _) = anon
+            .get_acl(&format!("/consumers/{group}/offsets/{topic}/0"))
+            .await
+            .unwrap();
+        assert!(acl.iter().any(|a| a.scheme() == "world"), "{acl:?}");
+    });
+}
