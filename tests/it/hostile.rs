@@ -716,3 +716,122 @@ fn a_batch_that_inflates_past_half_the_budget_is_refused_naming_the_budget() {
         assert_eq!(read(128 << 20).await.unwrap(), 6);
     });
 }
+
+/// Issue 36 (low): text from a broker, another client or an argument echoed back reaches the
+/// terminal escaped. A topic name with an escape sequence (set the window title, clear the
+/// screen) and a bidirectional override is shown by `kdirect metadata` as `\u{1b}…`, and a
+/// final error line that names such a topic carries no raw control character. Before, both
+/// were written as they came.
+#[test]
+fn text_from_outside_reaches_the_terminal_escaped() {
+    let evil = "t\u{1b}]0;owned\u{7}\u{1b}[2J\u{202e}";
+    let rt = rt();
+    let fake = rt.block_on(async { FakeCluster::builder().topic(evil, 1).build().await.unwrap() });
+    let out = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+        .args(["metadata", "-b", &fake.bootstrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains(r"t\u{1b}]0;owned\u{7}\u{1b}[2J\u{202e}"),
+        "the name shown escaped: {stdout:?}"
+    );
+    assert!(
+        !stdout.contains(['\u{1b}', '\u{7}', '\u{202e}']),
+        "no raw control character: {stdout:?}"
+    );
+    // The JSON form escapes as JSON does, and stays parseable.
+    let out = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+        .args(["metadata", "-b", &fake.bootstrap(), "--json"])
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(doc["topics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["topic"] == evil));
+
+    let out = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+        .args([
+            "consume",
+            "-b",
+            &fake.bootstrap(),
+            "-t",
+            "gone\u{1b}[2J",
+            "--until-latest",
+            "--output",
+            "null",
+            "-X",
+            "default.api.timeout.ms=1000",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains(r"gone\u{1b}[2J"), "{stderr:?}");
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+}
+
+/// Issue 36 (low): SIGTERM (or SIGINT) while `kdirect consume` is still connecting or
+/// joining its group is handled as in the middle of a run: what is in progress finishes, the
+/// stream closes (a group member sends LeaveGroup) and the run exits 0. Before, the handler
+/// was installed after the stream was built, so a signal then took the default action: the
+/// process died at once, and a group member kept its partitions until the session timeout.
+/// Here every broker answer takes 400 ms, so the signal lands while the stream is being built.
+#[test]
+fn a_signal_while_connecting_closes_the_stream_and_exits_0() {
+    use std::os::unix::process::ExitStatusExt;
+    let rt = rt();
+    let fake = rt.block_on(async { FakeCluster::builder().topic("s", 1).build().await.unwrap() });
+    fake.append_batch(
+        "s",
+        0,
+        encode_batch(
+            &[FakeRecord::value(Bytes::from_static(b"one"))],
+            &BatchOptions::codec(Codec::None),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    fake.set_response_delay(1, Duration::from_millis(400))
+        .unwrap();
+    let before = fake.stats(1).unwrap().requests;
+    let child = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+        .args([
+            "consume",
+            "-b",
+            &fake.bootstrap(),
+            "-t",
+            "s",
+            "--output",
+            "null",
+        ])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Signalled once its first request (ApiVersions) arrived: the stream is being built, and
+    // Metadata and ListOffsets take 800 ms more at least.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fake.stats(1).unwrap().requests == before {
+        assert!(Instant::now() < deadline, "no request from kdirect in 30 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.signal(),
+        None,
+        "killed by the signal's default action: {stderr}"
+    );
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(
+        stderr.contains("SIGTERM: finishing what is in progress"),
+        "{stderr}"
+    );
+}

@@ -97,9 +97,14 @@ fn migrate_checkpoint_to_sql_and_continue() {
             }
         };
     let group = format!("migrate_{}", std::process::id());
-    kdirect(&[
-        "offsets", "migrate", "--store", &ckpt, "--to", &to, "-g", &group,
-    ]);
+    // The target from the environment (KDIRECT_MIGRATE_TO), as a URL with a password is
+    // best given: on a command line `ps` shows it.
+    let o = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+        .args(["offsets", "migrate", "--store", &ckpt, "-g", &group])
+        .env("KDIRECT_MIGRATE_TO", &to)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let shown = kdirect(&["offsets", "show", "--store", &to, "-g", &group]);
     let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
     assert!(shown.contains("700"), "{shown}");

@@ -213,6 +213,63 @@ fn a_prometheus_scrape_returns_per_partition_lag() {
     assert!(lag > 0.0 && lag < 5_000.0, "{lag_line}");
     assert!(body.contains("kdirect_partition_position{"), "{body}");
     assert!(body.contains("kdirect_batches_total"), "{body}");
+
+    // Issue 36 (low): a scraper cannot hold the process's resources. Sixteen connections
+    // that send nothing are all it serves at once: the next is told 503 at once (each idle
+    // one is dropped after 5 s), and once they go, scrapes are answered again.
+    let idle: Vec<std::net::TcpStream> = (0..16)
+        .map(|_| std::net::TcpStream::connect(&addr).unwrap())
+        .collect();
+    let busy = scrape().unwrap_or_default();
+    assert!(busy.starts_with("HTTP/1.1 503"), "{busy}");
+    drop(idle);
+    wait_until(Duration::from_secs(30), "a scrape answered again", || {
+        scrape()
+            .is_some_and(|b| b.starts_with("HTTP/1.1 200") && b.contains("kdirect_records_total"))
+    });
+    let ask = |req: &[u8]| {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        let _ = s.write_all(req);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let mut body = String::new();
+        let _ = s.read_to_string(&mut body);
+        body
+    };
+    assert!(ask(b"GET /other HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
+    assert!(ask(b"POST /metrics HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
+    // A head that never ends is cut at 8 KiB.
+    let huge = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n", "a".repeat(20_000));
+    assert!(ask(huge.as_bytes()).starts_with("HTTP/1.1 431"));
+    signal(&child, "-TERM");
+    assert!(child.wait().unwrap().success());
+    let _ = child.stdout.take();
+
+    // --metrics-allow: a peer outside the list is closed unanswered.
+    let addr = crate::support::dead_addr();
+    let mut child = consume(
+        &fake.bootstrap(),
+        "metered",
+        &[
+            "--metrics-addr",
+            &addr,
+            "--metrics-allow",
+            "192.0.2.0/24,::2",
+            "--max-rate-per-partition",
+            "1000",
+            "--output",
+            "null",
+        ],
+    );
+    let mut conn = None;
+    wait_until(Duration::from_secs(60), "the metrics listener", || {
+        conn = std::net::TcpStream::connect(&addr).ok();
+        conn.is_some()
+    });
+    let mut conn = conn.unwrap();
+    let _ = conn.write_all(b"GET /metrics HTTP/1.1\r\n\r\n");
+    let mut body = String::new();
+    let _ = conn.read_to_string(&mut body);
+    assert_eq!(body, "", "answered a peer not on the list");
     signal(&child, "-TERM");
     assert!(child.wait().unwrap().success());
     let _ = child.stdout.take();

@@ -10,7 +10,9 @@ fn main() -> ExitCode {
     match cli::run(args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("kdirect: {e}");
+            // The message may carry a broker's or store's text: escaped, it cannot drive the
+            // terminal.
+            eprintln!("kdirect: {}", cli::printable(&e.to_string()));
             ExitCode::from(1)
         }
     }

@@ -75,7 +75,7 @@ impl Check {
 pub async fn run(args: Args) -> Result<ExitCode, CliError> {
     let checks = checks(&args).await;
     let failed = checks.iter().any(|c| !c.ok);
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::cli::report_out();
     if args.json {
         let doc = json!({
             "ok": !failed,

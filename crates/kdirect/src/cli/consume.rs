@@ -148,9 +148,15 @@ pub struct Args {
     unbuffered: bool,
     /// Serve Prometheus metrics on this address (`GET /metrics`): records and bytes, batches,
     /// per-partition position, end, log start and lag, fetch and commit durations, reconnect
-    /// attempts, memory budget in use.
+    /// attempts, memory budget in use. On threads of its own, at most 16 connections at once,
+    /// a request head within 5 s and 8 KiB.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_addr: Option<std::net::SocketAddr>,
+    /// Who may scrape --metrics-addr: addresses or networks, `ADDR[/PREFIX],…`
+    /// (`127.0.0.1,10.0.0.0/8`); others are closed unanswered. Default: anyone who can reach
+    /// the address.
+    #[arg(long, value_name = "ADDR[/PREFIX],…", requires = "metrics_addr")]
+    metrics_allow: Option<String>,
     /// Encoding of keys, values and header values.
     #[arg(long = "bytes", value_enum, default_value_t = BytesFormat::Base64)]
     bytes: BytesFormat,
@@ -389,11 +395,15 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
         args.join = true;
     }
     let has_store = args.store.is_some() || args.join;
+    // SIGINT/SIGTERM: what is in progress is finished (connecting and joining the group, or
+    // the batch's output and commit), then the stream is closed (a group member leaves with
+    // LeaveGroup) and the run exits 0; a second signal exits at once without committing.
+    // Installed first: a signal while connecting or joining took the default action before,
+    // and a member killed that way kept its partitions until the session timeout.
+    let shutdown = Shutdown::install()?;
     if let Some(addr) = args.metrics_addr {
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .with_http_listener(addr)
-            .install()
-            .map_err(|e| CliError(format!("--metrics-addr {addr}: {e}")))?;
+        let allow = super::metrics::AllowList::parse(args.metrics_allow.as_deref().unwrap_or(""))?;
+        super::metrics::serve(addr, allow)?;
     }
     let start = match &args.offset {
         Some(KcatOffset::Start(p)) => p.clone(),
@@ -599,9 +609,6 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
     // Redraws the progress line while a batch is awaited (a quiet topic, a rate limit).
     let mut ticker = tokio::time::interval(progress::REDRAW_EVERY);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    // SIGINT/SIGTERM: the batch in progress is finished (output and commit), then exit 0; a
-    // second signal exits at once without committing.
-    let shutdown = Shutdown::install()?;
     loop {
         let next = {
             let next = stream.next_batch();
@@ -1040,8 +1047,9 @@ impl Shutdown {
                         std::process::exit(128 + sig);
                     }
                     note!(
-                        "kdirect: {name}: finishing the batch in progress (output and commit), \
-                         then exiting; send it again to exit at once"
+                        "kdirect: {name}: finishing what is in progress (connecting, joining \
+                         the group, or the batch's output and commit), then exiting; send it \
+                         again to exit at once"
                     );
                     n.notify_one();
                 }

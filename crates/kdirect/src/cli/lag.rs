@@ -107,7 +107,10 @@ async fn report(
         .as_ref()
         .filter(|e| !e.contains("no common version"))
     {
-        eprintln!("kdirect lag: members not shown: {e}");
+        eprintln!(
+            "kdirect lag: members not shown: {}",
+            super::printable(&e.to_string())
+        );
     }
     let group = described.ok();
     let active = group.as_ref().filter(|g| g.is_active());
@@ -137,7 +140,7 @@ async fn report(
     let total: Option<i64> =
         (unknown < rows.len()).then(|| rows.iter().filter_map(|r| r.lag).sum());
     let min_margin = rows.iter().filter_map(|r| r.margin).min();
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::cli::report_out();
     if args.json {
         let doc = json!({
             "store": store.describe(),
@@ -229,7 +232,7 @@ async fn members_report(
     } else {
         Vec::new()
     };
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::cli::report_out();
     if args.json {
         let doc = json!({
             "group": args.store.group,

@@ -31,7 +31,7 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
         }
         None => cluster.refresh(None).await?,
     };
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::cli::report_out();
     if args.json {
         let doc = json!({
             "cluster_id": view.cluster_id,

@@ -11,6 +11,7 @@ mod demo;
 mod fake_broker;
 mod lag;
 mod metadata;
+mod metrics;
 mod offsets;
 mod progress;
 mod store;
@@ -78,6 +79,58 @@ impl<E: std::error::Error> From<E> for CliError {
     }
 }
 
+/// Text that came from outside (a broker's error message or SCRAM `e=`, a topic name, another
+/// client's `client.id` or host, a store's answer, an argument echoed back) made safe to print
+/// on a terminal: control characters other than newline and tab (ESC starting an escape
+/// sequence that recolours, moves the cursor or sets the window title; a carriage return
+/// that overwrites the line) and the bidirectional overrides that reorder what is shown are
+/// written as `\u{..}` escapes. kdirect's own messages contain none, so they are unchanged.
+pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    fn unsafe_char(c: char) -> bool {
+        (c.is_control() && c != '\n' && c != '\t')
+            || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+    }
+    if !s.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Standard output for reports (tables of topics, hosts, group members, stored positions),
+/// through [`printable`]: names in them come from brokers and other clients.
+pub(crate) fn report_out() -> Printable<std::io::StdoutLock<'static>> {
+    Printable(std::io::stdout().lock())
+}
+
+/// A writer that passes what is written through [`printable`].
+#[derive(Debug)]
+pub(crate) struct Printable<W>(W);
+
+impl<W: std::io::Write> std::io::Write for Printable<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // Formatting writes whole `str` pieces, so each `buf` is whole UTF-8.
+        match std::str::from_utf8(buf) {
+            Ok(s) => self.0.write_all(printable(s).as_bytes())?,
+            Err(_) => self
+                .0
+                .write_all(printable(&String::from_utf8_lossy(buf)).as_bytes())?,
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
     init_logging(cli.verbose, cli.log_format);
@@ -126,4 +179,24 @@ fn init_logging(verbose: u8, format: LogFormat) {
             .try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn text_from_outside_cannot_drive_the_terminal() {
+        assert_eq!(
+            printable("broker 1: no progress\n\tat offset 3"),
+            "broker 1: no progress\n\tat offset 3"
+        );
+        assert!(matches!(printable("plain"), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(
+            printable("SASL failed: \u{1b}]0;owned\u{7}\u{1b}[2Jbad password\r"),
+            "SASL failed: \\u{1b}]0;owned\\u{7}\\u{1b}[2Jbad password\\u{d}"
+        );
+        assert_eq!(printable("topic\u{202e}gnp.exe"), "topic\\u{202e}gnp.exe");
+        assert_eq!(printable("caf\u{e9} \u{9b}31m"), "caf\u{e9} \\u{9b}31m");
+    }
 }

@@ -108,7 +108,7 @@ async fn list(args: ListArgs) -> Result<ExitCode, CliError> {
     let offsets = cluster
         .list_offsets(&partitions, args.at, args.isolation)
         .await?;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::cli::report_out();
     if args.json {
         let doc = json!({
             "topic": args.topic,
@@ -315,8 +315,15 @@ fn parse_duration_ms(s: &str) -> Result<i64, String> {
 pub struct MigrateArgs {
     #[command(flatten)]
     store: StoreArgs,
-    /// The store to copy to (same spec syntax as --store).
-    #[arg(long, value_name = "SPEC")]
+    /// The store to copy to (same spec syntax as --store). From the environment as
+    /// KDIRECT_MIGRATE_TO, so that a password in it need not be typed on a command line (where
+    /// `ps` shows it).
+    #[arg(
+        long,
+        value_name = "SPEC",
+        env = "KDIRECT_MIGRATE_TO",
+        hide_env_values = true
+    )]
     to: String,
     /// Only this topic (default: every topic).
     #[arg(short, long)]
@@ -471,7 +478,7 @@ mod store_cmd {
     pub async fn show(args: ShowArgs) -> Result<ExitCode, CliError> {
         let store = args.store.open_existing(&args.store.store, None).await?;
         let c = store.load(&topics(&args.topic)).await?;
-        let mut out = std::io::stdout().lock();
+        let mut out = crate::cli::report_out();
         if args.json {
             let doc = json!({
                 "store": store.describe(),
@@ -519,7 +526,7 @@ mod store_cmd {
         positions: &Positions,
     ) -> Result<(), CliError> {
         store.set_positions(batch_id, positions).await?;
-        let mut out = std::io::stdout().lock();
+        let mut out = crate::cli::report_out();
         for (tp, o) in positions {
             let was = before
                 .positions
@@ -672,7 +679,7 @@ mod store_cmd {
                 )));
             }
         }
-        let mut out = std::io::stdout().lock();
+        let mut out = crate::cli::report_out();
         if args.export {
             for (tp, o) in &positions {
                 writeln!(out, "{},{},{o}", tp.topic, tp.partition)?;
@@ -913,7 +920,7 @@ mod store_cmd {
             .filter(|(_, p)| !positions.contains_key(&TopicPartition::new(args.topic.clone(), *p)))
             .map(|(t, p)| format!("{t}-{p}"))
             .collect();
-        let mut out = std::io::stdout().lock();
+        let mut out = crate::cli::report_out();
         writeln!(out, "# from {what}")?;
         for n in &notes {
             writeln!(out, "# {n}")?;
@@ -1002,7 +1009,7 @@ mod store_cmd {
         let spark_batch = import
             .batch_id
             .map_or_else(|| "-".to_owned(), |b| b.to_string());
-        let mut out = std::io::stdout().lock();
+        let mut out = crate::cli::report_out();
         writeln!(
             out,
             "# Spark checkpoint {}{}",

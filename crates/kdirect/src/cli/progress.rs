@@ -448,7 +448,9 @@ pub(crate) fn note_line(args: std::fmt::Arguments<'_>) {
         let _ = err.write_all(CLEAR.as_bytes());
         *shown = false;
     }
-    let _ = writeln!(err, "{args}");
+    // Notes interpolate text from brokers and stores (errors, names): escaped.
+    let line = args.to_string();
+    let _ = writeln!(err, "{}", super::printable(&line));
 }
 
 /// `eprintln!` that erases the progress line first.
