@@ -95,6 +95,12 @@ pub struct ParquetOptions {
     pub compression: ParquetCompression,
     /// Rows per row group at most (parquet's default, 1,048,576).
     pub row_group_rows: usize,
+    /// Encoded bytes a row group may hold in memory before it is written out (64 MiB by
+    /// default). The writer keeps the row group being built in memory, and a chunked batch
+    /// can be far larger than the memory budget: without this bound, a batch of large
+    /// records held gigabytes before its first row group of 1,048,576 rows was flushed (and
+    /// a re-run after the crash did the same). Memory is the budget plus this.
+    pub row_group_bytes: usize,
 }
 
 impl Default for ParquetOptions {
@@ -102,6 +108,7 @@ impl Default for ParquetOptions {
         ParquetOptions {
             compression: ParquetCompression::default(),
             row_group_rows: 1024 * 1024,
+            row_group_bytes: 64 << 20,
         }
     }
 }
@@ -116,6 +123,13 @@ impl ParquetOptions {
     /// With at most `rows` rows per row group (at least 1).
     pub fn row_group_rows(mut self, rows: usize) -> Self {
         self.row_group_rows = rows.max(1);
+        self
+    }
+
+    /// With row groups written out once they hold `bytes` encoded bytes in memory (at least
+    /// 64 KiB).
+    pub fn row_group_bytes(mut self, bytes: usize) -> Self {
+        self.row_group_bytes = bytes.max(64 << 10);
         self
     }
 
@@ -425,7 +439,16 @@ impl ParquetWriter {
                 }
             }
         };
-        if let Err(source) = open.writer.write(rb) {
+        let row_group_bytes = self.inner.options.row_group_bytes;
+        let written = open.writer.write(rb).and_then(|()| {
+            // The row group in memory is bounded by bytes as well as rows.
+            if open.writer.in_progress_size() >= row_group_bytes {
+                open.writer.flush()
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(source) = written {
             return Err(SinkErrorKind::Parquet {
                 batch_id,
                 path: open.tmp.clone(),

@@ -355,7 +355,16 @@ mod parquet_sink {
                 }
             }
             let dir = tempdir("parquet-chunked");
-            let sink = ParquetSink::open(&dir, ParquetOptions::default()).unwrap();
+            // Row groups written out at 64 KiB (of 1000-byte values, incompressible enough):
+            // the writer holds a bounded row group, not the whole batch, however many rows
+            // the batch has (the review of the chunked batches found it held them all).
+            let sink = ParquetSink::open(
+                &dir,
+                ParquetOptions::default()
+                    .compression(ParquetCompression::None)
+                    .row_group_bytes(64 << 10),
+            )
+            .unwrap();
             let mut s = DirectStream::builder()
                 .bootstrap(&fake.bootstrap())
                 .topics(&["w"])
@@ -387,6 +396,25 @@ mod parquet_sink {
                 batches += 1;
             }
             assert!(most_chunks > 1, "no batch came in chunks");
+            // 512 KB of values: several row groups of at most ~64 KiB each.
+            let mut groups = 0;
+            for e in std::fs::read_dir(&dir).unwrap() {
+                let e = e.unwrap();
+                if !e.file_name().to_string_lossy().starts_with("part-") {
+                    continue;
+                }
+                let meta = ParquetRecordBatchReaderBuilder::try_new(
+                    std::fs::File::open(e.path()).unwrap(),
+                )
+                .unwrap()
+                .metadata()
+                .clone();
+                groups += meta.num_row_groups();
+                for g in meta.row_groups() {
+                    assert!(g.total_byte_size() < 200 << 10, "{}", g.total_byte_size());
+                }
+            }
+            assert!(groups >= 4, "{groups} row groups for 512 KB");
             let rows = read_back(&dir);
             let want: Vec<(i32, i64)> =
                 (0..4).flat_map(|p| (0..128).map(move |o| (p, o))).collect();

@@ -755,6 +755,19 @@ impl StreamCore {
             if *lost_from >= r.from || *lost_from < 0 {
                 return Err(e);
             }
+            // A later chunk of a chunked batch (its range already read from the plan's start
+            // up to `r.from`): the records below `r.from` were handed out, from the log as it
+            // was. Reading from the truncation point would hand [lost_from, r.from) out a
+            // second time in the one batch (the old leader's and the new one's), and commit
+            // both. The error stands: a restarted stream re-runs the logged plan from its
+            // start, where the truncation is read as any other.
+            let chunk_read_past = fetch
+                .ranges
+                .iter()
+                .any(|p| p.topic == *topic && p.partition == *partition && r.from > p.from);
+            if chunk_read_past {
+                return Err(e);
+            }
             tracing::warn!(
                 "{e} (failOnDataLoss=false: {topic}-{partition} goes on at {lost_from})"
             );

@@ -1357,6 +1357,14 @@ impl DirectStream {
         batch.rest = chunk.rest;
         batch.lost.extend(chunk.lost);
         batch.chunks += 1;
+        // Asking for the next chunk is the caller coming back for records, as a poll is to
+        // the Java consumer: max.poll.interval.ms counts from here, not from the batch's first
+        // chunk (a batch as large as its plan can take longer than the interval to read, and
+        // its member was dropped from the group, the commit refused and the same batch
+        // planned again, over and over).
+        if let Some(m) = &self.member {
+            m.handed_out();
+        }
         if batch.rest.is_empty() {
             batch.epochs = self.driver.epochs(&batch.ranges);
             self.unfinished = None;

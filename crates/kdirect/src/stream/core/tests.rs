@@ -451,6 +451,24 @@ fn a_fetch_that_finds_a_truncation_widens_back_and_reads_exactly() {
     assert!(core.on_fetch_loss(&mut fetch, t.to_error()).is_err());
 }
 
+/// A later chunk of a chunked batch that finds the log truncated below where the chunk
+/// starts (records of that range already handed out) fails instead of reading from the
+/// truncation point: that would hand the same offsets out twice in one batch (the review of
+/// the chunked batches found it). The first chunk still widens back as any fetch does.
+#[test]
+fn a_truncation_below_what_earlier_chunks_handed_out_fails_the_batch() {
+    let mut core = resumed(config(DataLossPolicy::Earliest), &[("t", 0, 10)]);
+    let mut fetch = fetch_of(core.plan(ms(0), &snap(&[("t", 0, 0, 60)])).unwrap());
+    assert_eq!(fetch.ranges, vec![range("t", 0, 10, 60)]);
+    // Chunks 1.. read [10, 40): the next chunk wants [40, 60).
+    fetch.want = vec![range("t", 0, 40, 60)];
+    let t = truncation("t", 0, 30, 45);
+    let e = core.on_fetch_loss(&mut fetch, t.to_error()).unwrap_err();
+    assert!(e.to_string().contains("t-0"), "{e}");
+    assert_eq!(fetch.want, vec![range("t", 0, 40, 60)], "not moved back");
+    assert!(fetch.lost.is_empty());
+}
+
 #[test]
 fn a_fetch_loss_fails_the_stream_by_default() {
     let mut core = resumed(config(DataLossPolicy::Fail), &[("t", 0, 10)]);
