@@ -346,16 +346,27 @@ mod parquet_sink {
     fn a_chunked_batch_goes_into_one_file() {
         rt().block_on(async {
             let fake = FakeCluster::builder().topic("w", 4).build().await.unwrap();
+            // Every value different (a dictionary would otherwise fold them to nothing).
+            let mut seed = 0x9e37_79b9_u32;
+            let mut value = move || {
+                let v: Vec<u8> = (0..1000)
+                    .map(|_| {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 17;
+                        seed ^= seed << 5;
+                        seed as u8
+                    })
+                    .collect();
+                FakeRecord::value(Bytes::from(v))
+            };
             for p in 0..4 {
                 for _ in 0..8 {
-                    let recs: Vec<FakeRecord> = (0..16)
-                        .map(|_| FakeRecord::value(Bytes::from(vec![b'v'; 1000])))
-                        .collect();
+                    let recs: Vec<FakeRecord> = (0..16).map(|_| value()).collect();
                     fake.append_records("w", p, &recs, Codec::None).unwrap();
                 }
             }
             let dir = tempdir("parquet-chunked");
-            // Row groups written out at 64 KiB (of 1000-byte values, incompressible enough):
+            // Row groups written out at 64 KiB (of 1000-byte values, incompressible):
             // the writer holds a bounded row group, not the whole batch, however many rows
             // the batch has (the review of the chunked batches found it held them all).
             let sink = ParquetSink::open(
