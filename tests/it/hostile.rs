@@ -719,7 +719,7 @@ fn a_batch_that_inflates_past_half_the_budget_is_refused_naming_the_budget() {
 
 /// Issue 36 (low): text from a broker, another client or an argument echoed back reaches the
 /// terminal escaped. A topic name with an escape sequence (set the window title, clear the
-/// screen) and a bidirectional override is shown by `kdirect metadata` as `\u{1b}…`, and a
+/// screen) and a bidirectional override is shown by `kdirect metadata` as `\u001b…`, and a
 /// final error line that names such a topic carries no raw control character. Before, both
 /// were written as they came.
 #[test]
@@ -734,7 +734,7 @@ fn text_from_outside_reaches_the_terminal_escaped() {
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(out.status.success(), "{stdout}");
     assert!(
-        stdout.contains(r"t\u{1b}]0;owned\u{7}\u{1b}[2J\u{202e}"),
+        stdout.contains(r"t\u001b]0;owned\u0007\u001b[2J\u202e"),
         "the name shown escaped: {stdout:?}"
     );
     assert!(
@@ -770,7 +770,7 @@ fn text_from_outside_reaches_the_terminal_escaped() {
         .unwrap();
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(!out.status.success(), "{stderr}");
-    assert!(stderr.contains(r"gone\u{1b}[2J"), "{stderr:?}");
+    assert!(stderr.contains(r"gone\u001b[2J"), "{stderr:?}");
     assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
 }
 

@@ -86,6 +86,7 @@ impl<E: std::error::Error> From<E> for CliError {
 /// that overwrites the line) and the bidirectional overrides that reorder what is shown are
 /// written as `\u{..}` escapes. kdirect's own messages contain none, so they are unchanged.
 pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    use std::fmt::Write as _;
     fn unsafe_char(c: char) -> bool {
         (c.is_control() && c != '\n' && c != '\t')
             || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
@@ -96,7 +97,9 @@ pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
         if unsafe_char(c) {
-            out.extend(c.escape_unicode());
+            // JSON's form (every such character is in the BMP): a report printed as JSON
+            // stays valid JSON, and the string decodes to what the broker sent.
+            let _ = write!(out, "\\u{:04x}", u32::from(c));
         } else {
             out.push(c);
         }
@@ -194,9 +197,14 @@ mod tests {
         assert!(matches!(printable("plain"), std::borrow::Cow::Borrowed(_)));
         assert_eq!(
             printable("SASL failed: \u{1b}]0;owned\u{7}\u{1b}[2Jbad password\r"),
-            "SASL failed: \\u{1b}]0;owned\\u{7}\\u{1b}[2Jbad password\\u{d}"
+            "SASL failed: \\u001b]0;owned\\u0007\\u001b[2Jbad password\\u000d"
         );
-        assert_eq!(printable("topic\u{202e}gnp.exe"), "topic\\u{202e}gnp.exe");
-        assert_eq!(printable("caf\u{e9} \u{9b}31m"), "caf\u{e9} \\u{9b}31m");
+        assert_eq!(printable("topic\u{202e}gnp.exe"), "topic\\u202egnp.exe");
+        assert_eq!(printable("caf\u{e9} \u{9b}31m"), "caf\u{e9} \\u009b31m");
+        // Inside a JSON string the escapes are JSON's: it parses to what was sent.
+        let json = serde_json::json!({ "topic": "t\u{7f}\u{9b}\u{202e}" }).to_string();
+        let shown = printable(&json);
+        let back: serde_json::Value = serde_json::from_str(&shown).unwrap();
+        assert_eq!(back["topic"], "t\u{7f}\u{9b}\u{202e}");
     }
 }
