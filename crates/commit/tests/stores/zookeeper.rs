@@ -240,11 +240,20 @@ fn zookeeper_store_with_credentials_keeps_its_znodes_to_itself() {
             ),
             "written without credentials"
         );
-        let (acl, _) = anon.get_acl(&path).await.unwrap();
+        // Nor its ACL (READ_ACL is the creator's too); with the credentials, it is theirs only.
+        assert!(matches!(anon.get_acl(&path).await, Err(zk::Error::NoAuth)));
+        let authed_raw = zk::Client::connector()
+            .with_auth("digest", b"kd:S3cret-pw")
+            .connect(hosts)
+            .await
+            .unwrap();
+        let (acl, _) = authed_raw.get_acl(&path).await.unwrap();
         assert!(
-            acl.iter().all(|a| a.scheme() == "digest"),
+            !acl.is_empty() && acl.iter().all(|a| a.scheme() == "digest"),
             "creator only: {acl:?}"
         );
+        let (data, _) = authed_raw.get_data(&path).await.unwrap();
+        assert_eq!(data, b"42");
         // Wrong password: the store cannot read its positions either.
         let wrong = format!("zk://kd:wrong@{hosts}/{chroot}");
         let other = ZooKeeperStore::connect(&wrong, &group).await;
