@@ -806,6 +806,11 @@ fn perf_topic(o: &Opts, bootstrap: &str, classpath: &str) -> Result<String, Stri
         format!("batch.size={}", o.batch_size),
         format!("buffer.memory={buffer}"),
         format!("compression.type={}", o.codec),
+        // A broker on 2 cores that takes a thousand partitions' batches slowly: records wait
+        // longer than the default 120 s in the producer's buffer, and were expired (888 of 5M
+        // at 1,024 partitions × 16 KB on 2026-12-07), leaving the topic short.
+        "delivery.timeout.ms=900000".to_owned(),
+        "request.timeout.ms=300000".to_owned(),
     ];
     let st = Command::new("java")
         .args([&heap, "-cp", classpath])
@@ -825,6 +830,16 @@ fn perf_topic(o: &Opts, bootstrap: &str, classpath: &str) -> Result<String, Stri
         .map_err(|e| format!("java ProducerPerformance: {e}"))?;
     if !st.success() {
         return Err(format!("ProducerPerformance into {topic} failed: {st}"));
+    }
+    // ProducerPerformance exits 0 even when records expired: a short topic would have every
+    // client wait for records that do not exist (the 2026-12-07 run hung so).
+    let written = kafka_records(bootstrap, classpath, &topic).unwrap_or(0);
+    if written != o.records {
+        return Err(format!(
+            "ProducerPerformance wrote {written} of the {} records into {topic} (the others \
+             expired in the producer: the broker did not keep up); not read",
+            o.records
+        ));
     }
     Ok(topic)
 }
