@@ -214,6 +214,47 @@ fn a_chunked_batch_is_committed_only_when_read_and_replayed_exactly_after_a_cras
     });
 }
 
+/// A plan logged by a chunked stream (as `kdirect consume` logs them) and re-run by a stream
+/// that is not chunked cannot fit its budget: the error says to read it in chunks, not to
+/// lower maxOffsetsPerTrigger, which a re-run ignores (the review of the chunked batches
+/// found that advice, on every restart). The same plan re-run chunked reads every record once.
+#[test]
+fn a_chunked_plan_re_run_without_chunks_says_to_read_it_in_chunks() {
+    rt().block_on(async {
+        let fake = wide_topic().await;
+        let ckpt = tempdir("chunked-replay").join("ckpt");
+        let with_store = |chunked: &str| {
+            builder(&fake)
+                .until_latest(false)
+                .set("batch.chunked", chunked)
+                .unwrap()
+                .store(CheckpointStore::open(&ckpt, 10).unwrap())
+        };
+        let mut stream = with_store("true").build().await.unwrap();
+        let batch = stream.next_batch().await.unwrap().unwrap();
+        assert!(
+            !batch.rest().is_empty(),
+            "the plan is larger than the budget"
+        );
+        drop(batch);
+        drop(stream);
+
+        let mut stream = with_store("false").build().await.unwrap();
+        let e = stream.next_batch().await.unwrap_err().to_string();
+        assert!(
+            e.contains("re-run of logged batch 0") && e.contains("batch.chunked=true"),
+            "{e}"
+        );
+        assert!(!e.contains("lower maxOffsetsPerTrigger"), "{e}");
+        drop(stream);
+
+        let mut stream = with_store("true").build().await.unwrap();
+        let mut again = stream.next_batch().await.unwrap().unwrap();
+        assert!(again.is_replay());
+        every_offset_once(read_all(&mut stream, &mut again).await);
+    });
+}
+
 #[test]
 fn a_chunked_batch_released_before_its_end_stops_the_stream_instead_of_skipping() {
     rt().block_on(async {

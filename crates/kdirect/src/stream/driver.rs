@@ -75,6 +75,32 @@ impl Reconnect {
     }
 }
 
+/// A logged plan re-run exactly (not chunked) that needs more than the budget: the usual
+/// advice, a smaller `maxOffsetsPerTrigger`, cannot help (a logged plan is re-run as logged,
+/// e.g. one a chunked `kdirect consume` wrote); what can is reading it in chunks.
+fn replay_too_large(fetch: &FetchPlan, e: EngineError) -> EngineError {
+    match e.into_kind() {
+        ErrorKind::BudgetExceeded {
+            what,
+            needed,
+            budget,
+            ..
+        } if what.starts_with("the batch") => ErrorKind::BudgetExceeded {
+            what: format!(
+                "{what}, the re-run of logged batch {} (re-run exactly as logged, whatever \
+                 maxOffsetsPerTrigger says now)",
+                fetch.batch_id
+            ),
+            needed,
+            budget,
+            fix: "read it in chunks with batch.chunked=true (DirectStreamBuilder::chunked; \
+                  kdirect consume does), or raise memory.budget.bytes",
+        }
+        .into(),
+        other => other.into(),
+    }
+}
+
 /// The topics a stream reads now, with fresh metadata: the configured ones, or every
 /// non-internal topic matching the pattern (one Metadata request for all topics).
 pub(super) async fn subscribed(
@@ -330,6 +356,13 @@ impl Driver {
                 Err(e) if e.is_retriable() => {
                     self.core().forget();
                     reconnect.wait(e, &self.config).await?
+                }
+                Err(e)
+                    if fetch.replay
+                        && !fetch.fit
+                        && matches!(e.kind(), ErrorKind::BudgetExceeded { .. }) =>
+                {
+                    return Err(replay_too_large(fetch, e))
                 }
                 Err(e) => self.core().on_fetch_loss(fetch, e)?,
             }
