@@ -116,11 +116,7 @@ impl ZooKeeperStore {
              a store that has it (postgres://…?sslmode=verify-full, rediss://, hbases://)",
         );
         let client = open(&connect).await?;
-        let acls = if split_auth(&connect).0.is_some() {
-            zk::Acls::creator_all()
-        } else {
-            zk::Acls::anyone_all()
-        };
+        let acls = acls_for(split_auth(&connect).0);
         let store = ZooKeeperStore {
             connect,
             group: group.to_owned(),
@@ -548,6 +544,16 @@ fn split_auth(connect: &str) -> (Option<&str>, &str) {
     }
 }
 
+/// The ACL of every znode a store creates: the creator's only when the session authenticates
+/// with `auth`, else open to anyone (as the old Kafka consumer made them).
+fn acls_for(auth: Option<&str>) -> zk::Acls<'static> {
+    if auth.is_some() {
+        zk::Acls::creator_all()
+    } else {
+        zk::Acls::anyone_all()
+    }
+}
+
 async fn open(connect: &str) -> Result<zk::Client, StoreError> {
     let (auth, rest) = split_auth(connect);
     let (hosts, chroot) = match rest.split_once('/') {
@@ -575,12 +581,7 @@ async fn open(connect: &str) -> Result<zk::Client, StoreError> {
         return Ok(root);
     };
     // The chroot must exist before a client rooted there can create anything under it.
-    let acls = if auth.is_some() {
-        zk::Acls::creator_all()
-    } else {
-        zk::Acls::anyone_all()
-    };
-    let opts = zk::CreateMode::Persistent.with_acls(acls);
+    let opts = zk::CreateMode::Persistent.with_acls(acls_for(auth));
     match root.mkdir(&chroot, &opts).await {
         Ok(()) | Err(zk::Error::NodeExists) => {}
         Err(e) => return Err(fail(&chroot, &e)),

@@ -84,7 +84,8 @@ impl<E: std::error::Error> From<E> for CliError {
 /// on a terminal: control characters other than newline and tab (ESC starting an escape
 /// sequence that recolours, moves the cursor or sets the window title; a carriage return
 /// that overwrites the line) and the bidirectional overrides that reorder what is shown are
-/// written as `\u{..}` escapes. kdirect's own messages contain none, so they are unchanged.
+/// written as JSON's `\uXXXX` escapes, so a JSON report stays valid JSON. kdirect's own
+/// messages contain none, so they are unchanged.
 pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
     use std::fmt::Write as _;
     fn unsafe_char(c: char) -> bool {
@@ -115,7 +116,7 @@ pub(crate) fn report_out() -> Printable<std::io::StdoutLock<'static>> {
 
 /// A writer that passes what is written through [`printable`].
 #[derive(Debug)]
-pub(crate) struct Printable<W>(W);
+pub(crate) struct Printable<W>(pub(crate) W);
 
 impl<W: std::io::Write> std::io::Write for Printable<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

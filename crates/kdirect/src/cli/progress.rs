@@ -448,9 +448,9 @@ pub(crate) fn note_line(args: std::fmt::Arguments<'_>) {
         let _ = err.write_all(CLEAR.as_bytes());
         *shown = false;
     }
-    // Notes interpolate text from brokers and stores (errors, names): escaped.
-    let line = args.to_string();
-    let _ = writeln!(err, "{}", super::printable(&line));
+    // Notes interpolate text from brokers and stores (errors, names): escaped, through the
+    // reports' writer (no line built first).
+    let _ = writeln!(super::Printable(&mut err), "{args}");
 }
 
 /// `eprintln!` that erases the progress line first.
