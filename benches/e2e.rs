@@ -1307,14 +1307,8 @@ fn kdirect_client(o: &Opts, crc: bool) -> Result<Sum, String> {
             .chunked(true)
             .set("check.crcs", if crc { "true" } else { "false" })
             .map_err(|e| e.to_string())?;
-        // The stream bounds a batch by offsets (200k), not bytes: with big values that is more
-        // than the budget. Bound it to a quarter of the budget here (a batch and its prefetch
-        // must fit, with room for the bytes fetched past each range's end).
-        let per_record = o.value_size as u64 + 70;
-        let cap = ((o.memory_mib as u64) << 20) / 4 / per_record;
-        b = b
-            .set("maxOffsetsPerTrigger", &cap.clamp(1, 200_000).to_string())
-            .map_err(|e| e.to_string())?;
+        // Batches as the stream sizes them (chunked: eight budgets of data, read a chunk at a
+        // time within the budget); no maxOffsetsPerTrigger.
         for (k, v) in &o.kdirect_set {
             b = b.set(k, v).map_err(|e| e.to_string())?;
         }

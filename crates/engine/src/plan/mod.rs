@@ -497,6 +497,9 @@ pub struct PlannerConfig {
     /// served and wrapping around, skipping partitions without data. The others get an empty
     /// range at their position. The rate limits are then computed over the partitions taken
     /// only; `minOffsetsPerTrigger` still counts the offsets available in every partition.
+    /// Under `maxOffsetsPerTrigger` the bound applies only when the data available is more
+    /// than that: a batch that takes everything ends every range at its log's end, where no
+    /// stored batch is cut, and leaving partitions out would only delay them.
     pub max_partitions_per_batch: Option<usize>,
     /// What a start by timestamp does when no record is that recent. Default
     /// [`TimestampStrategy::Latest`].
@@ -899,10 +902,17 @@ impl Planner {
             }
         }
 
-        // At most max_partitions_per_batch partitions with data, in turn. The others count as
-        // having nothing to read in this batch, so the rate limits split over the ones taken.
+        // At most max_partitions_per_batch partitions with data, in turn, when the data is
+        // more than one batch takes. The others count as having nothing to read in this
+        // batch, so the rate limits split over the ones taken.
+        let fits = self
+            .config
+            .rate
+            .max_offsets_per_trigger
+            .is_some_and(|max| available.iter().sum::<u64>() <= max);
         let (lags, rotation) = match self.config.max_partitions_per_batch {
             None => (available, None),
+            Some(_) if fits => (available, None),
             Some(max) => {
                 let tps: Vec<&TopicPartition> = froms.iter().map(|(tp, _, _)| *tp).collect();
                 let (taken, last) = rotate::choose(&tps, &available, max, self.rotation.as_ref());

@@ -966,6 +966,31 @@ fn rotation_takes_partitions_in_turn_and_wraps_around() {
     assert_eq!(p.positions()[&tp(T, 1)], 20);
 }
 
+/// Under maxOffsetsPerTrigger, the partition bound holds only when the data is more than a
+/// batch takes: a batch that takes everything ends each range at its log's end (no stored
+/// batch cut there), and leaving partitions out would only delay them (a stream caught up on
+/// many partitions read them a few at a time, batch after batch).
+#[test]
+fn the_partition_bound_holds_only_when_the_data_is_more_than_a_batch() {
+    let mut p = rotating(2, RatePolicy::default().with_max_offsets_per_trigger(100));
+    // 5 × 20 = 100 offsets: all of it fits one batch, every partition read to its end.
+    let b = batch(p.plan(secs(0), &logs(&[20; 5])));
+    assert_eq!(served(&b), [0, 1, 2, 3, 4]);
+    assert_eq!(takes(&b), [20; 5]);
+    // 5 × 40 more = 200 > 100: two partitions, in turn from the start (the cursor did not
+    // move), each to its end (80 ≤ 100).
+    let b = batch(p.plan(secs(1), &logs(&[60; 5])));
+    assert_eq!(served(&b), [0, 1]);
+    assert_eq!(takes(&b), [40, 40, 0, 0, 0]);
+    // 3 × 40 = 120 > 100: the next two.
+    let b = batch(p.plan(secs(2), &logs(&[60; 5])));
+    assert_eq!(served(&b), [2, 3]);
+    // 40 left, in 4: fits.
+    let b = batch(p.plan(secs(3), &logs(&[60; 5])));
+    assert_eq!(served(&b), [4]);
+    assert_eq!(takes(&b), [0, 0, 0, 0, 40]);
+}
+
 #[test]
 fn partitions_without_data_take_no_slot() {
     // Lags 0/5/0/0/7/3, at most 2: the first two with data are 1 and 4 (0, 2, 3 skipped).
@@ -1330,6 +1355,7 @@ proptest! {
             for (end, g) in ends.iter_mut().zip(step) {
                 *end += g;
             }
+            let available: u64 = ends.iter().zip(&next).map(|(e, n)| (e - n) as u64).sum();
             match p.plan(secs(i as u64), &logs(&ends)).unwrap() {
                 PlanOutcome::Batch(b) => {
                     prop_assert_eq!(b.batch_id, expected_id);
@@ -1345,7 +1371,9 @@ proptest! {
                     if let Some(max) = max_offsets {
                         prop_assert!(b.offset_count() <= max + 3);
                     }
-                    if let Some(max) = max_partitions {
+                    // The bound holds when the data is more than a batch takes.
+                    let split = max_offsets.is_none_or(|m| available > m);
+                    if let (Some(max), true) = (max_partitions, split) {
                         prop_assert!(served(&b).len() <= max);
                     }
                 }

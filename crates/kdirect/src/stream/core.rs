@@ -28,7 +28,7 @@ use kdirect_engine::plan::{
 use kdirect_engine::{Error as EngineError, ErrorKind};
 use kdirect_proto::api::list_offsets::PartitionOffset;
 
-use super::{adaptive_cap, chunked_partition_cap, partition_cap, Ending};
+use super::{adaptive_offsets, chunked_partition_cap, partition_cap, Ending};
 
 #[cfg(test)]
 mod tests;
@@ -846,7 +846,7 @@ impl StreamCore {
                 let per_offset = sizing
                     .bytes_per_offset
                     .unwrap_or(bytes as f64 / offsets as f64);
-                let cap = adaptive_cap(sizing.budget, per_offset);
+                let cap = adaptive_offsets(self.cfg.chunked, sizing.budget, per_offset);
                 self.planner.set_max_offsets_per_trigger(Some(cap));
             }
             let partitions = if self.cfg.chunked {

@@ -71,6 +71,30 @@ pub const ADAPTIVE_MIN_OFFSETS_PER_BATCH: u64 = 1_000;
 /// See [`ADAPTIVE_MIN_OFFSETS_PER_BATCH`].
 pub const ADAPTIVE_MAX_OFFSETS_PER_BATCH: u64 = 1_000_000;
 
+/// Chunked ([`StreamConfig::chunked`]), a batch is not bounded by memory (its chunks are), so
+/// without a rate limit it takes this many budgets' worth of data (512 MiB for the default
+/// 64 MiB; about a second of reading at full speed on a 2-core machine): a batch is what one
+/// commit covers, and each batch end cuts the stored batch every partition it read ends
+/// inside of, which the next batch fetches again unless it could be carried. With a quarter
+/// of the budget, as unchunked batches take, a 64-partition topic of 1 MB producer batches
+/// read about twice its bytes from the broker (issue 32).
+pub const CHUNKED_BATCH_BUDGETS: f64 = 8.0;
+/// See [`CHUNKED_BATCH_BUDGETS`]: the most offsets an adaptive chunked batch takes.
+pub const CHUNKED_MAX_OFFSETS_PER_BATCH: u64 = 10_000_000;
+
+/// The adaptive batch size: a quarter of the budget in offsets of `bytes_per_offset`, or
+/// chunked, [`CHUNKED_BATCH_BUDGETS`] budgets.
+fn adaptive_offsets(chunked: bool, budget: usize, bytes_per_offset: f64) -> u64 {
+    if !chunked {
+        return adaptive_cap(budget, bytes_per_offset);
+    }
+    let cap = (budget as f64 * CHUNKED_BATCH_BUDGETS / bytes_per_offset.max(1.0)) as u64;
+    cap.clamp(
+        ADAPTIVE_MIN_OFFSETS_PER_BATCH,
+        CHUNKED_MAX_OFFSETS_PER_BATCH,
+    )
+}
+
 fn adaptive_cap(budget: usize, bytes_per_offset: f64) -> u64 {
     let cap = (budget as f64 / 4.0 / bytes_per_offset.max(1.0)) as u64;
     cap.clamp(
@@ -95,16 +119,23 @@ fn partition_cap(budget: usize, largest_batch: Option<usize>) -> usize {
     (budget / 4 / batch).max(1)
 }
 
+/// Chunked: each partition a batch takes gets at least this many stored batches' worth of
+/// offsets (when the batch's offset limit allows), so the stored batch its range ends inside
+/// of, fetched again by its next range unless carried, is at most 1/16 of what it reads.
+const STORED_BATCHES_PER_TURN: f64 = 16.0;
+
 /// Chunked ([`StreamConfig::chunked`]): memory bounds the chunks, not the batch, so the
 /// partitions a batch reads are bounded only to keep its ranges from being slivers of stored
-/// batches: each partition taken should get at least a stored batch's worth of the batch's
-/// offsets (with fewer, each range ends inside the stored batch the next range fetches
-/// again, on every partition: on 256 partitions of 256 KB producer batches that was 0.6×
-/// librdkafka's rate and five times the broker's CPU), unless the stored batches the ranges
-/// end inside of can all be carried to the next ranges, which is what [`partition_cap`]
-/// allows. So the larger of [`partition_cap`] and `max_offsets / (largest stored batch /
-/// bytes per offset)`, assuming what [`adaptive_cap`] and [`partition_cap`] assume before
-/// anything was fetched; `None` (every partition) without an offset limit.
+/// batches: each partition taken should get [`STORED_BATCHES_PER_TURN`] stored batches' worth
+/// of the batch's offsets (with fewer, each range ends inside the stored batch the next range
+/// fetches again, on every partition: on 256 partitions of 256 KB producer batches that was
+/// 0.6× librdkafka's rate and five times the broker's CPU), unless the stored batches the
+/// ranges end inside of can all be carried to the next ranges, which is what
+/// [`partition_cap`] allows. So the larger of [`partition_cap`] and `max_offsets / (16 ×
+/// largest stored batch / bytes per offset)`, assuming what [`adaptive_cap`] and
+/// [`partition_cap`] assume before anything was fetched; `None` (every partition) without an
+/// offset limit. The planner applies the bound only when the data available is more than a
+/// batch takes ([`PlannerConfig::max_partitions_per_batch`]).
 fn chunked_partition_cap(
     budget: usize,
     max_offsets: Option<u64>,
@@ -114,7 +145,7 @@ fn chunked_partition_cap(
     let max = max_offsets?;
     let batch = largest_batch.unwrap_or(ASSUMED_STORED_BATCH_BYTES).max(1) as f64;
     let offsets_per_stored = (batch / bytes_per_offset.unwrap_or(1024.0).max(1.0)).max(1.0);
-    let whole = (max as f64 / offsets_per_stored) as usize;
+    let whole = (max as f64 / (offsets_per_stored * STORED_BATCHES_PER_TURN)) as usize;
     Some(whole.max(partition_cap(budget, largest_batch)))
 }
 
@@ -1028,7 +1059,7 @@ impl DirectStreamBuilder {
             c.rate = c
                 .rate
                 .clone()
-                .with_max_offsets_per_trigger(adaptive_cap(c.memory_budget, 1024.0));
+                .with_max_offsets_per_trigger(adaptive_offsets(c.chunked, c.memory_budget, 1024.0));
         }
         // A topic-level Metadata error that is retriable (LEADER_NOT_AVAILABLE while a topic
         // is being created) is waited out for up to default.api.timeout.ms, as the Java
@@ -2096,21 +2127,23 @@ mod tests {
     #[test]
     fn chunked_batches_take_as_many_partitions_as_get_a_stored_batch_each() {
         const B: usize = 64 << 20;
-        // 98k offsets, 256 KB stored batches of 170 B offsets (1542 each): 63 partitions get
-        // a stored batch each, but 64 stored batches can be carried (16 MiB): 64.
+        // 98k offsets, 256 KB stored batches of 170 B offsets (1542 each): 3 partitions get
+        // 16 stored batches each, but 64 stored batches can be carried (16 MiB): 64.
         assert_eq!(
             chunked_partition_cap(B, Some(98_000), Some(262_144), Some(170.0)),
             Some(64)
         );
-        // 10M offsets of 16 kB batches (15.75 offsets each): every partition of any topic.
+        // 10M offsets of 16 kB batches (15.75 offsets each): 16 stored batches each for
+        // 39,672 partitions.
         assert_eq!(
             chunked_partition_cap(B, Some(10_000_000), Some(16_384), Some(1040.0)),
-            Some(634_765)
+            Some(39_672)
         );
-        // 1M offsets of 1 MiB batches of 100 B offsets (10,485 each): 95 partitions.
+        // 1M offsets of 1 MiB batches of 100 B offsets (10,485 each): 16 stored batches each
+        // for 5 partitions; 16 can be carried.
         assert_eq!(
             chunked_partition_cap(B, Some(1_000_000), Some(1 << 20), Some(100.0)),
-            Some(95)
+            Some(16)
         );
         // Fewer offsets than one stored batch: what carried batches allow (16 of 1 MiB), at
         // least one; no limit: all.
@@ -2126,6 +2159,20 @@ mod tests {
             chunked_partition_cap(B, None, Some(1 << 20), Some(100.0)),
             None
         );
+    }
+
+    #[test]
+    fn a_chunked_batch_takes_eight_budgets_of_data_unchunked_a_quarter() {
+        const B: usize = 64 << 20;
+        // 1 KB offsets: 16,384 offsets unchunked, 524,288 chunked.
+        assert_eq!(adaptive_offsets(false, B, 1024.0), 16_384);
+        assert_eq!(adaptive_offsets(true, B, 1024.0), 524_288);
+        // 100 B offsets: 5.4M chunked, 168k unchunked.
+        assert_eq!(adaptive_offsets(true, B, 100.0), 5_368_709);
+        assert_eq!(adaptive_offsets(false, B, 100.0), 167_772);
+        // Tiny records: at most 10M; huge ones: at least 1,000 either way.
+        assert_eq!(adaptive_offsets(true, B, 10.0), 10_000_000);
+        assert_eq!(adaptive_offsets(true, B, 8e6), 1_000);
     }
 
     #[test]

@@ -213,7 +213,7 @@ pub static SETTINGS: &[Setting] = &[
         }),
     row("endingTimestamp", &[], "", "A bounded stream ends at the first offset at or after this time (ms).",
         |b, k, v| Ok(b.ending(Ending::Timestamp(parse(k, v)?)))),
-    row("maxOffsetsPerTrigger", &[], "adaptive (a quarter of memory.budget.bytes)", "Most offsets per batch, split over partitions by lag (a batch is read up to what fits in memory and ends there).",
+    row("maxOffsetsPerTrigger", &[], "adaptive (a quarter of memory.budget.bytes of data; chunked: eight times memory.budget.bytes)", "Most offsets per batch, split over partitions by lag (a batch is read up to what fits in memory and ends there).",
         |b, k, v| Ok(b.max_offsets_per_trigger(parse(k, v)?))),
     row("maxRatePerPartition", &[], "", "Most records per partition per second, held in wall-clock time.",
         |b, k, v| Ok(b.max_rate_per_partition(parse(k, v)?))),

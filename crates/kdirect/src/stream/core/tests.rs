@@ -726,7 +726,7 @@ fn the_adaptive_size_follows_bytes_per_offset_not_bytes_held() {
     core.finish(ms(1), fetch, &read, sizing);
     let next = fetch_of(core.plan(ms(2), &s).unwrap());
     let len = next.want[0].len();
-    assert_eq!(len, adaptive_cap(64 << 20, 100.0));
+    assert_eq!(len, adaptive_offsets(false, 64 << 20, 100.0));
     assert!(len > 100_000, "not a sliver: {len}");
 }
 
@@ -790,4 +790,51 @@ fn lag_is_what_is_left_after_the_batch() {
     let lags: Vec<u64> = core.record_lag(&s).iter().map(|l| l.lag).collect();
     assert_eq!(lags, vec![70, 0]);
     assert_eq!(core.lag(), Some(70));
+}
+
+/// Chunked, with no rate limit (issue 32, the cliff at 1 KB records): a batch takes
+/// [`CHUNKED_BATCH_BUDGETS`] budgets of data and every partition when the backlog fits it, so
+/// no range ends inside a stored batch but at its log's end; a larger backlog is taken a few
+/// partitions at a time, each range 16 stored batches or more. With batches of a quarter of
+/// the budget (16k offsets over 64 partitions of 1 MB stored batches, 250 offsets a range),
+/// every stored batch was cut by four batches and fetched about twice.
+#[test]
+fn chunked_batches_take_every_partition_when_the_backlog_fits_and_long_turns_when_not() {
+    let mut cfg = config(DataLossPolicy::Fail);
+    cfg.adaptive = true;
+    cfg.chunked = true;
+    let first = adaptive_offsets(true, 64 << 20, 1024.0);
+    cfg.planner = cfg
+        .planner
+        .with_rate(RatePolicy::default().with_max_offsets_per_trigger(first))
+        .with_max_partitions_per_batch(chunked_partition_cap(64 << 20, Some(first), None, None));
+    let mut core = core_with(cfg);
+    // 64 partitions × 7,800 offsets of 1 KB (499,200 ≤ 524,288): one batch, every partition
+    // to its end.
+    let parts: Vec<(&str, i32, i64, i64)> = (0..64).map(|p| ("t", p, 0, 7_800)).collect();
+    let fetch = fetch_of(core.plan(ms(0), &snap(&parts)).unwrap());
+    assert_eq!(fetch.want.len(), 64);
+    assert!(fetch.want.iter().all(|r| (r.from, r.until) == (0, 7_800)));
+    let read: Vec<OffsetRange> = fetch.want.clone();
+    let reads: Vec<Read<'_>> = read
+        .iter()
+        .map(|r| Read {
+            range: r,
+            observed: None,
+            bytes: r.len() as usize * 1070,
+        })
+        .collect();
+    let sizing = Sizing {
+        budget: 64 << 20,
+        bytes_per_offset: Some(1070.0),
+        largest_batch: Some(1 << 20),
+    };
+    core.finish(ms(1), fetch, &reads, sizing);
+    // 20,000 more each (1.28M > 501k): 31 partitions in turn, each ≥ 16 stored batches of
+    // 980 offsets.
+    let parts: Vec<(&str, i32, i64, i64)> = (0..64).map(|p| ("t", p, 0, 27_800)).collect();
+    let next = fetch_of(core.plan(ms(2), &snap(&parts)).unwrap());
+    let served: Vec<&OffsetRange> = next.want.iter().filter(|r| !r.is_empty()).collect();
+    assert_eq!(served.len(), 31, "{:?}", next.want);
+    assert!(served.iter().all(|r| r.len() >= 16 * 980), "{:?}", served);
 }
