@@ -476,7 +476,13 @@ fn a_record_batch_larger_than_the_budget_is_named_with_the_one_setting_that_help
         let err = stream.next_batch().await.unwrap_err();
         let msg = err.to_string();
         assert!(
-            matches!(err.engine_kind(), Some(ErrorKind::BudgetExceeded { .. })),
+            matches!(
+                err.engine_kind(),
+                Some(ErrorKind::BudgetExceeded {
+                    whole_batch: false,
+                    ..
+                })
+            ),
             "{msg}"
         );
         assert!(msg.contains("record batch of big-0 at offset 0"), "{msg}");

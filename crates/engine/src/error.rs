@@ -309,6 +309,10 @@ pub enum ErrorKind {
     /// Fetched data needs more memory than the whole budget.
     #[error("{what} needs more than the memory budget ({needed} > {budget} bytes): {fix}")]
     BudgetExceeded {
+        /// Whether it is the batch's data (its ranges together) that needs the memory, which
+        /// a smaller batch fixes; false for one stored record batch, which nothing but a
+        /// larger budget fixes.
+        whole_batch: bool,
         /// What needs the memory: the batch's data, or one record batch (with its
         /// topic-partition and offset).
         what: String,

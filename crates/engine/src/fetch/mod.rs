@@ -1154,8 +1154,9 @@ fn oversized_error(
             Some((size, p, base))
         })
         .max_by_key(|(size, _, _)| *size);
-    let (what, fix) = match largest {
+    let (whole_batch, what, fix) = match largest {
         Some((size, p, base)) if size > budget => (
+            false,
             format!(
                 "the record batch of {}-{} at offset {base} ({size} bytes)",
                 p.topic, p.partition
@@ -1163,6 +1164,7 @@ fn oversized_error(
             "a record batch cannot be split: raise memory.budget.bytes above its size",
         ),
         _ => (
+            true,
             format!(
                 "the batch (ranges {}) with {} bytes fetched so far",
                 session.describe_ranges(),
@@ -1173,6 +1175,7 @@ fn oversized_error(
         ),
     };
     ErrorKind::BudgetExceeded {
+        whole_batch,
         what,
         needed,
         budget,

@@ -484,6 +484,7 @@ impl FetchSession {
         }
         if room == 0 && !by_leader.is_empty() {
             return Err(ErrorKind::BudgetExceeded {
+                whole_batch: true,
                 what: format!(
                     "the batch (ranges {}) with {} bytes fetched so far",
                     self.describe_ranges(),

@@ -425,7 +425,16 @@ fn the_budget_is_shared_in_proportion_and_its_end_is_an_error() {
     )
     .unwrap();
     let e = s.next_requests(&v, &budget.state()).unwrap_err();
-    assert!(matches!(e.kind(), ErrorKind::BudgetExceeded { .. }), "{e}");
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::BudgetExceeded {
+                whole_batch: true,
+                ..
+            }
+        ),
+        "{e}"
+    );
     let msg = e.to_string();
     assert!(msg.contains("t-0 [0, 10), t-1 [0, 10)"), "{msg}");
     assert!(msg.contains("maxOffsetsPerTrigger"), "{msg}");

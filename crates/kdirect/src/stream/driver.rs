@@ -81,11 +81,13 @@ impl Reconnect {
 fn replay_too_large(fetch: &FetchPlan, e: EngineError) -> EngineError {
     match e.into_kind() {
         ErrorKind::BudgetExceeded {
+            whole_batch: true,
             what,
             needed,
             budget,
             ..
-        } if what.starts_with("the batch") => ErrorKind::BudgetExceeded {
+        } => ErrorKind::BudgetExceeded {
+            whole_batch: true,
             what: format!(
                 "{what}, the re-run of logged batch {} (re-run exactly as logged, whatever \
                  maxOffsetsPerTrigger says now)",
