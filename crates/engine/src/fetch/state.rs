@@ -31,13 +31,46 @@ pub struct FetchState {
     max_batch: u64,
     /// KIP-392: the replica each partition's leader pointed this client at (`client.rack`),
     /// by topic and partition. Dropped on any error from that replica (back to the leader).
-    read_replicas: HashMap<(String, i32), i32>,
+    read_replicas: ByPartition<i32>,
     /// KIP-320: where the last completed fetch of each partition ended, with the epoch of the
     /// last batch it read (sent as `last_fetched_epoch` by the next fetch from there).
-    fetched: HashMap<(String, i32), LastFetched>,
+    fetched: ByPartition<LastFetched>,
     /// The stored batches the last fetch's ranges ended inside of, by topic and partition:
     /// the next range of the partition starts with it instead of fetching it again.
     carried: HashMap<(String, i32), Carried>,
+}
+
+/// Values by topic and partition, looked up by `&str` without building a key: a lookup per
+/// partition per batch allocated a `String` for a `(String, i32)` key (issue 35: no allocation
+/// per batch at a trickle). A topic's name is allocated once, when its first partition is
+/// inserted.
+#[derive(Debug)]
+struct ByPartition<V>(HashMap<String, HashMap<i32, V>>);
+
+impl<V> Default for ByPartition<V> {
+    fn default() -> Self {
+        ByPartition(HashMap::new())
+    }
+}
+
+impl<V> ByPartition<V> {
+    fn get(&self, topic: &str, partition: i32) -> Option<&V> {
+        self.0.get(topic)?.get(&partition)
+    }
+
+    fn insert(&mut self, topic: &str, partition: i32, v: V) -> Option<V> {
+        if let Some(parts) = self.0.get_mut(topic) {
+            return parts.insert(partition, v);
+        }
+        self.0
+            .entry(topic.to_owned())
+            .or_default()
+            .insert(partition, v)
+    }
+
+    fn remove(&mut self, topic: &str, partition: i32) -> Option<V> {
+        self.0.get_mut(topic)?.remove(&partition)
+    }
 }
 
 /// Data read ahead of a partition's next range, kept (with its share of the memory budget)
@@ -91,23 +124,21 @@ pub struct LastFetched {
 impl FetchState {
     /// The replica to read `topic`-`partition` from instead of its leader, if one was given.
     pub(crate) fn read_replica(&self, topic: &str, partition: i32) -> Option<i32> {
-        self.read_replicas
-            .get(&(topic.to_owned(), partition))
-            .copied()
+        self.read_replicas.get(topic, partition).copied()
     }
 
     /// Reads `topic`-`partition` from `replica` (`None`: from its leader again).
     pub(crate) fn set_read_replica(&mut self, topic: &str, partition: i32, replica: Option<i32>) {
         match replica {
-            Some(r) => self.read_replicas.insert((topic.to_owned(), partition), r),
-            None => self.read_replicas.remove(&(topic.to_owned(), partition)),
+            Some(r) => self.read_replicas.insert(topic, partition, r),
+            None => self.read_replicas.remove(topic, partition),
         };
     }
 
     /// KIP-320: where the last completed fetch left `topic`-`partition`, and the epoch of the
     /// last batch it read; `None` if no fetch read it (or a truncation check dropped it).
     pub fn last_fetched(&self, topic: &str, partition: i32) -> Option<LastFetched> {
-        self.fetched.get(&(topic.to_owned(), partition)).copied()
+        self.fetched.get(topic, partition).copied()
     }
 
     /// Remembers (or, with `None`, forgets) where a fetch left `topic`-`partition`.
@@ -118,8 +149,8 @@ impl FetchState {
         at: Option<LastFetched>,
     ) {
         match at {
-            Some(at) => self.fetched.insert((topic.to_owned(), partition), at),
-            None => self.fetched.remove(&(topic.to_owned(), partition)),
+            Some(at) => self.fetched.insert(topic, partition, at),
+            None => self.fetched.remove(topic, partition),
         };
     }
 
