@@ -24,7 +24,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use kdirect::commit::{open_store, AnyStore, OffsetRange, OffsetStore, OpenOptions, PlannedBatch};
+use kdirect::commit::{
+    open_store, AnyStore, CommitContext, OffsetRange, OffsetStore, OpenOptions, PlannedBatch,
+};
 
 const PARTITIONS: i32 = 4;
 
@@ -89,7 +91,8 @@ fn bench_store(c: &mut Criterion, name: &str, spec: Option<String>) {
                 next += 1;
                 rt.block_on(store.log_plan(&batch)).unwrap();
                 let t = Instant::now();
-                rt.block_on(store.commit(&batch)).unwrap();
+                rt.block_on(store.commit(&batch, &CommitContext::STANDALONE))
+                    .unwrap();
                 let d = t.elapsed();
                 samples.lock().unwrap().push(d);
                 total += d;

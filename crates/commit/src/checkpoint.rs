@@ -55,8 +55,8 @@ use serde_json::{Map, Value};
 use crate::error::io;
 use crate::file_sink::create_temp_beside;
 use crate::{
-    check_from, CommitOutcome, Committed, Epochs, OffsetRange, OffsetStore, PlannedBatch,
-    Positions, StoreError, StoreErrorKind, TopicIds, TopicPartition,
+    check_from, Capabilities, CommitContext, CommitOutcome, Committed, Epochs, OffsetRange,
+    OffsetStore, PlannedBatch, Positions, StoreError, StoreErrorKind, TopicIds, TopicPartition,
 };
 
 /// Batches whose files are kept by default.
@@ -459,6 +459,11 @@ struct DiskState {
 }
 
 impl CheckpointStore {
+    /// The plan log (`offsets/N` before batch N), one writer only; the commit's `commits/N`
+    /// is created only if absent (of two writers, one creates it).
+    pub const CAPABILITIES: Capabilities =
+        Capabilities::LOGS_PLANS.union(Capabilities::ATOMIC_COMMIT);
+
     /// Opens (creating if needed) the checkpoint at `dir`, keeping the files of the last
     /// `retention` batches (at least 1).
     pub fn open(dir: impl Into<PathBuf>, retention: usize) -> Result<CheckpointStore, StoreError> {
@@ -1562,6 +1567,10 @@ impl OffsetStore for CheckpointStore {
         self.inner.describe()
     }
 
+    fn capabilities(&self) -> Capabilities {
+        Self::CAPABILITIES
+    }
+
     async fn load(&self, topics: &[String]) -> Result<Committed, StoreError> {
         let this = self.clone();
         let mut c = self.blocking(move |_| this.load_sync()).await?;
@@ -1575,7 +1584,11 @@ impl OffsetStore for CheckpointStore {
         self.blocking(move |_| this.log_plan_sync(&batch)).await
     }
 
-    async fn commit(&self, batch: &PlannedBatch) -> Result<CommitOutcome, StoreError> {
+    async fn commit(
+        &self,
+        batch: &PlannedBatch,
+        _ctx: &CommitContext<'_>,
+    ) -> Result<CommitOutcome, StoreError> {
         let this = self.clone();
         let batch = batch.clone();
         self.blocking(move |_| this.commit_sync(&batch)).await

@@ -31,8 +31,8 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 
 use crate::{
-    redact, CommitOutcome, Committed, OffsetStore, PlannedBatch, Positions, StoreError,
-    StoreErrorKind, TopicPartition,
+    redact, Capabilities, CommitContext, CommitOutcome, Committed, OffsetStore, PlannedBatch,
+    Positions, StoreError, StoreErrorKind, TopicPartition,
 };
 
 /// The default table.
@@ -91,6 +91,9 @@ fn path_segment(s: &str) -> String {
 }
 
 impl HBaseStore {
+    /// Check-and-put per row (atomic); no plan log.
+    pub const CAPABILITIES: Capabilities = Capabilities::ATOMIC_COMMIT;
+
     /// Connects to the REST gateway of `spec` for `group`, creating the table (family `o`) if
     /// it is missing: `hbase://host:port[/table]` in clear text (HTTP), or
     /// `hbases://host:port[/table]` over HTTPS (rustls; the gateway's `hbase.rest.ssl.enabled`),
@@ -494,6 +497,10 @@ impl OffsetStore for HBaseStore {
         )
     }
 
+    fn capabilities(&self) -> Capabilities {
+        Self::CAPABILITIES
+    }
+
     async fn load(&self, topics: &[String]) -> Result<Committed, StoreError> {
         let prefix = format!("{}:", self.group);
         let mut c = Committed::default();
@@ -554,7 +561,11 @@ impl OffsetStore for HBaseStore {
         Ok(())
     }
 
-    async fn commit(&self, batch: &PlannedBatch) -> Result<CommitOutcome, StoreError> {
+    async fn commit(
+        &self,
+        batch: &PlannedBatch,
+        _ctx: &CommitContext<'_>,
+    ) -> Result<CommitOutcome, StoreError> {
         let mut by_topic: BTreeMap<&str, Vec<Write>> = BTreeMap::new();
         for r in &batch.ranges {
             by_topic.entry(r.topic.as_str()).or_default().push((

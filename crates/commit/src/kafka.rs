@@ -3,7 +3,10 @@
 //! them.
 //!
 //! - FindCoordinator (key 10) finds the group's coordinator; its connection is cached.
-//! - OffsetCommit (key 8) as a standalone consumer — generation -1, empty member id — with
+//! - OffsetCommit (key 8) under the committing member's identity (generation or member epoch,
+//!   member id, instance id: [`CommitContext::member`], read when each attempt is sent), or as
+//!   a standalone consumer — generation -1, empty member id — outside a group and for
+//!   administration, with
 //!   `kdirect:batch=<N> topicId=<32 hex digits>` in each partition's commit metadata (the
 //!   topic id, KIP-516, where the batch knew it: a stream resumed from the group tells a
 //!   topic deleted and re-created while it was down from a truncated log).
@@ -20,6 +23,12 @@
 //! delivered again. Pair it with an idempotent sink (the file sink) for no duplicates in the
 //! output; for exactly-once offsets, use the checkpoint or a SQL store.
 //!
+//! In a group the coordinator refuses the commit of a member that lost its partitions
+//! (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID,
+//! FENCED_MEMBER_EPOCH: [`StoreErrorKind::Fenced`]), which is what this store declares
+//! ([`Capabilities::FENCED_BY_GENERATION`]); a wrapper that forwards the [`CommitContext`]
+//! keeps it.
+//!
 //! This store logs no plans: [`OffsetStore::log_plan`] is a no-op.
 
 use std::collections::BTreeMap;
@@ -28,14 +37,14 @@ use std::time::Duration;
 
 use kdirect_engine::cluster::Cluster;
 use kdirect_engine::conn::BrokerConnection;
-use kdirect_engine::group::{Generation, GroupMember};
+use kdirect_engine::group::Generation;
 use kdirect_proto::api::offset_commit::{self, CommitEntry, Committer, OffsetCommit};
 use kdirect_proto::api::offset_fetch::{self, OffsetFetch};
 use kdirect_proto::ErrorCode;
 
 use crate::{
-    check_from, CommitOutcome, Committed, Epochs, OffsetStore, PlannedBatch, Positions, StoreError,
-    StoreErrorKind, TopicIds, TopicPartition,
+    check_from, Capabilities, CommitContext, CommitOutcome, Committed, Epochs, OffsetStore,
+    PlannedBatch, Positions, StoreError, StoreErrorKind, TopicIds, TopicPartition,
 };
 
 /// Attempts per operation before a retriable error is returned.
@@ -61,8 +70,6 @@ pub struct KafkaGroupStore {
     group: String,
     coordinator: tokio::sync::Mutex<Option<BrokerConnection>>,
     backoff: Duration,
-    /// In group mode, the member whose generation each commit carries.
-    member: std::sync::OnceLock<Arc<GroupMember>>,
 }
 
 /// Why one attempt failed.
@@ -94,6 +101,10 @@ fn is_coordinator_error(code: ErrorCode) -> bool {
 }
 
 impl KafkaGroupStore {
+    /// No plan log, no atomic compare-and-set (Kafka has none on committed offsets); fenced by
+    /// the group's generation.
+    pub const CAPABILITIES: Capabilities = Capabilities::FENCED_BY_GENERATION;
+
     /// The store for consumer group `group` on `cluster`.
     pub fn new(cluster: Arc<Cluster>, group: &str) -> KafkaGroupStore {
         KafkaGroupStore {
@@ -101,18 +112,7 @@ impl KafkaGroupStore {
             group: group.to_owned(),
             coordinator: tokio::sync::Mutex::new(None),
             backoff: Duration::from_millis(100),
-            member: std::sync::OnceLock::new(),
         }
-    }
-
-    /// Group mode: every commit from now on carries `member`'s generation and member id, so
-    /// the coordinator refuses the commit of a member that lost its partitions
-    /// (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID:
-    /// [`StoreErrorKind::Fenced`]). Administration (`set_positions`) still commits as a
-    /// standalone consumer, which the coordinator only accepts while the group is empty.
-    /// A second call keeps the first member.
-    pub fn attach_member(&self, member: Arc<GroupMember>) {
-        let _ = self.member.set(member);
     }
 
     /// The first backoff between retries (default 100 ms; doubles up to 2 s).
@@ -307,22 +307,10 @@ impl KafkaGroupStore {
         .await
     }
 
-    /// The attached member's identity to commit under (`None`: a standalone commit), or
+    /// The committing member's identity now (`None`: a standalone commit), or
     /// [`StoreErrorKind::Fenced`] once the member lost its partitions.
-    fn generation(&self, as_member: bool) -> Result<Option<Generation>, StoreError> {
-        match self.member.get().filter(|_| as_member) {
-            Some(m) => match m.generation() {
-                Some(g) => Ok(Some(g)),
-                None => Err(StoreErrorKind::Fenced {
-                    store: self.describe(),
-                    reason: m
-                        .lost()
-                        .unwrap_or_else(|| "the member is not in a generation".to_owned()),
-                }
-                .into()),
-            },
-            None => Ok(None),
-        }
+    fn generation(&self, ctx: &CommitContext<'_>) -> Result<Option<Generation>, StoreError> {
+        ctx.generation(&self.describe())
     }
 
     async fn commit_positions(
@@ -331,11 +319,11 @@ impl KafkaGroupStore {
         positions: &Positions,
         epochs: &Epochs,
         topic_ids: &TopicIds,
-        as_member: bool,
+        ctx: &CommitContext<'_>,
     ) -> Result<(), StoreError> {
         // Checked before the first attempt, and again before each retry (the consumer
         // protocol's member epoch moves on while a batch is held).
-        self.generation(as_member)?;
+        self.generation(ctx)?;
         let mut by_topic: BTreeMap<&str, Vec<CommitEntry>> = BTreeMap::new();
         for (tp, &offset) in positions {
             by_topic
@@ -356,7 +344,7 @@ impl KafkaGroupStore {
         self.with_retry(|conn| {
             let topics = &topics;
             async move {
-                let generation = self.generation(as_member).map_err(Attempt::Fatal)?;
+                let generation = self.generation(ctx).map_err(Attempt::Fatal)?;
                 let in_group = generation.is_some();
                 let committer = generation
                     .as_ref()
@@ -417,6 +405,10 @@ impl OffsetStore for KafkaGroupStore {
         format!("kafka group '{}'", self.group)
     }
 
+    fn capabilities(&self) -> Capabilities {
+        Self::CAPABILITIES
+    }
+
     async fn load(&self, topics: &[String]) -> Result<Committed, StoreError> {
         let topics: Vec<String> = if topics.is_empty() {
             // Every topic of the cluster: Kafka cannot list a group's topics without the group
@@ -460,7 +452,11 @@ impl OffsetStore for KafkaGroupStore {
         Ok(())
     }
 
-    async fn commit(&self, batch: &PlannedBatch) -> Result<CommitOutcome, StoreError> {
+    async fn commit(
+        &self,
+        batch: &PlannedBatch,
+        ctx: &CommitContext<'_>,
+    ) -> Result<CommitOutcome, StoreError> {
         // Best-effort check (not atomic: Kafka has no compare-and-set).
         let mut asked: BTreeMap<String, Vec<i32>> = BTreeMap::new();
         for r in &batch.ranges {
@@ -488,7 +484,7 @@ impl OffsetStore for KafkaGroupStore {
             &batch.positions(),
             &batch.epochs,
             &batch.topic_ids,
-            true,
+            ctx,
         )
         .await?;
         Ok(CommitOutcome::Committed)
@@ -497,7 +493,13 @@ impl OffsetStore for KafkaGroupStore {
     async fn set_positions(&self, batch_id: u64, positions: &Positions) -> Result<(), StoreError> {
         // A position set by hand has no known epoch, and its topic no known id (it is set for
         // the topic as it is now).
-        self.commit_positions(batch_id, positions, &Epochs::new(), &TopicIds::new(), false)
-            .await
+        self.commit_positions(
+            batch_id,
+            positions,
+            &Epochs::new(),
+            &TopicIds::new(),
+            &CommitContext::STANDALONE,
+        )
+        .await
     }
 }

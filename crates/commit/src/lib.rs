@@ -35,12 +35,15 @@
 //!    `Planner::resume(config, committed.next_batch_id(), committed.positions)`.
 //! 2. [`OffsetStore::log_plan`] before the batch is processed (write-ahead; a no-op for stores
 //!    that cannot log).
-//! 3. [`OffsetStore::commit`] after the user's output succeeded. It compares-and-sets on each
-//!    range's `from`: if the store holds another position, a second writer or a zombie moved
-//!    it, and the commit fails with [`StoreErrorKind::Conflict`]. Committing a batch that is
-//!    already committed returns [`CommitOutcome::AlreadyCommitted`].
+//! 3. [`OffsetStore::commit`] after the user's output succeeded, with the [`CommitContext`]
+//!    of who commits (the group member, in a group). It compares-and-sets on each range's
+//!    `from`: if the store holds another position, a second writer or a zombie moved it, and
+//!    the commit fails with [`StoreErrorKind::Conflict`]. Committing a batch that is already
+//!    committed returns [`CommitOutcome::AlreadyCommitted`].
 //!
-//! Which guarantee each store gives is in `docs/stores.md`.
+//! Each store says what it guarantees through [`OffsetStore::capabilities`] (the stream asks
+//! it, never the store's type: a store of the user's own, or a wrapper, is judged by what it
+//! declares). Which guarantee each store gives, with each output, is in `docs/stores.md`.
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
@@ -49,6 +52,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use kdirect_engine::cluster::Cluster;
+use kdirect_engine::group::{Generation, GroupMember};
 use kdirect_engine::plan::BatchPlan;
 pub use kdirect_engine::plan::{OffsetRange, TopicPartition};
 
@@ -319,13 +323,182 @@ pub enum CommitOutcome {
     AlreadyCommitted,
 }
 
+/// What a store guarantees, as it declares it ([`OffsetStore::capabilities`]): a set of the
+/// flags below, combined with `|`. The stream decides by these, never by the store's type, so
+/// a wrapper around a store declares what it keeps of the inner store's (forwarding
+/// `capabilities` keeps them all).
+///
+/// | store | [`LOGS_PLANS`](Self::LOGS_PLANS) | [`ATOMIC_COMMIT`](Self::ATOMIC_COMMIT) | [`TRANSACTIONAL`](Self::TRANSACTIONAL) | [`FENCED_BY_GENERATION`](Self::FENCED_BY_GENERATION) |
+/// | --- | --- | --- | --- | --- |
+/// | checkpoint (disk, S3, Azure, HDFS) | yes | yes | | |
+/// | kafka (group offsets) | | | | yes |
+/// | sql (SQLite, PostgreSQL, MySQL) | | yes | yes | |
+/// | redis | | yes | | |
+/// | zookeeper | yes | yes | | |
+/// | hbase | | yes | | |
+/// | [`AnyStore`] | the store it holds | | | |
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Capabilities(u8);
+
+impl Capabilities {
+    /// Nothing beyond the trait's contract: positions are stored after the output, and a
+    /// restart re-plans from them.
+    pub const NONE: Capabilities = Capabilities(0);
+    /// The store logs each batch's plan before the batch runs ([`OffsetStore::log_plan`]
+    /// writes), and [`OffsetStore::load`] gives back a logged batch that was not committed
+    /// ([`Committed::pending`]), to be re-run with exactly its ranges. That log orders one
+    /// stream's batches: **one writer only** (as Spark's checkpoint), so such a store cannot be
+    /// shared by the members of a group, and the stream refuses it with one.
+    pub const LOGS_PLANS: Capabilities = Capabilities(1);
+    /// [`OffsetStore::commit`]'s compare-and-set on each range's `from` is atomic: of two
+    /// writers committing from the same positions, exactly one succeeds and the other gets
+    /// [`StoreErrorKind::Conflict`]. Without it the check is best-effort (read, then write).
+    pub const ATOMIC_COMMIT: Capabilities = Capabilities(2);
+    /// The offsets can be committed in one transaction with the user's output: the store is
+    /// SQL, handed out by `OffsetStore::as_sql` (feature `sql`), which a store declaring this
+    /// answers with `Some`.
+    pub const TRANSACTIONAL: Capabilities = Capabilities(4);
+    /// Commits carry the committing group member's identity ([`CommitContext::member`]), and
+    /// the group's coordinator refuses the commit of a member that lost its partitions
+    /// ([`StoreErrorKind::Fenced`]): the Kafka group's offsets.
+    pub const FENCED_BY_GENERATION: Capabilities = Capabilities(8);
+
+    const NAMES: [(Capabilities, &'static str); 4] = [
+        (Self::LOGS_PLANS, "LOGS_PLANS"),
+        (Self::ATOMIC_COMMIT, "ATOMIC_COMMIT"),
+        (Self::TRANSACTIONAL, "TRANSACTIONAL"),
+        (Self::FENCED_BY_GENERATION, "FENCED_BY_GENERATION"),
+    ];
+
+    /// Whether every flag of `other` is in `self`.
+    pub const fn contains(self, other: Capabilities) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// Both sets' flags.
+    pub const fn union(self, other: Capabilities) -> Capabilities {
+        Capabilities(self.0 | other.0)
+    }
+
+    /// [`LOGS_PLANS`](Self::LOGS_PLANS): write-ahead plan log, one writer only.
+    pub const fn logs_plans(self) -> bool {
+        self.contains(Self::LOGS_PLANS)
+    }
+
+    /// [`ATOMIC_COMMIT`](Self::ATOMIC_COMMIT).
+    pub const fn atomic_commit(self) -> bool {
+        self.contains(Self::ATOMIC_COMMIT)
+    }
+
+    /// [`TRANSACTIONAL`](Self::TRANSACTIONAL).
+    pub const fn transactional(self) -> bool {
+        self.contains(Self::TRANSACTIONAL)
+    }
+
+    /// [`FENCED_BY_GENERATION`](Self::FENCED_BY_GENERATION).
+    pub const fn fenced_by_generation(self) -> bool {
+        self.contains(Self::FENCED_BY_GENERATION)
+    }
+}
+
+impl std::ops::BitOr for Capabilities {
+    type Output = Capabilities;
+    fn bitor(self, other: Capabilities) -> Capabilities {
+        self.union(other)
+    }
+}
+
+/// The flags by name: `LOGS_PLANS | ATOMIC_COMMIT`, `NONE`.
+impl std::fmt::Debug for Capabilities {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut names = Self::NAMES
+            .iter()
+            .filter(|(c, _)| self.contains(*c))
+            .map(|(_, n)| *n);
+        match names.next() {
+            None => f.write_str("NONE"),
+            Some(first) => {
+                f.write_str(first)?;
+                names.try_for_each(|n| write!(f, " | {n}"))
+            }
+        }
+    }
+}
+
+/// Who commits a batch, handed to each [`OffsetStore::commit`]: nobody in particular outside a
+/// group ([`STANDALONE`](Self::STANDALONE)), or the group member whose partitions the batch
+/// read ([`member`](Self::member)). The member is a live handle, not a copy of its identity:
+/// a store reads the identity when it sends the commit (and again on each retry), since the
+/// generation or member epoch can move on while a batch is held. A store that is not
+/// [`Capabilities::FENCED_BY_GENERATION`] ignores it; a wrapper store passes it on unchanged.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CommitContext<'a> {
+    member: Option<&'a GroupMember>,
+}
+
+impl CommitContext<'static> {
+    /// A commit outside a group.
+    pub const STANDALONE: CommitContext<'static> = CommitContext { member: None };
+}
+
+impl<'a> CommitContext<'a> {
+    /// A commit by group member `member`.
+    pub fn member(member: &'a GroupMember) -> CommitContext<'a> {
+        CommitContext {
+            member: Some(member),
+        }
+    }
+
+    /// The committing group member, if the commit is made in a group.
+    pub fn group_member(&self) -> Option<&'a GroupMember> {
+        self.member
+    }
+
+    /// The identity to commit under now: `None` outside a group; in a group, the member's
+    /// current generation (member id, instance id), or [`StoreErrorKind::Fenced`] (naming
+    /// `store`) once the member lost its partitions.
+    pub fn generation(&self, store: &str) -> Result<Option<Generation>, StoreError> {
+        let Some(m) = self.member else {
+            return Ok(None);
+        };
+        match m.generation() {
+            Some(g) => Ok(Some(g)),
+            None => Err(StoreErrorKind::Fenced {
+                store: store.to_owned(),
+                reason: m
+                    .lost()
+                    .unwrap_or_else(|| "the member is not in a generation".to_owned()),
+            }
+            .into()),
+        }
+    }
+}
+
 /// Where offsets live. Implemented by every store and by [`AnyStore`], which the CLI picks at
 /// run time from a spec string ([`open_store`]).
 ///
 /// Methods return `Send` futures, so a stream generic over `S: OffsetStore` can be spawned.
+///
+/// A store of the user's own (or a wrapper around one of these) implements the same methods;
+/// a wrapper forwards [`capabilities`](Self::capabilities), `as_sql` and the [`CommitContext`]
+/// of each commit, so the stream treats it as the store it wraps.
 pub trait OffsetStore: Send + Sync {
     /// A short name for messages: `checkpoint /data/ckpt`, `postgres table kdirect_offsets`, ….
     fn describe(&self) -> String;
+
+    /// What this store guarantees (see [`Capabilities`]): the stream refuses a store that
+    /// [logs plans](Capabilities::LOGS_PLANS) in a group, and reaches the transactional API
+    /// through `as_sql` (feature `sql`) only. Declared, never guessed from the type: declare
+    /// only what the store does.
+    fn capabilities(&self) -> Capabilities;
+
+    /// The SQL store for the transactional exactly-once API and the sink table, when this is
+    /// one (or a wrapper that hands the inner one out): what
+    /// [`Capabilities::TRANSACTIONAL`] promises. `None` by default.
+    #[cfg(feature = "sql")]
+    fn as_sql(&self) -> Option<&sql::SqlStore> {
+        None
+    }
 
     /// The committed state. `topics` filters the positions (empty: every topic the store holds).
     fn load(&self, topics: &[String])
@@ -337,14 +510,21 @@ pub trait OffsetStore: Send + Sync {
         -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Stores the batch's positions after its output succeeded, comparing-and-setting on each
-    /// range's `from` (see [`StoreErrorKind::Conflict`]).
+    /// range's `from` (see [`StoreErrorKind::Conflict`]; atomically if the store is
+    /// [`Capabilities::ATOMIC_COMMIT`]). `ctx` says who commits: a store
+    /// [`Capabilities::FENCED_BY_GENERATION`] commits under the member's identity as it is
+    /// when the commit is sent, and fails with [`StoreErrorKind::Fenced`] once the member lost
+    /// its partitions; other stores ignore it.
     fn commit(
         &self,
         batch: &PlannedBatch,
+        ctx: &CommitContext<'_>,
     ) -> impl Future<Output = Result<CommitOutcome, StoreError>> + Send;
 
     /// Overwrites positions without compare-and-set, as batch `batch_id` (administration:
-    /// `kdirect offsets set|reset|migrate`). Partitions not named keep their positions.
+    /// `kdirect offsets set|reset|migrate`), as no group member (the Kafka group's
+    /// coordinator accepts it only while the group is empty). Partitions not named keep their
+    /// positions.
     fn set_positions(
         &self,
         batch_id: u64,
@@ -489,28 +669,6 @@ pub enum AnyStore {
     /// HBase.
     #[cfg(feature = "hbase")]
     HBase(hbase::HBaseStore),
-}
-
-impl AnyStore {
-    /// The SQL store, for the transactional exactly-once API and the sink table.
-    #[cfg(feature = "sql")]
-    pub fn as_sql(&self) -> Option<&sql::SqlStore> {
-        match self {
-            AnyStore::Sql(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    /// Whether the store logs plans before batches run (a restart re-runs exactly the logged
-    /// ranges).
-    pub fn logs_plans(&self) -> bool {
-        match self {
-            AnyStore::Checkpoint(_) => true,
-            #[cfg(feature = "zookeeper")]
-            AnyStore::ZooKeeper(_) => true,
-            _ => false,
-        }
-    }
 }
 
 /// Opens the store named by `spec` for consumer group `group` (the checkpoint directory
@@ -664,9 +822,19 @@ macro_rules! dispatch {
     };
 }
 
+/// Everything forwards to the store it holds, its capabilities and the SQL store included.
 impl OffsetStore for AnyStore {
     fn describe(&self) -> String {
         dispatch!(self, s => s.describe())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        dispatch!(self, s => s.capabilities())
+    }
+
+    #[cfg(feature = "sql")]
+    fn as_sql(&self) -> Option<&sql::SqlStore> {
+        dispatch!(self, s => s.as_sql())
     }
 
     async fn load(&self, topics: &[String]) -> Result<Committed, StoreError> {
@@ -677,8 +845,12 @@ impl OffsetStore for AnyStore {
         dispatch!(self, s => s.log_plan(batch).await)
     }
 
-    async fn commit(&self, batch: &PlannedBatch) -> Result<CommitOutcome, StoreError> {
-        dispatch!(self, s => s.commit(batch).await)
+    async fn commit(
+        &self,
+        batch: &PlannedBatch,
+        ctx: &CommitContext<'_>,
+    ) -> Result<CommitOutcome, StoreError> {
+        dispatch!(self, s => s.commit(batch, ctx).await)
     }
 
     async fn set_positions(&self, batch_id: u64, positions: &Positions) -> Result<(), StoreError> {
@@ -923,6 +1095,75 @@ mod tests {
             assert_eq!(redact(spec), want, "{spec}");
             assert_eq!(redact(want), want, "redacting twice changes {want}");
         }
+    }
+
+    /// Each store's declared capabilities are the table in [`Capabilities`]' docs (read from
+    /// this file, so the docs cannot drift from the code), row by row.
+    #[test]
+    fn every_store_declares_what_the_docs_say() {
+        let mut declared: Vec<(&str, Capabilities)> = vec![
+            ("checkpoint", checkpoint::CheckpointStore::CAPABILITIES),
+            ("kafka", kafka::KafkaGroupStore::CAPABILITIES),
+        ];
+        #[cfg(feature = "sql")]
+        declared.push(("sql", sql::SqlStore::CAPABILITIES));
+        #[cfg(feature = "redis")]
+        declared.push(("redis", redis::RedisStore::CAPABILITIES));
+        #[cfg(feature = "zookeeper")]
+        declared.push(("zookeeper", zookeeper::ZooKeeperStore::CAPABILITIES));
+        #[cfg(feature = "hbase")]
+        declared.push(("hbase", hbase::HBaseStore::CAPABILITIES));
+        let columns = [
+            Capabilities::LOGS_PLANS,
+            Capabilities::ATOMIC_COMMIT,
+            Capabilities::TRANSACTIONAL,
+            Capabilities::FENCED_BY_GENERATION,
+        ];
+        let doc = include_str!("lib.rs");
+        let mut rows = 0;
+        for line in doc.lines().map(str::trim) {
+            let Some(row) = line.strip_prefix("/// | ") else {
+                continue;
+            };
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            let store = cells[0].split(' ').next().unwrap_or_default();
+            let Some((_, caps)) = declared.iter().find(|(name, _)| *name == store) else {
+                continue;
+            };
+            rows += 1;
+            for (cell, flag) in cells[1..].iter().zip(columns) {
+                assert_eq!(
+                    caps.contains(flag),
+                    *cell == "yes",
+                    "{store}: {flag:?} is declared {} but the docs say '{cell}'",
+                    caps.contains(flag)
+                );
+            }
+        }
+        assert_eq!(rows, declared.len(), "a store without its row in the docs");
+        assert_eq!(
+            format!("{:?}", checkpoint::CheckpointStore::CAPABILITIES),
+            "LOGS_PLANS | ATOMIC_COMMIT"
+        );
+        assert_eq!(format!("{:?}", Capabilities::NONE), "NONE");
+    }
+
+    /// `AnyStore` declares the capabilities of the store it holds, and hands the SQL store out.
+    #[test]
+    fn any_store_forwards_its_stores_capabilities() {
+        let dir = std::env::temp_dir().join(format!(
+            "kdirect-any-caps-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ));
+        let any = AnyStore::Checkpoint(checkpoint::CheckpointStore::open(&dir, 1).unwrap());
+        assert_eq!(
+            any.capabilities(),
+            checkpoint::CheckpointStore::CAPABILITIES
+        );
+        #[cfg(feature = "sql")]
+        assert!(any.as_sql().is_none());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

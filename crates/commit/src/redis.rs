@@ -32,8 +32,8 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, Script};
 
 use crate::{
-    redact, CommitOutcome, Committed, OffsetStore, PlannedBatch, Positions, StoreError,
-    StoreErrorKind, TopicPartition,
+    redact, Capabilities, CommitContext, CommitOutcome, Committed, OffsetStore, PlannedBatch,
+    Positions, StoreError, StoreErrorKind, TopicPartition,
 };
 
 const COMMIT_SCRIPT: &str = r#"
@@ -176,6 +176,9 @@ fn now_ms() -> i64 {
 }
 
 impl RedisStore {
+    /// One Lua script (atomic); no plan log.
+    pub const CAPABILITIES: Capabilities = Capabilities::ATOMIC_COMMIT;
+
     /// Connects to `url` for `group`: `redis://host:port/db` in clear text, or
     /// `rediss://host:port/db` over TLS (rustls), checked against the system's CA store or,
     /// with `?cacert=PATH`, against the CA certificates in that PEM file only; `cert=PATH` and
@@ -275,6 +278,10 @@ impl OffsetStore for RedisStore {
         format!("redis {} group '{}'", self.server, self.group)
     }
 
+    fn capabilities(&self) -> Capabilities {
+        Self::CAPABILITIES
+    }
+
     async fn load(&self, topics: &[String]) -> Result<Committed, StoreError> {
         let mut conn = self.conn.clone();
         let known: Vec<String> = conn
@@ -346,7 +353,11 @@ impl OffsetStore for RedisStore {
         Ok(())
     }
 
-    async fn commit(&self, batch: &PlannedBatch) -> Result<CommitOutcome, StoreError> {
+    async fn commit(
+        &self,
+        batch: &PlannedBatch,
+        _ctx: &CommitContext<'_>,
+    ) -> Result<CommitOutcome, StoreError> {
         let mut inv = self.script.prepare_invoke();
         inv.key(self.meta_key())
             .key(self.topics_key())

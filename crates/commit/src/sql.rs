@@ -55,8 +55,8 @@ use sqlx::AnyConnection;
 use sqlx::{Any, AnyPool, Executor, Row, Transaction};
 
 use crate::{
-    batch_id_i64, conflict, redact, CommitOutcome, Committed, OffsetStore, PlannedBatch, Positions,
-    StoreError, StoreErrorKind, TopicPartition,
+    batch_id_i64, conflict, redact, Capabilities, CommitContext, CommitOutcome, Committed,
+    OffsetStore, PlannedBatch, Positions, StoreError, StoreErrorKind, TopicPartition,
 };
 
 /// One row of the offsets table, as loaded.
@@ -161,6 +161,11 @@ fn identifier(what: &'static str, name: &str) -> Result<(), StoreError> {
 }
 
 impl SqlStore {
+    /// A conditional `UPDATE` in a transaction (atomic), and that transaction is the user's too
+    /// ([`SqlStore::begin`]).
+    pub const CAPABILITIES: Capabilities =
+        Capabilities::ATOMIC_COMMIT.union(Capabilities::TRANSACTIONAL);
+
     /// Connects to `url` (`sqlite:PATH`, `postgres://…`, `mysql://…`) for `group`, with the
     /// default table `kdirect_offsets`, creating it if missing.
     pub async fn connect(url: &str, group: &str) -> Result<SqlStore, StoreError> {
@@ -702,6 +707,14 @@ impl OffsetStore for SqlStore {
         )
     }
 
+    fn capabilities(&self) -> Capabilities {
+        Self::CAPABILITIES
+    }
+
+    fn as_sql(&self) -> Option<&SqlStore> {
+        Some(self)
+    }
+
     async fn load(&self, topics: &[String]) -> Result<Committed, StoreError> {
         let mut c = Committed::default();
         // Each topic's id from its newest row that has one (a partition another member has not
@@ -742,7 +755,11 @@ impl OffsetStore for SqlStore {
         Ok(())
     }
 
-    async fn commit(&self, batch: &PlannedBatch) -> Result<CommitOutcome, StoreError> {
+    async fn commit(
+        &self,
+        batch: &PlannedBatch,
+        _ctx: &CommitContext<'_>,
+    ) -> Result<CommitOutcome, StoreError> {
         match self.begin(batch).await? {
             Begun::AlreadyCommitted => Ok(CommitOutcome::AlreadyCommitted),
             Begun::Open(tx) => {

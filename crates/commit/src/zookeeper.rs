@@ -43,8 +43,8 @@ use std::time::Duration;
 use zookeeper_client as zk;
 
 use crate::{
-    redact, CommitOutcome, Committed, Epochs, OffsetRange, OffsetStore, PlannedBatch, Positions,
-    StoreError, StoreErrorKind, TopicIds, TopicPartition,
+    redact, Capabilities, CommitContext, CommitOutcome, Committed, Epochs, OffsetRange,
+    OffsetStore, PlannedBatch, Positions, StoreError, StoreErrorKind, TopicIds, TopicPartition,
 };
 
 /// How long one ZooKeeper request may take before the store gives up on it.
@@ -97,6 +97,11 @@ struct Meta {
 }
 
 impl ZooKeeperStore {
+    /// The plan log (`kdirect/plans/N`), one writer only; one multi-op transaction with each
+    /// znode's version.
+    pub const CAPABILITIES: Capabilities =
+        Capabilities::LOGS_PLANS.union(Capabilities::ATOMIC_COMMIT);
+
     /// Connects to `spec` (`zk://host:port[,host:port…][/chroot]`, or `zookeeper://…`) for
     /// `group`. The chroot znode is created when missing.
     pub async fn connect(spec: &str, group: &str) -> Result<ZooKeeperStore, StoreError> {
@@ -595,6 +600,10 @@ impl OffsetStore for ZooKeeperStore {
         format!("zookeeper {} group '{}'", shown(&self.connect), self.group)
     }
 
+    fn capabilities(&self) -> Capabilities {
+        Self::CAPABILITIES
+    }
+
     async fn load(&self, topics: &[String]) -> Result<Committed, StoreError> {
         let mut c = Committed::default();
         let offsets = format!("{}/offsets", self.group_dir());
@@ -699,7 +708,11 @@ impl OffsetStore for ZooKeeperStore {
         Ok(())
     }
 
-    async fn commit(&self, batch: &PlannedBatch) -> Result<CommitOutcome, StoreError> {
+    async fn commit(
+        &self,
+        batch: &PlannedBatch,
+        _ctx: &CommitContext<'_>,
+    ) -> Result<CommitOutcome, StoreError> {
         let tps: Vec<TopicPartition> = batch.ranges.iter().map(|r| r.topic_partition()).collect();
         for _ in 0..MAX_RACES {
             let meta = self.read_meta().await?;

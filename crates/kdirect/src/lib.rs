@@ -108,8 +108,8 @@ pub use kdirect_commit::redis::RedisStore;
 #[cfg(feature = "sql")]
 pub use kdirect_commit::sql::{SinkTable, SqlStore};
 pub use kdirect_commit::{
-    open_store, AnyStore, CommitOutcome, Committed, OffsetStore, PlannedBatch, Positions,
-    StoreError, StoreErrorKind,
+    open_store, AnyStore, Capabilities, CommitContext, CommitOutcome, Committed, OffsetStore,
+    PlannedBatch, Positions, StoreError, StoreErrorKind,
 };
 
 /// The README's Rust examples, compiled as doctests so they stay true.

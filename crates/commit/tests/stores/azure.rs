@@ -2,7 +2,7 @@
 //! emulator from npm, started by tests/services.sh; `http://HOST:PORT/ACCOUNT/CONTAINER`, with
 //! the emulator's well-known account and key).
 use kdirect_commit::checkpoint::CheckpointStore;
-use kdirect_commit::{OffsetStore, StoreErrorKind};
+use kdirect_commit::{CommitContext, OffsetStore, StoreErrorKind};
 
 use crate::common::{batch, exercise, two_writers_commit_each_batch_once};
 use crate::support::{rt, service, unique};
@@ -56,7 +56,9 @@ fn azure_checkpoint_conformance() {
         let url = format!("az://{container}/{}", unique("ckpt"));
         let a = open(&endpoint, &account, &url).await.unwrap();
         a.log_plan(&batch(0, &t, &[(0, 0, 10)])).await.unwrap();
-        a.commit(&batch(0, &t, &[(0, 0, 10)])).await.unwrap();
+        a.commit(&batch(0, &t, &[(0, 0, 10)]), &CommitContext::STANDALONE)
+            .await
+            .unwrap();
         let b1 = batch(1, &t, &[(0, 10, 20)]);
         a.log_plan(&b1).await.unwrap();
         let c = open(&endpoint, &account, &url)

@@ -6,7 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use kdirect_commit::checkpoint::CheckpointStore;
-use kdirect_commit::{CommitOutcome, OffsetStore, StoreErrorKind};
+use kdirect_commit::{CommitContext, CommitOutcome, OffsetStore, StoreErrorKind};
 
 use crate::common::{batch, exercise, keeps_epochs_and_ids, pos, two_writers};
 use crate::support::{rt, tmpdir};
@@ -30,7 +30,7 @@ fn checkpoint_common_behaviour() {
     let dir = tmpdir("ckpt-common");
     rt().block_on(async {
         let (a, b) = two_writers(&format!("checkpoint:{}", dir.display()), "g").await;
-        assert!(a.logs_plans());
+        assert_eq!(a.capabilities(), CheckpointStore::CAPABILITIES);
         exercise(&a, &b, "events").await;
         let fresh = tmpdir("ckpt-epochs-ids");
         let (a, b) = two_writers(&format!("checkpoint:{}", fresh.display()), "g").await;
@@ -66,7 +66,7 @@ fn plan_log_restart_reruns_exact_ranges() {
         let s = CheckpointStore::open(&dir, 100).unwrap();
         let b0 = batch(0, "t", &[(0, 0, 50), (1, 0, 40)]);
         s.log_plan(&b0).await.unwrap();
-        s.commit(&b0).await.unwrap();
+        s.commit(&b0, &CommitContext::STANDALONE).await.unwrap();
         let b1 = batch(1, "t", &[(0, 50, 90), (1, 40, 41)]);
         s.log_plan(&b1).await.unwrap();
         // "Crash" before the commit: a new process opens the checkpoint.
@@ -79,7 +79,7 @@ fn plan_log_restart_reruns_exact_ranges() {
         assert_eq!(c.next_batch_id(), 1);
         // The re-run logs the same plan (fine) and commits it.
         s.log_plan(&b1).await.unwrap();
-        s.commit(&b1).await.unwrap();
+        s.commit(&b1, &CommitContext::STANDALONE).await.unwrap();
         let c = s.load(&[]).await.unwrap();
         assert_eq!(c.pending, None);
         assert_eq!(c.positions, pos("t", &[(0, 90), (1, 41)]));
@@ -106,7 +106,7 @@ fn retention_keeps_the_last_k_batches() {
         for id in 0..20u64 {
             let b = batch(id, "t", &[(0, id as i64, id as i64 + 1)]);
             s.log_plan(&b).await.unwrap();
-            s.commit(&b).await.unwrap();
+            s.commit(&b, &CommitContext::STANDALONE).await.unwrap();
         }
         let c = s.load(&[]).await.unwrap();
         assert_eq!(c.batch_id, Some(19));
@@ -128,7 +128,7 @@ fn populated(name: &str) -> PathBuf {
         for id in 0..4u64 {
             let b = batch(id, "t", &[(0, id as i64 * 10, id as i64 * 10 + 10)]);
             s.log_plan(&b).await.unwrap();
-            s.commit(&b).await.unwrap();
+            s.commit(&b, &CommitContext::STANDALONE).await.unwrap();
         }
         s.log_plan(&batch(4, "t", &[(0, 40, 50)])).await.unwrap();
     });
@@ -148,9 +148,9 @@ fn assert_refused(dir: &Path, bad: &Path) {
         );
         let b4 = batch(4, "t", &[(0, 40, 50)]);
         assert!(s.log_plan(&b4).await.is_err());
-        assert!(s.commit(&b4).await.is_err());
+        assert!(s.commit(&b4, &CommitContext::STANDALONE).await.is_err());
         let b5 = batch(5, "t", &[(0, 50, 60)]);
-        assert!(s.commit(&b5).await.is_err());
+        assert!(s.commit(&b5, &CommitContext::STANDALONE).await.is_err());
         assert!(s.set_positions(5, &pos("t", &[(0, 0)])).await.is_err());
     });
     assert_eq!(snapshot(dir), before, "nothing was overwritten or added");
@@ -246,7 +246,12 @@ fn a_torn_newest_file_counts_as_not_written_and_is_replaced() {
             assert_eq!(c.batch_id, Some(2));
             let pending = c.pending.expect("batch 3 is pending again");
             assert_eq!(pending.id, 3);
-            assert_eq!(s.commit(&pending).await.unwrap(), CommitOutcome::Committed);
+            assert_eq!(
+                s.commit(&pending, &CommitContext::STANDALONE)
+                    .await
+                    .unwrap(),
+                CommitOutcome::Committed
+            );
             let c = s.load(&[]).await.unwrap();
             assert_eq!((c.batch_id, c.pending), (Some(3), None));
             assert_eq!(c.positions, pos("t", &[(0, 40)]));
@@ -262,7 +267,10 @@ fn a_torn_newest_file_counts_as_not_written_and_is_replaced() {
         assert_eq!((c.batch_id, c.pending.is_none()), (Some(3), true));
         let b4 = batch(4, "t", &[(0, 40, 45)]);
         s.log_plan(&b4).await.unwrap();
-        assert_eq!(s.commit(&b4).await.unwrap(), CommitOutcome::Committed);
+        assert_eq!(
+            s.commit(&b4, &CommitContext::STANDALONE).await.unwrap(),
+            CommitOutcome::Committed
+        );
     });
     let _ = fs::remove_dir_all(&dir);
     // Torn anywhere but the newest file is corruption.

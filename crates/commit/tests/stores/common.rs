@@ -2,8 +2,8 @@
 #![allow(dead_code)]
 
 use kdirect_commit::{
-    open_store, AnyStore, CommitOutcome, OffsetRange, OffsetStore, OpenOptions, PlannedBatch,
-    Positions, StoreErrorKind, Stored, TopicPartition,
+    open_store, AnyStore, CommitContext, CommitOutcome, OffsetRange, OffsetStore, OpenOptions,
+    PlannedBatch, Positions, StoreErrorKind, Stored, TopicPartition,
 };
 
 /// Two handles (two writers) on `group` of the store `spec` names, opened as the CLI opens it.
@@ -44,7 +44,10 @@ pub async fn exercise<S: OffsetStore>(a: &S, b: &S, topic: &str) {
 
     let b0 = batch(0, topic, &[(0, 0, 10), (1, 0, 7), (2, 0, 0)]);
     a.log_plan(&b0).await.unwrap();
-    assert_eq!(a.commit(&b0).await.unwrap(), CommitOutcome::Committed);
+    assert_eq!(
+        a.commit(&b0, &CommitContext::STANDALONE).await.unwrap(),
+        CommitOutcome::Committed
+    );
     let c = b.load(&topics).await.unwrap();
     assert_eq!(c.batch_id, Some(0));
     assert_eq!(c.positions, pos(topic, &[(0, 10), (1, 7), (2, 0)]));
@@ -52,7 +55,7 @@ pub async fn exercise<S: OffsetStore>(a: &S, b: &S, topic: &str) {
 
     // The same batch again (a retried commit): nothing written, no error.
     assert_eq!(
-        a.commit(&b0).await.unwrap(),
+        a.commit(&b0, &CommitContext::STANDALONE).await.unwrap(),
         CommitOutcome::AlreadyCommitted
     );
 
@@ -60,11 +63,17 @@ pub async fn exercise<S: OffsetStore>(a: &S, b: &S, topic: &str) {
     // positions with other ranges, is refused.
     let b1 = batch(1, topic, &[(0, 10, 20), (1, 7, 9), (2, 0, 1)]);
     b.log_plan(&b1).await.unwrap();
-    assert_eq!(b.commit(&b1).await.unwrap(), CommitOutcome::Committed);
+    assert_eq!(
+        b.commit(&b1, &CommitContext::STANDALONE).await.unwrap(),
+        CommitOutcome::Committed
+    );
     let zombie = batch(2, topic, &[(0, 10, 15), (1, 7, 8), (2, 0, 0)]);
     let e = match a.log_plan(&zombie).await {
         Err(e) => e,
-        Ok(()) => a.commit(&zombie).await.unwrap_err(),
+        Ok(()) => a
+            .commit(&zombie, &CommitContext::STANDALONE)
+            .await
+            .unwrap_err(),
     };
     match e.kind() {
         StoreErrorKind::Conflict {
@@ -93,7 +102,10 @@ pub async fn exercise<S: OffsetStore>(a: &S, b: &S, topic: &str) {
     assert_eq!(c.batch_id, Some(2));
     let b3 = batch(3, topic, &[(0, 20, 25), (1, 100, 110), (2, 1, 1)]);
     a.log_plan(&b3).await.unwrap();
-    assert_eq!(a.commit(&b3).await.unwrap(), CommitOutcome::Committed);
+    assert_eq!(
+        a.commit(&b3, &CommitContext::STANDALONE).await.unwrap(),
+        CommitOutcome::Committed
+    );
     let c = b.load(&[]).await.unwrap();
     assert_eq!(c.positions, pos(topic, &[(0, 25), (1, 110), (2, 1)]));
 
@@ -113,7 +125,10 @@ async fn move_back<S: OffsetStore>(a: &S, b: &S, topic: &str) {
     let blind = batch(4, topic, &ranges);
     let e = match a.log_plan(&blind).await {
         Err(e) => e,
-        Ok(()) => a.commit(&blind).await.unwrap_err(),
+        Ok(()) => a
+            .commit(&blind, &CommitContext::STANDALONE)
+            .await
+            .unwrap_err(),
     };
     assert!(
         matches!(
@@ -132,7 +147,10 @@ async fn move_back<S: OffsetStore>(a: &S, b: &S, topic: &str) {
     let stale = batch(4, topic, &ranges).with_moved_back(pos(topic, &[(0, 20)]));
     let e = match a.log_plan(&stale).await {
         Err(e) => e,
-        Ok(()) => a.commit(&stale).await.unwrap_err(),
+        Ok(()) => a
+            .commit(&stale, &CommitContext::STANDALONE)
+            .await
+            .unwrap_err(),
     };
     assert!(
         matches!(
@@ -152,12 +170,15 @@ async fn move_back<S: OffsetStore>(a: &S, b: &S, topic: &str) {
     if let Some(pending) = b.load(&topics).await.unwrap().pending {
         assert_eq!(pending, back, "{}: the logged plan", a.describe());
     }
-    assert_eq!(a.commit(&back).await.unwrap(), CommitOutcome::Committed);
+    assert_eq!(
+        a.commit(&back, &CommitContext::STANDALONE).await.unwrap(),
+        CommitOutcome::Committed
+    );
     let c = b.load(&topics).await.unwrap();
     assert_eq!(c.positions, pos(topic, &[(0, 8), (1, 110), (2, 1)]));
     assert_eq!(c.batch_id, Some(4));
     assert_eq!(
-        a.commit(&back).await.unwrap(),
+        a.commit(&back, &CommitContext::STANDALONE).await.unwrap(),
         CommitOutcome::AlreadyCommitted,
         "{}",
         a.describe()
@@ -166,11 +187,14 @@ async fn move_back<S: OffsetStore>(a: &S, b: &S, topic: &str) {
     let empty = batch(5, topic, &[(0, 8, 8), (1, 0, 0), (2, 1, 1)])
         .with_moved_back(pos(topic, &[(1, 110)]));
     a.log_plan(&empty).await.unwrap();
-    assert_eq!(a.commit(&empty).await.unwrap(), CommitOutcome::Committed);
+    assert_eq!(
+        a.commit(&empty, &CommitContext::STANDALONE).await.unwrap(),
+        CommitOutcome::Committed
+    );
     let c = b.load(&topics).await.unwrap();
     assert_eq!(c.positions, pos(topic, &[(0, 8), (1, 0), (2, 1)]));
     assert_eq!(
-        a.commit(&empty).await.unwrap(),
+        a.commit(&empty, &CommitContext::STANDALONE).await.unwrap(),
         CommitOutcome::AlreadyCommitted,
         "{}",
         a.describe()
@@ -178,7 +202,10 @@ async fn move_back<S: OffsetStore>(a: &S, b: &S, topic: &str) {
     // The stream goes on from there.
     let next = batch(6, topic, &[(0, 8, 9), (1, 0, 3), (2, 1, 1)]);
     a.log_plan(&next).await.unwrap();
-    assert_eq!(a.commit(&next).await.unwrap(), CommitOutcome::Committed);
+    assert_eq!(
+        a.commit(&next, &CommitContext::STANDALONE).await.unwrap(),
+        CommitOutcome::Committed
+    );
     let c = b.load(&topics).await.unwrap();
     assert_eq!(c.positions, pos(topic, &[(0, 9), (1, 3), (2, 1)]));
 }
@@ -194,11 +221,11 @@ pub async fn two_writers_commit_each_batch_once<S: OffsetStore>(a: &S, b: &S, to
         let (ra, rb) = tokio::join!(
             async {
                 a.log_plan(&one).await?;
-                a.commit(&one).await
+                a.commit(&one, &CommitContext::STANDALONE).await
             },
             async {
                 b.log_plan(&one).await?;
-                b.commit(&one).await
+                b.commit(&one, &CommitContext::STANDALONE).await
             }
         );
         let committed = [&ra, &rb]
@@ -225,7 +252,10 @@ pub async fn keeps_epochs_and_ids<S: OffsetStore>(a: &S, b: &S, topic: &str) {
         .with_epochs([(tp(0), 5), (tp(2), 6)].into())
         .with_topic_ids([(topic.to_owned(), x)].into());
     a.log_plan(&b0).await.unwrap();
-    assert_eq!(a.commit(&b0).await.unwrap(), CommitOutcome::Committed);
+    assert_eq!(
+        a.commit(&b0, &CommitContext::STANDALONE).await.unwrap(),
+        CommitOutcome::Committed
+    );
     let c = b.load(&topics).await.unwrap();
     assert_eq!(
         c.epochs,
@@ -244,7 +274,10 @@ pub async fn keeps_epochs_and_ids<S: OffsetStore>(a: &S, b: &S, topic: &str) {
     // keeps 6. No topic id in the batch: the stored one stays.
     let b1 = batch(1, topic, &[(0, 10, 12), (1, 3, 3), (2, 4, 4)]);
     a.log_plan(&b1).await.unwrap();
-    assert_eq!(a.commit(&b1).await.unwrap(), CommitOutcome::Committed);
+    assert_eq!(
+        a.commit(&b1, &CommitContext::STANDALONE).await.unwrap(),
+        CommitOutcome::Committed
+    );
     let c = b.load(&topics).await.unwrap();
     assert_eq!(c.epochs, [(tp(2), 6)].into(), "{}", a.describe());
     assert_eq!(
@@ -259,7 +292,10 @@ pub async fn keeps_epochs_and_ids<S: OffsetStore>(a: &S, b: &S, topic: &str) {
         .with_epochs([(tp(0), 7), (tp(1), 7)].into())
         .with_topic_ids([(topic.to_owned(), y)].into());
     a.log_plan(&b2).await.unwrap();
-    assert_eq!(a.commit(&b2).await.unwrap(), CommitOutcome::Committed);
+    assert_eq!(
+        a.commit(&b2, &CommitContext::STANDALONE).await.unwrap(),
+        CommitOutcome::Committed
+    );
     let c = b.load(&topics).await.unwrap();
     assert_eq!(
         c.epochs,

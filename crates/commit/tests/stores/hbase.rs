@@ -1,7 +1,7 @@
 //! The HBase store against `KDIRECT_TEST_HBASE` (standalone HBase and its REST gateway, from
 //! Maven Central jars, started by tests/hbase/hbase.sh).
 use kdirect_commit::hbase::HBaseStore;
-use kdirect_commit::OffsetStore;
+use kdirect_commit::{CommitContext, OffsetStore};
 
 use crate::common::{batch, exercise, keeps_epochs_and_ids, pos, two_writers};
 use crate::support::{rt, service, unique};
@@ -36,15 +36,21 @@ fn hbase_store_two_writers_at_once_one_wins() {
         let (group, topic) = (unique("g"), unique("t"));
         let a = HBaseStore::connect(&table, &group).await.unwrap();
         let b = HBaseStore::connect(&table, &group).await.unwrap();
-        a.commit(&batch(0, &topic, &[(0, 0, 10), (1, 0, 10)]))
-            .await
-            .unwrap();
+        a.commit(
+            &batch(0, &topic, &[(0, 0, 10), (1, 0, 10)]),
+            &CommitContext::STANDALONE,
+        )
+        .await
+        .unwrap();
         for round in 0..10i64 {
             let from = 10 + round * 10;
             let id = 1 + round as u64;
             let one = batch(id, &topic, &[(0, from, from + 10), (1, from, from + 10)]);
             let other = batch(id, &topic, &[(0, from, from + 5), (1, from, from + 10)]);
-            let (ra, rb) = tokio::join!(a.commit(&one), b.commit(&other));
+            let (ra, rb) = tokio::join!(
+                a.commit(&one, &CommitContext::STANDALONE),
+                b.commit(&other, &CommitContext::STANDALONE)
+            );
             assert_eq!(
                 [ra.is_ok(), rb.is_ok()].iter().filter(|x| **x).count(),
                 1,
@@ -78,7 +84,9 @@ fn hbase_store_groups_sharing_a_prefix_stay_apart() {
         let t = unique("t");
         let a = HBaseStore::connect(&url, &g).await.unwrap();
         let b = HBaseStore::connect(&url, &format!("{g}:x")).await.unwrap();
-        b.commit(&batch(0, &t, &[(0, 0, 5)])).await.unwrap();
+        b.commit(&batch(0, &t, &[(0, 0, 5)]), &CommitContext::STANDALONE)
+            .await
+            .unwrap();
         assert!(a.load(&[]).await.unwrap().positions.is_empty());
         assert_eq!(b.load(&[]).await.unwrap().positions, pos(&t, &[(0, 5)]));
     });

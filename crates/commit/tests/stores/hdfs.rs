@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use kdirect_commit::checkpoint::CheckpointStore;
-use kdirect_commit::{open_store, OffsetStore, OpenOptions, StoreErrorKind};
+use kdirect_commit::{open_store, CommitContext, OffsetStore, OpenOptions, StoreErrorKind};
 
 use crate::common::{batch, exercise, two_writers, two_writers_commit_each_batch_once};
 use crate::support::{rt, service, unique};
@@ -50,7 +50,7 @@ fn hdfs_checkpoint_conformance() {
         let dir = format!("/kdirect-test/{}", unique("ckpt"));
         let spec = format!("checkpoint:{nn}{dir}");
         let (a, b) = two_writers(&spec, "g").await;
-        assert!(a.logs_plans());
+        assert_eq!(a.capabilities(), CheckpointStore::CAPABILITIES);
         exercise(&a, &b, "events").await;
         // The layout a person (or `hdfs dfs -cat`) reads: the disk's, with no temp file left.
         let c = client(&nn);
@@ -78,7 +78,9 @@ fn hdfs_checkpoint_conformance() {
         let url = format!("{nn}/kdirect-test/{}", unique("ckpt"));
         let a = open(&url).await;
         a.log_plan(&batch(0, &t, &[(0, 0, 10)])).await.unwrap();
-        a.commit(&batch(0, &t, &[(0, 0, 10)])).await.unwrap();
+        a.commit(&batch(0, &t, &[(0, 0, 10)]), &CommitContext::STANDALONE)
+            .await
+            .unwrap();
         let b1 = batch(1, &t, &[(0, 10, 20)]);
         a.log_plan(&b1).await.unwrap();
         let c = open(&url).await.load(&[]).await.unwrap();
@@ -119,7 +121,9 @@ fn hdfs_checkpoint_garbage_file_is_refused_by_name() {
         let t = unique("t");
         let s = open(&url).await;
         s.log_plan(&batch(0, &t, &[(0, 0, 10)])).await.unwrap();
-        s.commit(&batch(0, &t, &[(0, 0, 10)])).await.unwrap();
+        s.commit(&batch(0, &t, &[(0, 0, 10)]), &CommitContext::STANDALONE)
+            .await
+            .unwrap();
         let c = client(&nn);
         let mut w = c
             .create(

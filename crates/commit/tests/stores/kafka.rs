@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kdirect_commit::kafka::KafkaGroupStore;
-use kdirect_commit::{CommitOutcome, OffsetStore, StoreErrorKind};
+use kdirect_commit::{CommitContext, CommitOutcome, OffsetStore, StoreErrorKind};
 use kdirect_engine::cluster::Cluster;
 use kdirect_engine::conn::ConnConfig;
 use rdkafka::config::ClientConfig;
@@ -105,7 +105,10 @@ fn kafka_retries_coordinator_errors() {
             .is_empty());
         m.request_errors(RDKafkaApiKey::OffsetCommit, &coordinator_errors);
         let b0 = batch(0, &topic, &[(0, 0, 5), (1, 0, 6), (2, 0, 7)]);
-        assert_eq!(s.commit(&b0).await.unwrap(), CommitOutcome::Committed);
+        assert_eq!(
+            s.commit(&b0, &CommitContext::STANDALONE).await.unwrap(),
+            CommitOutcome::Committed
+        );
         let c = s.load(std::slice::from_ref(&topic)).await.unwrap();
         assert_eq!(c.positions, pos(&topic, &[(0, 5), (1, 6), (2, 7)]));
         assert_eq!(c.batch_id, Some(0));
@@ -116,7 +119,7 @@ fn kafka_retries_coordinator_errors() {
             &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED],
         );
         let b1 = batch(1, &topic, &[(0, 5, 6)]);
-        let e = s.commit(&b1).await.unwrap_err();
+        let e = s.commit(&b1, &CommitContext::STANDALONE).await.unwrap_err();
         assert!(matches!(e.kind(), StoreErrorKind::KafkaCode { .. }), "{e}");
         assert!(e.to_string().contains(&group), "{e}");
         assert!(e.to_string().contains("GROUP_AUTHORIZATION_FAILED"), "{e}");
@@ -140,12 +143,15 @@ fn kafka_group_store_keeps_topic_ids() {
     rt().block_on(async {
         let s = store(&bootstrap, &group).await;
         let b0 = batch(0, &topic, &[(0, 0, 5), (1, 0, 6), (2, 0, 7)]);
-        s.commit(&b0).await.unwrap();
+        s.commit(&b0, &CommitContext::STANDALONE).await.unwrap();
         let c = s.load(std::slice::from_ref(&topic)).await.unwrap();
         assert!(c.topic_ids.is_empty(), "{c:?}");
         let b1 = batch(1, &topic, &[(0, 5, 8), (1, 6, 6), (2, 7, 7)])
             .with_topic_ids([(topic.clone(), id)].into());
-        assert_eq!(s.commit(&b1).await.unwrap(), CommitOutcome::Committed);
+        assert_eq!(
+            s.commit(&b1, &CommitContext::STANDALONE).await.unwrap(),
+            CommitOutcome::Committed
+        );
         let c = s.load(std::slice::from_ref(&topic)).await.unwrap();
         assert_eq!(c.topic_ids, [(topic.clone(), id)].into());
         assert_eq!(c.batch_id, Some(1));

@@ -1,7 +1,7 @@
 //! The checkpoint on object storage against `KDIRECT_TEST_S3` (an S3-compatible server: moto,
 //! from PyPI, started by tests/services.sh; `http://HOST:PORT/BUCKET`).
 use kdirect_commit::checkpoint::CheckpointStore;
-use kdirect_commit::{OffsetStore, StoreErrorKind};
+use kdirect_commit::{CommitContext, OffsetStore, StoreErrorKind};
 
 use crate::common::{batch, exercise, two_writers_commit_each_batch_once};
 use crate::support::{rt, service, unique};
@@ -44,7 +44,9 @@ fn object_checkpoint_conformance() {
         let url = format!("s3://{bucket}/{}", unique("ckpt"));
         let a = open(&endpoint, &url).await;
         a.log_plan(&batch(0, &t, &[(0, 0, 10)])).await.unwrap();
-        a.commit(&batch(0, &t, &[(0, 0, 10)])).await.unwrap();
+        a.commit(&batch(0, &t, &[(0, 0, 10)]), &CommitContext::STANDALONE)
+            .await
+            .unwrap();
         let b1 = batch(1, &t, &[(0, 10, 20)]);
         a.log_plan(&b1).await.unwrap();
         let c = open(&endpoint, &url).await.load(&[]).await.unwrap();

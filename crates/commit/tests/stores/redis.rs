@@ -1,6 +1,6 @@
 //! The Redis store against `KDIRECT_TEST_REDIS`.
 use kdirect_commit::redis::RedisStore;
-use kdirect_commit::OffsetStore;
+use kdirect_commit::{CommitContext, OffsetStore};
 
 use crate::common::{batch, exercise, keeps_epochs_and_ids, two_writers};
 use crate::support::{rt, service, unique};
@@ -23,12 +23,17 @@ fn redis_store() {
         let topic = unique("t");
         let a = RedisStore::connect(&url, &group).await.unwrap();
         let b = RedisStore::connect(&url, &group).await.unwrap();
-        a.commit(&batch(0, &topic, &[(0, 0, 10)])).await.unwrap();
+        a.commit(&batch(0, &topic, &[(0, 0, 10)]), &CommitContext::STANDALONE)
+            .await
+            .unwrap();
         let (one, other) = (
             batch(1, &topic, &[(0, 10, 20)]),
             batch(1, &topic, &[(0, 10, 15)]),
         );
-        let (ra, rb) = tokio::join!(a.commit(&one), b.commit(&other));
+        let (ra, rb) = tokio::join!(
+            a.commit(&one, &CommitContext::STANDALONE),
+            b.commit(&other, &CommitContext::STANDALONE)
+        );
         assert_eq!(
             [ra.is_ok(), rb.is_ok()].iter().filter(|x| **x).count(),
             1,

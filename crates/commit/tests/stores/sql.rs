@@ -3,7 +3,7 @@
 //! API with the sink table, and two writers racing on the same batch.
 use kdirect_commit::sql::sqlx::{self, Row};
 use kdirect_commit::sql::{Begun, SinkRow, SqlStore};
-use kdirect_commit::{CommitOutcome, OffsetStore, StoreErrorKind};
+use kdirect_commit::{CommitContext, CommitOutcome, OffsetStore, StoreErrorKind};
 
 use crate::common::{batch, exercise, keeps_epochs_and_ids, pos, two_writers};
 use crate::support::{rt, service, tmpdir, unique};
@@ -12,6 +12,7 @@ async fn common(url: &str) {
     let group = unique("g");
     let (a, b) = two_writers(url, &group).await;
     assert!(a.as_sql().is_some());
+    assert_eq!(a.capabilities(), SqlStore::CAPABILITIES);
     exercise(&a, &b, &unique("topic")).await;
     let group = unique("g");
     let a = SqlStore::connect(url, &group).await.unwrap();
@@ -26,7 +27,7 @@ async fn common(url: &str) {
     let id = [0x42; 16];
     let next = batch(4, &topic, &[(0, 100, 101), (1, 4, 4), (2, 4, 4)])
         .with_topic_ids([(topic.clone(), id)].into());
-    a.commit(&next).await.unwrap();
+    a.commit(&next, &CommitContext::STANDALONE).await.unwrap();
     let c = b.load(std::slice::from_ref(&topic)).await.unwrap();
     assert_eq!(c.topic_ids, [(topic.clone(), id)].into());
 }
@@ -76,7 +77,10 @@ async fn migrates_an_old_table(url: &str) {
     let b4 = batch(4, &topic, &[(0, 10, 12)])
         .with_epochs([(tp.clone(), 2)].into())
         .with_topic_ids([(topic.clone(), [1; 16])].into());
-    assert_eq!(s.commit(&b4).await.unwrap(), CommitOutcome::Committed);
+    assert_eq!(
+        s.commit(&b4, &CommitContext::STANDALONE).await.unwrap(),
+        CommitOutcome::Committed
+    );
     let c = SqlStore::connect_with_table(url, &group, &table)
         .await
         .unwrap()
@@ -229,10 +233,15 @@ async fn race(url: &str) {
     let topic = unique("t");
     let a = SqlStore::connect(url, &group).await.unwrap();
     let b = SqlStore::connect(url, &group).await.unwrap();
-    a.commit(&batch(0, &topic, &[(0, 0, 10)])).await.unwrap();
+    a.commit(&batch(0, &topic, &[(0, 0, 10)]), &CommitContext::STANDALONE)
+        .await
+        .unwrap();
     let b1 = batch(1, &topic, &[(0, 10, 20)]);
     let b1_other = batch(1, &topic, &[(0, 10, 15)]);
-    let (ra, rb) = tokio::join!(a.commit(&b1), b.commit(&b1_other));
+    let (ra, rb) = tokio::join!(
+        a.commit(&b1, &CommitContext::STANDALONE),
+        b.commit(&b1_other, &CommitContext::STANDALONE)
+    );
     let oks = [ra.is_ok(), rb.is_ok()].iter().filter(|x| **x).count();
     assert_eq!(oks, 1, "exactly one writer wins: {ra:?} {rb:?}");
     for r in [ra, rb] {

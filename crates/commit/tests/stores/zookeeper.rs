@@ -1,7 +1,7 @@
 //! The ZooKeeper store against `KDIRECT_TEST_ZOOKEEPER` (ZooKeeper from Debian's package,
 //! started by tests/services.sh).
 use kdirect_commit::zookeeper::ZooKeeperStore;
-use kdirect_commit::{OffsetStore, StoreErrorKind};
+use kdirect_commit::{CommitContext, OffsetStore, StoreErrorKind};
 use zookeeper_client as zk;
 
 use crate::common::{batch, exercise, keeps_epochs_and_ids, pos, two_writers};
@@ -25,7 +25,7 @@ fn zookeeper_store_conformance() {
         let chroot = format!("{url}/{}", unique("kdirect"));
         let group = unique("g");
         let (a, b) = two_writers(&chroot, &group).await;
-        assert!(a.logs_plans());
+        assert_eq!(a.capabilities(), ZooKeeperStore::CAPABILITIES);
         exercise(&a, &b, &unique("topic")).await;
         let group = unique("g");
         let (a, b) = two_writers(&chroot, &group).await;
@@ -40,7 +40,10 @@ fn zookeeper_store_keeps_the_old_consumers_layout() {
         let (group, topic) = (unique("g"), unique("t"));
         let store = ZooKeeperStore::connect(&url, &group).await.unwrap();
         store
-            .commit(&batch(0, &topic, &[(0, 0, 42), (3, 5, 9)]))
+            .commit(
+                &batch(0, &topic, &[(0, 0, 42), (3, 5, 9)]),
+                &CommitContext::STANDALONE,
+            )
             .await
             .unwrap();
         // What the old high-level consumer and the Spark articles read: the next offset as text.
@@ -73,7 +76,10 @@ fn zookeeper_store_keeps_the_old_consumers_layout() {
         assert_eq!(c.batch_id, None);
         // ...and a stream carries on from there.
         store
-            .commit(&batch(0, &topic, &[(0, 1000, 1010), (1, 2000, 2000)]))
+            .commit(
+                &batch(0, &topic, &[(0, 1000, 1010), (1, 2000, 2000)]),
+                &CommitContext::STANDALONE,
+            )
             .await
             .unwrap();
         let c = store.load(std::slice::from_ref(&topic)).await.unwrap();
@@ -101,7 +107,7 @@ fn zookeeper_store_logs_plans_and_finds_the_pending_one() {
         let a = ZooKeeperStore::connect(&url, &group).await.unwrap();
         let b0 = batch(0, &topic, &[(0, 0, 10)]);
         a.log_plan(&b0).await.unwrap();
-        a.commit(&b0).await.unwrap();
+        a.commit(&b0, &CommitContext::STANDALONE).await.unwrap();
         // Batch 1 is logged, then the process dies before its commit.
         let b1 = batch(1, &topic, &[(0, 10, 25), (1, 0, 4)]);
         a.log_plan(&b1).await.unwrap();
@@ -126,7 +132,7 @@ fn zookeeper_store_logs_plans_and_finds_the_pending_one() {
             .await
             .unwrap_err();
         assert!(e.to_string().contains("another plan"), "{e}");
-        b.commit(&b1).await.unwrap();
+        b.commit(&b1, &CommitContext::STANDALONE).await.unwrap();
         let c = b.load(&[]).await.unwrap();
         assert_eq!(c.pending, None);
         assert_eq!(c.batch_id, Some(1));
@@ -147,9 +153,12 @@ fn zookeeper_store_two_writers_at_once_one_wins() {
         let (group, topic) = (unique("g"), unique("t"));
         let a = ZooKeeperStore::connect(&url, &group).await.unwrap();
         let b = ZooKeeperStore::connect(&url, &group).await.unwrap();
-        a.commit(&batch(0, &topic, &[(0, 0, 10), (1, 0, 10)]))
-            .await
-            .unwrap();
+        a.commit(
+            &batch(0, &topic, &[(0, 0, 10), (1, 0, 10)]),
+            &CommitContext::STANDALONE,
+        )
+        .await
+        .unwrap();
         for round in 0..20i64 {
             let from = 10 + round * 10;
             let (one, other) = (
@@ -164,7 +173,10 @@ fn zookeeper_store_two_writers_at_once_one_wins() {
                     &[(0, from, from + 5), (1, from, from + 10)],
                 ),
             );
-            let (ra, rb) = tokio::join!(a.commit(&one), b.commit(&other));
+            let (ra, rb) = tokio::join!(
+                a.commit(&one, &CommitContext::STANDALONE),
+                b.commit(&other, &CommitContext::STANDALONE)
+            );
             let won: Vec<bool> = vec![ra.is_ok(), rb.is_ok()];
             assert_eq!(
                 won.iter().filter(|x| **x).count(),
@@ -223,7 +235,7 @@ fn zookeeper_store_with_credentials_keeps_its_znodes_to_itself() {
             store.describe()
         );
         store
-            .commit(&batch(0, &topic, &[(0, 0, 42)]))
+            .commit(&batch(0, &topic, &[(0, 0, 42)]), &CommitContext::STANDALONE)
             .await
             .unwrap();
         let path = format!("/{chroot}/consumers/{group}/offsets/{topic}/0");
@@ -269,7 +281,9 @@ fn zookeeper_store_with_credentials_keeps_its_znodes_to_itself() {
         // Without credentials: open to anyone, as before.
         let (group, topic) = (unique("g"), unique("t"));
         let open = ZooKeeperStore::connect(&url, &group).await.unwrap();
-        open.commit(&batch(0, &topic, &[(0, 0, 7)])).await.unwrap();
+        open.commit(&batch(0, &topic, &[(0, 0, 7)]), &CommitContext::STANDALONE)
+            .await
+            .unwrap();
         let (acl, _) = anon
             .get_acl(&format!("/consumers/{group}/offsets/{topic}/0"))
             .await

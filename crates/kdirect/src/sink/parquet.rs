@@ -43,7 +43,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use kdirect_commit::checkpoint::{CheckpointStore, DEFAULT_RETENTION};
 use kdirect_commit::file_sink::create_temp_beside;
 use kdirect_commit::{
-    CommitOutcome, Committed, OffsetStore, PlannedBatch, Positions, StoreError, StoreErrorKind,
+    Capabilities, CommitContext, CommitOutcome, Committed, OffsetStore, PlannedBatch, Positions,
+    StoreError, StoreErrorKind,
 };
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
@@ -570,6 +571,11 @@ impl OffsetStore for ParquetLog {
         format!("parquet sink log {}", self.inner.log_dir.display())
     }
 
+    /// The checkpoint's: a plan log, one writer only.
+    fn capabilities(&self) -> Capabilities {
+        self.inner.checkpoint.capabilities()
+    }
+
     async fn load(&self, topics: &[String]) -> Result<Committed, StoreError> {
         self.inner.checkpoint.load(topics).await
     }
@@ -578,7 +584,11 @@ impl OffsetStore for ParquetLog {
         self.inner.checkpoint.log_plan(batch).await
     }
 
-    async fn commit(&self, batch: &PlannedBatch) -> Result<CommitOutcome, StoreError> {
+    async fn commit(
+        &self,
+        batch: &PlannedBatch,
+        ctx: &CommitContext<'_>,
+    ) -> Result<CommitOutcome, StoreError> {
         let placed = self.inner.placed().remove(&batch.id);
         match placed {
             Some(files) => {
@@ -602,7 +612,7 @@ impl OffsetStore for ParquetLog {
                 .into())
             }
         }
-        self.inner.checkpoint.commit(batch).await
+        self.inner.checkpoint.commit(batch, ctx).await
     }
 
     async fn set_positions(&self, batch_id: u64, positions: &Positions) -> Result<(), StoreError> {

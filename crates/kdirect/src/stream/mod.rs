@@ -24,7 +24,6 @@
 //! compare-and-set once the caller's output succeeded. Without a store, positions live in
 //! memory and [`DirectStream::done`] releases a batch.
 
-use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
@@ -34,8 +33,8 @@ use std::time::{Duration, Instant};
 #[cfg(feature = "sql")]
 use kdirect_commit::sql::{Begun, SinkRow, SinkTable, SqlStore, SqlTxn};
 use kdirect_commit::{
-    open_store, AnyStore, CommitOutcome, Committed, OffsetStore, OpenOptions, PlannedBatch,
-    StoreError,
+    open_store, Capabilities, CommitContext, CommitOutcome, Committed, OffsetStore, OpenOptions,
+    PlannedBatch, StoreError,
 };
 
 use kdirect_engine::cluster::Cluster;
@@ -262,18 +261,33 @@ impl std::fmt::Debug for StoreChoice {
 
 type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
-/// [`OffsetStore`] made object-safe, so that the stream is not generic over its store.
+/// [`OffsetStore`] made object-safe, so that the stream is not generic over its store. What
+/// the stream knows of a store is what the store declares ([`OffsetStore::capabilities`],
+/// `OffsetStore::as_sql`), never its type: a user's wrapper is treated as what it wraps.
 trait DynStore: Send + Sync {
     fn describe(&self) -> String;
+    fn capabilities(&self) -> Capabilities;
+    #[cfg(feature = "sql")]
+    fn as_sql(&self) -> Option<&SqlStore>;
     fn load<'a>(&'a self, topics: &'a [String]) -> StoreFuture<'a, Committed>;
     fn log_plan<'a>(&'a self, batch: &'a PlannedBatch) -> StoreFuture<'a, ()>;
-    fn commit<'a>(&'a self, batch: &'a PlannedBatch) -> StoreFuture<'a, CommitOutcome>;
-    fn as_any(&self) -> &dyn Any;
+    fn commit<'a>(
+        &'a self,
+        batch: &'a PlannedBatch,
+        ctx: &'a CommitContext<'a>,
+    ) -> StoreFuture<'a, CommitOutcome>;
 }
 
-impl<S: OffsetStore + 'static> DynStore for S {
+impl<S: OffsetStore> DynStore for S {
     fn describe(&self) -> String {
         OffsetStore::describe(self)
+    }
+    fn capabilities(&self) -> Capabilities {
+        OffsetStore::capabilities(self)
+    }
+    #[cfg(feature = "sql")]
+    fn as_sql(&self) -> Option<&SqlStore> {
+        OffsetStore::as_sql(self)
     }
     fn load<'a>(&'a self, topics: &'a [String]) -> StoreFuture<'a, Committed> {
         Box::pin(OffsetStore::load(self, topics))
@@ -281,44 +295,12 @@ impl<S: OffsetStore + 'static> DynStore for S {
     fn log_plan<'a>(&'a self, batch: &'a PlannedBatch) -> StoreFuture<'a, ()> {
         Box::pin(OffsetStore::log_plan(self, batch))
     }
-    fn commit<'a>(&'a self, batch: &'a PlannedBatch) -> StoreFuture<'a, CommitOutcome> {
-        Box::pin(OffsetStore::commit(self, batch))
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
-
-impl dyn DynStore {
-    #[cfg(feature = "sql")]
-    /// The SQL store behind this one, if it is one (given as a `SqlStore` or an `AnyStore`).
-    fn sql(&self) -> Option<&SqlStore> {
-        let any = self.as_any();
-        any.downcast_ref::<SqlStore>()
-            .or_else(|| any.downcast_ref::<AnyStore>().and_then(AnyStore::as_sql))
-    }
-
-    /// Group mode: the `kafka` store's commits carry the member's generation.
-    fn attach_member(&self, member: &Arc<GroupMember>) {
-        let any = self.as_any();
-        let kafka = any
-            .downcast_ref::<kdirect_commit::kafka::KafkaGroupStore>()
-            .or_else(|| match any.downcast_ref::<AnyStore>() {
-                Some(AnyStore::Kafka(k)) => Some(k),
-                _ => None,
-            });
-        if let Some(k) = kafka {
-            k.attach_member(member.clone());
-        }
-    }
-
-    /// Whether the store logs plans before batches run.
-    fn logs_plans(&self) -> bool {
-        let any = self.as_any();
-        any.is::<kdirect_commit::checkpoint::CheckpointStore>()
-            || any
-                .downcast_ref::<AnyStore>()
-                .is_some_and(AnyStore::logs_plans)
+    fn commit<'a>(
+        &'a self,
+        batch: &'a PlannedBatch,
+        ctx: &'a CommitContext<'a>,
+    ) -> StoreFuture<'a, CommitOutcome> {
+        Box::pin(OffsetStore::commit(self, batch, ctx))
     }
 }
 
@@ -1012,7 +994,9 @@ impl DirectStreamBuilder {
         };
         let member = match (&c.membership, &store) {
             (Some(g), Some(store)) => {
-                if store.logs_plans() {
+                // Decided by what the store declares: a store of the user's own, or a wrapper
+                // around a checkpoint, is refused as the checkpoint is.
+                if store.capabilities().logs_plans() {
                     return Err(Error::Misuse(format!(
                         "{} cannot be shared by the members of a group: it logs each batch's \
                          plan before the batch runs (a checkpoint directory, ZooKeeper), and \
@@ -1021,9 +1005,8 @@ impl DirectStreamBuilder {
                         store.describe()
                     )));
                 }
-                let member = Arc::new(GroupMember::new(cluster.clone(), g.clone())?);
-                store.attach_member(&member);
-                Some(member)
+                // The member's identity goes with each commit (`CommitContext::member`).
+                Some(Arc::new(GroupMember::new(cluster.clone(), g.clone())?))
             }
             _ => None,
         };
@@ -1594,6 +1577,14 @@ impl DirectStream {
         .into())
     }
 
+    /// Who commits: the group member (its identity as it is when the store sends the commit),
+    /// or nobody in particular outside a group.
+    fn commit_context(&self) -> CommitContext<'_> {
+        self.member
+            .as_deref()
+            .map_or(CommitContext::STANDALONE, CommitContext::member)
+    }
+
     /// Group mode: a store error that says the partitions moved (compare-and-set conflict,
     /// or the coordinator refusing the generation) abandons the batch, so that the next
     /// `next_batch` rejoins instead of refusing as misuse.
@@ -1616,14 +1607,16 @@ impl DirectStream {
         Self::check_read(&batch, "committed")?;
         self.check_member(&batch)?;
         let started = Instant::now();
-        let outcome = match &self.store {
-            Some(store) => match store.commit(&batch.planned()).await {
-                Ok(o) => o,
-                Err(e) => {
-                    self.on_store_error(batch.id, &e);
-                    return Err(e.into());
-                }
-            },
+        let committed = match &self.store {
+            Some(store) => Some(store.commit(&batch.planned(), &self.commit_context()).await),
+            None => None,
+        };
+        let outcome = match committed {
+            Some(Ok(o)) => o,
+            Some(Err(e)) => {
+                self.on_store_error(batch.id, &e);
+                return Err(e.into());
+            }
             None => CommitOutcome::Committed,
         };
         if self.store.is_some() {
@@ -1640,15 +1633,16 @@ impl DirectStream {
     /// The SQL store, when the stream has one (for [`SqlStore::sink_table`] and the
     /// transaction of [`begin`](Self::begin)).
     pub fn sql_store(&self) -> Option<&SqlStore> {
-        self.store.as_deref().and_then(<dyn DynStore>::sql)
+        self.store.as_deref().and_then(|s| s.as_sql())
     }
 
     /// Whether the stream's store logs each plan before the batch is handed out (the
-    /// checkpoint does): a restart then re-runs an uncommitted batch with exactly its ranges.
+    /// checkpoint and ZooKeeper do, as [`Capabilities::LOGS_PLANS`] declares): a restart then
+    /// re-runs an uncommitted batch with exactly its ranges.
     pub fn logs_plans(&self) -> bool {
         self.store
             .as_deref()
-            .is_some_and(<dyn DynStore>::logs_plans)
+            .is_some_and(|s| s.capabilities().logs_plans())
     }
 
     #[cfg(feature = "sql")]
@@ -2112,6 +2106,36 @@ impl Transaction {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// In a group each commit carries the member, whose identity the store reads when it
+    /// sends the commit (`CommitContext::member`); outside one, nobody. Nothing here depends on
+    /// the store's type (the group's default `kafka` store here).
+    #[tokio::test]
+    async fn commits_carry_the_member_in_a_group_and_nobody_outside_one() {
+        let fake = kdirect_fake_broker::FakeCluster::builder()
+            .brokers(1)
+            .topic("ctx", 1)
+            .build()
+            .await
+            .unwrap();
+        let s = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .subscribe(&["ctx"])
+            .build()
+            .await
+            .unwrap();
+        let member = s.member.as_deref().expect("a member");
+        let carried = s.commit_context().group_member().expect("the member");
+        assert!(std::ptr::eq(carried, member));
+        assert!(!s.logs_plans());
+        let s = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["ctx"])
+            .build()
+            .await
+            .unwrap();
+        assert!(s.commit_context().group_member().is_none());
+    }
 
     /// Negative partition numbers are not partitions (the checkpoint reader refuses them too).
     #[test]
