@@ -1,13 +1,17 @@
 //! The Kafka-group store against librdkafka's mock cluster: the common behaviour, offsets
 //! visible to librdkafka's own consumer (`committed_offsets` — what standard tooling sees),
-//! and retried coordinator errors.
+//! retried coordinator errors, and a wrapper store that keeps the group member's fencing.
 use std::sync::Arc;
 use std::time::Duration;
 
 use kdirect_commit::kafka::KafkaGroupStore;
-use kdirect_commit::{CommitContext, CommitOutcome, OffsetStore, StoreErrorKind};
+use kdirect_commit::{
+    Capabilities, CommitContext, CommitOutcome, Committed, OffsetStore, PlannedBatch, Positions,
+    StoreError, StoreErrorKind,
+};
 use kdirect_engine::cluster::Cluster;
 use kdirect_engine::conn::ConnConfig;
+use kdirect_engine::group::{GroupConfig, GroupMember};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::mocking::MockCluster;
@@ -171,5 +175,89 @@ fn kafka_group_store_keeps_topic_ids() {
         let c = s.load(std::slice::from_ref(&topic)).await.unwrap();
         assert!(c.topic_ids.is_empty(), "{c:?}");
         assert_eq!(c.batch_id, Some(2));
+    });
+}
+
+/// A store of the user's own that wraps the Kafka store and forwards everything, the
+/// [`CommitContext`] included: what a user writes to add logging or metrics around a store.
+struct Wrapper(KafkaGroupStore);
+
+impl OffsetStore for Wrapper {
+    fn describe(&self) -> String {
+        format!("wrapped {}", self.0.describe())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+
+    async fn load(&self, topics: &[String]) -> Result<Committed, StoreError> {
+        self.0.load(topics).await
+    }
+
+    async fn log_plan(&self, batch: &PlannedBatch) -> Result<(), StoreError> {
+        self.0.log_plan(batch).await
+    }
+
+    async fn commit(
+        &self,
+        batch: &PlannedBatch,
+        ctx: &CommitContext<'_>,
+    ) -> Result<CommitOutcome, StoreError> {
+        self.0.commit(batch, ctx).await
+    }
+
+    async fn set_positions(&self, batch_id: u64, positions: &Positions) -> Result<(), StoreError> {
+        self.0.set_positions(batch_id, positions).await
+    }
+}
+
+/// A wrapper around the Kafka store keeps generation fencing: the member travels with each
+/// commit (the context the wrapper passes on), where it used to be attached only to a
+/// `KafkaGroupStore` the stream found by downcast, so a wrapper's commits went out as a
+/// standalone consumer's (generation -1, no member id) whatever the member's state. A member
+/// that is not in a generation (never joined, or lost its partitions) is refused as fenced
+/// before anything is sent, and nothing is written; the same commit as no member goes through.
+/// (librdkafka's mock coordinator closes the connection on kdirect's JoinGroup, so the member
+/// here never joins: the live generation is read through the same `CommitContext::generation`
+/// either way.)
+#[test]
+fn a_wrapper_around_the_kafka_store_keeps_fencing() {
+    let topic = unique("t");
+    let group = unique("g");
+    let m = mock(&topic);
+    let bootstrap = m.bootstrap_servers();
+    rt().block_on(async {
+        let cluster = Cluster::connect(&[bootstrap.clone()], ConnConfig::default())
+            .await
+            .unwrap();
+        let member = GroupMember::new(Arc::new(cluster), GroupConfig::new(&group)).unwrap();
+        let s = Wrapper(store(&bootstrap, &group).await);
+        assert!(s.capabilities().fenced_by_generation());
+
+        let b0 = batch(0, &topic, &[(0, 0, 5), (1, 0, 6), (2, 0, 7)]);
+        let e = s
+            .commit(&b0, &CommitContext::member(&member))
+            .await
+            .unwrap_err();
+        assert!(matches!(e.kind(), StoreErrorKind::Fenced { .. }), "{e}");
+        assert!(e.is_fenced(), "{e}");
+        assert!(e.to_string().contains("not in a generation"), "{e}");
+        let c = s.load(std::slice::from_ref(&topic)).await.unwrap();
+        assert!(c.positions.is_empty(), "{c:?}");
+
+        member.lose("a rebalance moved the partitions (test)");
+        let e = s
+            .commit(&b0, &CommitContext::member(&member))
+            .await
+            .unwrap_err();
+        assert!(e.is_fenced(), "{e}");
+
+        assert_eq!(
+            s.commit(&b0, &CommitContext::STANDALONE).await.unwrap(),
+            CommitOutcome::Committed
+        );
+        let c = s.load(std::slice::from_ref(&topic)).await.unwrap();
+        assert_eq!(c.positions, pos(&topic, &[(0, 5), (1, 6), (2, 7)]));
     });
 }
