@@ -1101,18 +1101,18 @@ mod tests {
     /// this file, so the docs cannot drift from the code), row by row.
     #[test]
     fn every_store_declares_what_the_docs_say() {
-        let mut declared: Vec<(&str, Capabilities)> = vec![
+        let declared = [
             ("checkpoint", checkpoint::CheckpointStore::CAPABILITIES),
             ("kafka", kafka::KafkaGroupStore::CAPABILITIES),
+            #[cfg(feature = "sql")]
+            ("sql", sql::SqlStore::CAPABILITIES),
+            #[cfg(feature = "redis")]
+            ("redis", redis::RedisStore::CAPABILITIES),
+            #[cfg(feature = "zookeeper")]
+            ("zookeeper", zookeeper::ZooKeeperStore::CAPABILITIES),
+            #[cfg(feature = "hbase")]
+            ("hbase", hbase::HBaseStore::CAPABILITIES),
         ];
-        #[cfg(feature = "sql")]
-        declared.push(("sql", sql::SqlStore::CAPABILITIES));
-        #[cfg(feature = "redis")]
-        declared.push(("redis", redis::RedisStore::CAPABILITIES));
-        #[cfg(feature = "zookeeper")]
-        declared.push(("zookeeper", zookeeper::ZooKeeperStore::CAPABILITIES));
-        #[cfg(feature = "hbase")]
-        declared.push(("hbase", hbase::HBaseStore::CAPABILITIES));
         let columns = [
             Capabilities::LOGS_PLANS,
             Capabilities::ATOMIC_COMMIT,

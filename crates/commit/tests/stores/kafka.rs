@@ -228,7 +228,7 @@ fn a_wrapper_around_the_kafka_store_keeps_fencing() {
     let m = mock(&topic);
     let bootstrap = m.bootstrap_servers();
     rt().block_on(async {
-        let cluster = Cluster::connect(&[bootstrap.clone()], ConnConfig::default())
+        let cluster = Cluster::connect(std::slice::from_ref(&bootstrap), ConnConfig::default())
             .await
             .unwrap();
         let member = GroupMember::new(Arc::new(cluster), GroupConfig::new(&group)).unwrap();
