@@ -858,6 +858,64 @@ fn held_past_max_poll(test: &str, protocol: &str) {
     });
 }
 
+/// Chunked: `max.poll.interval.ms` counts from each chunk asked for, as from each poll of the
+/// Java consumer, not from the batch's first chunk. A batch read chunk by chunk for longer
+/// than the interval, each chunk within it, commits; counted from the first chunk, the member
+/// left the group halfway and the commit was refused (issue 32, the chunked batches' review).
+#[test]
+fn a_chunked_batch_read_past_max_poll_interval_chunk_by_chunk_commits() {
+    let Some(kafka) =
+        Kafka::single("a_chunked_batch_read_past_max_poll_interval_chunk_by_chunk_commits")
+    else {
+        return;
+    };
+    let t = topic("maxpollchunk");
+    kafka.create(&t, 2, &[]);
+    kafka.produce(
+        &t,
+        2,
+        1000,
+        &["--value-size", "1000", "--batch-size", "16384"],
+    );
+    rt().block_on(async {
+        let mut s = DirectStream::builder()
+            .bootstrap(&kafka.bootstrap)
+            .group(&format!("{t}-g"))
+            .subscribe(&[&t])
+            .start(StartPolicy::Earliest)
+            .chunked(true)
+            .memory_budget(256 << 10)
+            .max_offsets_per_trigger(2000)
+            .set("max.poll.interval.ms", "2000")
+            .unwrap()
+            .set("heartbeat.interval.ms", "200")
+            .unwrap()
+            .set("session.timeout.ms", "6000")
+            .unwrap()
+            .build()
+            .await
+            .unwrap();
+        let mut b = s.next_batch().await.unwrap().unwrap();
+        let (mut records, mut chunks) = (0u64, 1u32);
+        loop {
+            b.for_each_record(|_, _| records += 1).unwrap();
+            // Work on each chunk for 0.7 s: the batch takes longer than the interval.
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            if !s.next_chunk(&mut b).await.unwrap() {
+                break;
+            }
+            chunks += 1;
+        }
+        assert_eq!(records, 1000, "the 1,000 records written");
+        assert!(
+            chunks >= 4,
+            "the premise: {chunks} chunks of 0.7 s each outlast the 2 s interval"
+        );
+        s.commit(b).await.unwrap();
+        s.close().await.unwrap();
+    });
+}
+
 /// A member on a current-thread runtime whose thread is busy with a batch for longer than
 /// `session.timeout.ms` (processing that does not yield, within `max.poll.interval.ms`) stays in
 /// the group: its heartbeats go on from kdirect's network thread, as the Java consumer's go on
