@@ -65,9 +65,9 @@ static GLOBAL: Counting = Counting;
 /// target. Measured 2026-12-07 (debug build, the least of four windows): 538–540 a batch with
 /// the per-partition gauges' labels built on every batch and a `String` key built per
 /// partition lookup in `FetchState`; 405–500 with the gauges registered once and lookups by
-/// `&str` (a run settles in one of two modes, by how its polls and snapshots fall). Lower it
-/// as allocations go.
-const MOST_PER_BATCH: u64 = 600;
+/// `&str` (a run settles in one of two modes, by how its polls and snapshots fall); the
+/// bound leaves room for a loaded machine's extra polls. Lower it as allocations go.
+const MOST_PER_BATCH: u64 = 700;
 
 const PARTITIONS: i32 = 8;
 const WARM_UP: usize = 50;
