@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! cargo bench --bench e2e -- [--records N] [--partitions P] [--value-size S] [--codec C]
-//!     [--clients kdirect,kdirect-nocrc,librdkafka,librdkafka-nocrc,rskafka]
+//!     [--clients kdirect,kdirect-nocrc,floor,librdkafka,librdkafka-nocrc,rskafka]
 //!     [--suite default|scaling|kafka|tls|latency|shapes] [--broker fake|kafka|secure] [--memory-mib M]
 //!     [--batch-size B] [--shape-partitions 1,8,..] [--shape-batch-sizes 16384,..] [--shape-values 100,..]
 //!     [--kdirect-set k=v,..] [--rdkafka-set k=v,..] [--rate R] [--seconds S]
@@ -18,6 +18,10 @@
 //! records or ~1 MB, whichever is less. Every client touches every key and value byte and reports a
 //! checksum (a wrapping sum of per-record CRC32C(key)+value, independent of order); the run
 //! fails if the clients disagree or if any client reads fewer records than were served.
+//! `floor` is the network floor (issue 35): the Fetch requests kdirect's defaults make, each
+//! answer read and dropped after stepping over its record batches' headers (no CRC, no
+//! record, no checksum; one request in flight per leader): kdirect's CPU above it is what
+//! decoding and delivering cost. It runs by default on the fake broker and on Kafka.
 //!
 //! `--broker kafka` reads from Apache Kafka instead (the 1-node KRaft broker of
 //! `tests/kafka/kafka.sh`, started if it is not up): the data is written once by Kafka's Java
@@ -110,9 +114,15 @@ impl Default for Opts {
             partitions: 8,
             value_size: 100,
             codec: "none".into(),
-            clients: ["kdirect", "kdirect-nocrc", "librdkafka", "librdkafka-nocrc"]
-                .map(String::from)
-                .to_vec(),
+            clients: [
+                "kdirect",
+                "kdirect-nocrc",
+                "floor",
+                "librdkafka",
+                "librdkafka-nocrc",
+            ]
+            .map(String::from)
+            .to_vec(),
             suite: None,
             memory_mib: 64,
             batch_size: 0,
@@ -254,7 +264,9 @@ fn orchestrate(o: &Opts) -> Result<(), String> {
         o.broker = "secure".into();
     }
     if o.broker == "kafka" && !std::env::args().any(|a| a == "--clients") {
-        o.clients = ["kdirect", "librdkafka", "java"].map(String::from).to_vec();
+        o.clients = ["kdirect", "floor", "librdkafka", "java"]
+            .map(String::from)
+            .to_vec();
     }
     if o.broker == "secure" && !std::env::args().any(|a| a == "--clients") {
         o.clients = [
@@ -382,7 +394,9 @@ fn shapes(o: &Opts) -> Vec<Opts> {
     let clients: Vec<String> = if o.clients_set {
         o.clients.clone()
     } else {
-        ["kdirect", "librdkafka", "java"].map(String::from).to_vec()
+        ["kdirect", "floor", "librdkafka", "java"]
+            .map(String::from)
+            .to_vec()
     };
     let o = &Opts {
         clients,
@@ -1033,9 +1047,12 @@ fn java_client(
 }
 
 fn check_agreement(o: &Opts, rows: &[(String, Outcome)]) -> Result<(), String> {
-    if let Some((c0, r0)) = rows.first() {
+    // The floor reads no record (no checksum): its count only.
+    let reference = rows.iter().find(|(c, _)| c != "floor").or(rows.first());
+    if let Some((c0, r0)) = reference {
         for (c, r) in rows {
-            if r.records != o.records || r.checksum != r0.checksum {
+            let same = c == "floor" || r.checksum == r0.checksum;
+            if r.records != o.records || !same {
                 return Err(format!(
                     "{c} read {} records with checksum {:016x}; {c0} read {} with {:016x}; {} were served",
                     r.records, r.checksum, r0.records, r0.checksum, o.records
@@ -1264,6 +1281,7 @@ fn client(o: &Opts, name: &str) -> Result<(), String> {
         "librdkafka" => rdkafka_client(o, true)?,
         "librdkafka-nocrc" => rdkafka_client(o, false)?,
         "rskafka" => rskafka_client(o)?,
+        "floor" => floor_client(o)?,
         "latency-kdirect" => return latency_report(&kdirect_latency(o)?),
         "latency-librdkafka" => return latency_report(&rdkafka_latency(o)?),
         other => return Err(format!("unknown client {other}")),
@@ -1375,6 +1393,116 @@ fn rdkafka_client(o: &Opts, crc: bool) -> Result<Sum, String> {
         }
     }
     Ok(sum)
+}
+
+/// The network floor (issue 35 item 2): Fetch requests as kdirect's defaults make them (one
+/// request per leader for every partition not yet read to its end, `max.partition.fetch.bytes`
+/// 1 MiB, `fetch.max.bytes` 50 MiB) through kdirect's own connection, the answers read into
+/// memory and then dropped: the frame parsed down to each partition's record bytes (zero-copy,
+/// as kdirect's decoder does), the record batches' headers stepped over for their last offset
+/// and record count, and nothing else — no CRC, no record walk, no checksum. What kdirect's
+/// CPU per record is above this is what decoding and delivering cost.
+fn floor_client(o: &Opts) -> Result<Sum, String> {
+    use kdirect::engine::cluster::Cluster;
+    use kdirect::engine::conn::ConnConfig;
+    use kdirect::proto::api::fetch::{self, Fetch, FetchParams, PartitionFetch, TopicFetch};
+    use kdirect::proto::api::list_offsets::OffsetSpec;
+    use kdirect::proto::IsolationLevel;
+
+    runtime(o.kdirect_threads)?.block_on(async {
+        let e = |e: kdirect::engine::Error| e.to_string();
+        let cluster = Cluster::connect(std::slice::from_ref(&o.bootstrap), ConnConfig::default())
+            .await
+            .map_err(e)?;
+        let view = cluster.ensure_topics(&[&o.topic]).await.map_err(e)?;
+        let topic = view.topic(&o.topic).map_err(e)?.clone();
+        let ask: Vec<(String, i32)> = topic
+            .partitions
+            .iter()
+            .map(|p| (o.topic.clone(), p.partition))
+            .collect();
+        let ends: BTreeMap<i32, i64> = cluster
+            .list_offsets(&ask, OffsetSpec::Latest, IsolationLevel::ReadUncommitted)
+            .await
+            .map_err(e)?
+            .into_iter()
+            .map(|p| (p.partition, p.offset))
+            .collect();
+        let mut pos: BTreeMap<i32, i64> = ends.keys().map(|&p| (p, 0)).collect();
+        let names = std::collections::HashMap::from([(topic.id, o.topic.clone())]);
+        let mut sum = Sum::default();
+        let deadline = Instant::now() + Duration::from_secs(900);
+        loop {
+            let mut by_leader: BTreeMap<i32, Vec<PartitionFetch>> = BTreeMap::new();
+            for p in &topic.partitions {
+                let (at, end) = (pos[&p.partition], ends[&p.partition]);
+                if at < end {
+                    by_leader.entry(p.leader).or_default().push(PartitionFetch {
+                        partition: p.partition,
+                        fetch_offset: at,
+                        partition_max_bytes: 1 << 20,
+                        current_leader_epoch: p.leader_epoch,
+                        last_fetched_epoch: -1,
+                    });
+                }
+            }
+            if by_leader.is_empty() {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("timed out after {} records", sum.records));
+            }
+            let mut calls = Vec::new();
+            for (leader, partitions) in by_leader {
+                let conn = cluster.connection(leader).await.map_err(e)?;
+                let version = conn.version::<Fetch>().map_err(e)?;
+                let topics = [TopicFetch {
+                    name: o.topic.clone(),
+                    id: topic.id,
+                    partitions,
+                }];
+                let req = fetch::request(&FetchParams::default(), &topics, version)
+                    .map_err(|e| e.to_string())?;
+                calls.push(async move {
+                    let frame = conn.round_trip::<Fetch>(&req, version).await?;
+                    Ok::<_, kdirect::engine::Error>((frame, version))
+                });
+            }
+            for call in calls {
+                let (frame, version) = call.await.map_err(e)?;
+                let (_, answer) =
+                    fetch::decode(frame, version, &names).map_err(|e| e.to_string())?;
+                for p in &answer.partitions {
+                    let Some(at) = pos.get_mut(&p.partition) else {
+                        continue;
+                    };
+                    // Whole record batches: base offset (8), length (4), ..., last offset delta
+                    // at 23, ..., record count at 57 (v2 batches, 61-byte header).
+                    let mut b: &[u8] = &p.records;
+                    while b.len() >= 61 {
+                        let int = |at: usize| {
+                            i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+                        };
+                        let base = i64::from_be_bytes(b[..8].try_into().unwrap_or_default());
+                        let len = usize::try_from(int(8))
+                            .unwrap_or(usize::MAX)
+                            .saturating_add(12);
+                        if len > b.len() {
+                            break;
+                        }
+                        let next = base + i64::from(int(23)) + 1;
+                        if next > *at {
+                            sum.records += u64::try_from(int(57)).unwrap_or(0);
+                            sum.bytes += len as u64;
+                            *at = next;
+                        }
+                        b = &b[len..];
+                    }
+                }
+            }
+        }
+        Ok(sum)
+    })
 }
 
 /// rskafka (a pure-Rust client): one task per partition fetching 4 MiB at a time.
