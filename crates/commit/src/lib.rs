@@ -994,6 +994,89 @@ pub(crate) fn conflict(
     .into()
 }
 
+/// What a store holds for one partition when a batch is committed: its position and the
+/// batch that wrote it (`None` for a store that does not keep batch ids per partition).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredPosition {
+    /// The stored next offset.
+    pub position: i64,
+    /// The batch that stored it.
+    pub batch_id: Option<u64>,
+}
+
+/// What committing a batch does over what is stored: [`decide`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitDecision {
+    /// Every range moves its partition from where it is stored (or from nothing): write.
+    Write,
+    /// Every range that moves its partition finds it at the range's end, written by this
+    /// batch: an earlier commit of the same batch (a re-run after a crash between the commit
+    /// and its acknowledgement). Nothing to write.
+    AlreadyCommitted,
+    /// Range `index` finds its partition elsewhere (`stored`; `None`: nothing stored), or the
+    /// batch is half committed: some ranges at their ends by this batch, others at their
+    /// starts, which no single writer leaves (all of a batch's positions are written
+    /// atomically), so another writer moved them.
+    Conflict {
+        /// The range's index in the batch.
+        index: usize,
+        /// What it found stored.
+        stored: Option<i64>,
+    },
+}
+
+/// The one commit rule (issue 33): from what is stored for each of `batch`'s ranges
+/// (`stored[i]` for `batch.ranges[i]`, `None`: nothing stored) to what the commit does.
+///
+/// - A range finds its partition at [`PlannedBatch::expected_from`], or nothing stored: it
+///   writes.
+/// - A range that moves its partition finds it at its `until` with this batch's id: it is
+///   committed already.
+/// - Anything else is a conflict: another writer moved the partition.
+///
+/// The batch is [`CommitDecision::AlreadyCommitted`] when every range that moves its
+/// partition is committed already, [`CommitDecision::Write`] when none is, and a
+/// [`CommitDecision::Conflict`] when some are and some are not (committing the rest would
+/// run the batch's output again for the partitions that had it). A range that does not move
+/// its partition (empty, at its start) counts for neither. Each store applies it inside its
+/// own atomic step (a transaction, a script, a compare-and-set).
+pub fn decide(batch: &PlannedBatch, stored: &[Option<StoredPosition>]) -> CommitDecision {
+    let (mut already, mut first_write) = (0usize, None);
+    let mut moving = 0usize;
+    for (index, r) in batch.ranges.iter().enumerate() {
+        let found = stored.get(index).copied().flatten();
+        let expected = batch.expected_from(r);
+        let moves = batch.moves(r);
+        moving += usize::from(moves);
+        match found {
+            None => {
+                if moves {
+                    first_write.get_or_insert((index, None));
+                }
+            }
+            Some(p) if p.position == expected => {
+                if moves {
+                    first_write.get_or_insert((index, Some(p.position)));
+                }
+            }
+            Some(p) if moves && p.position == r.until && p.batch_id == Some(batch.id) => {
+                already += 1;
+            }
+            Some(p) => {
+                return CommitDecision::Conflict {
+                    index,
+                    stored: Some(p.position),
+                }
+            }
+        }
+    }
+    match first_write {
+        _ if moving > 0 && already == moving => CommitDecision::AlreadyCommitted,
+        Some((index, stored)) if already > 0 => CommitDecision::Conflict { index, stored },
+        _ => CommitDecision::Write,
+    }
+}
+
 /// Batch ids are stored as signed 64-bit integers by SQL and Kafka metadata readers.
 #[cfg_attr(not(feature = "sql"), allow(dead_code))]
 pub(crate) fn batch_id_i64(id: u64) -> Result<i64, StoreError> {
@@ -1010,6 +1093,84 @@ pub(crate) fn batch_id_i64(id: u64) -> Result<i64, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn at(position: i64, batch_id: Option<u64>) -> Option<StoredPosition> {
+        Some(StoredPosition { position, batch_id })
+    }
+
+    /// The one commit rule, case by case: batch 7 moves t-0 [10, 20) and t-1 [5, 9), and
+    /// leaves t-2 at 3 (an empty range).
+    #[test]
+    fn the_commit_rule_decides_write_already_or_conflict() {
+        let b = PlannedBatch::new(
+            7,
+            vec![
+                OffsetRange::new("t", 0, 10, 20),
+                OffsetRange::new("t", 1, 5, 9),
+                OffsetRange::new("t", 2, 3, 3),
+            ],
+        );
+        use CommitDecision::*;
+        let cases: [(&str, [Option<StoredPosition>; 3], CommitDecision); 8] = [
+            (
+                "all at their starts",
+                [at(10, Some(6)), at(5, Some(3)), at(3, None)],
+                Write,
+            ),
+            ("nothing stored yet", [None, None, None], Write),
+            (
+                "one new, one at its start",
+                [None, at(5, None), at(3, None)],
+                Write,
+            ),
+            (
+                "all at their ends by batch 7",
+                [at(20, Some(7)), at(9, Some(7)), at(3, Some(2))],
+                AlreadyCommitted,
+            ),
+            // The empty range says nothing: at its start either way.
+            (
+                "at the ends, the empty range elsewhere",
+                [at(20, Some(7)), at(9, Some(7)), at(4, None)],
+                Conflict {
+                    index: 2,
+                    stored: Some(4),
+                },
+            ),
+            (
+                "at its end by another batch",
+                [at(20, Some(8)), at(5, None), at(3, None)],
+                Conflict {
+                    index: 0,
+                    stored: Some(20),
+                },
+            ),
+            (
+                "moved on by someone else",
+                [at(10, None), at(7, None), at(3, None)],
+                Conflict {
+                    index: 1,
+                    stored: Some(7),
+                },
+            ),
+            // Half committed: t-0 by batch 7, t-1 still at its start. Writing t-1 would run
+            // the batch's output again for t-0.
+            (
+                "half committed",
+                [at(20, Some(7)), at(5, Some(6)), at(3, None)],
+                Conflict {
+                    index: 1,
+                    stored: Some(5),
+                },
+            ),
+        ];
+        for (what, stored, want) in cases {
+            assert_eq!(decide(&b, &stored), want, "{what}");
+        }
+        // A batch of empty ranges only: nothing moves, a write of nothing.
+        let empty = PlannedBatch::new(8, vec![OffsetRange::new("t", 0, 20, 20)]);
+        assert_eq!(decide(&empty, &[at(20, Some(7))]), Write);
+    }
 
     #[test]
     fn specs_parse() {

@@ -55,8 +55,9 @@ use sqlx::AnyConnection;
 use sqlx::{Any, AnyPool, Executor, Row, Transaction};
 
 use crate::{
-    batch_id_i64, conflict, redact, Capabilities, CommitContext, CommitOutcome, Committed,
-    OffsetStore, PlannedBatch, Positions, StoreError, StoreErrorKind, TopicPartition,
+    batch_id_i64, conflict, decide, redact, Capabilities, CommitContext, CommitDecision,
+    CommitOutcome, Committed, OffsetStore, PlannedBatch, Positions, StoreError, StoreErrorKind,
+    StoredPosition, TopicPartition,
 };
 
 /// One row of the offsets table, as loaded.
@@ -388,10 +389,8 @@ impl SqlStore {
             d.placeholder(6),
             d.placeholder(7)
         );
-        // Non-empty ranges already at `until` with this batch id: an earlier commit of the batch
-        // (empty ranges say nothing either way).
-        let mut already = 0usize;
-        let nonempty = batch.ranges.iter().filter(|r| batch.moves(r)).count();
+        // What each range found, for the one commit rule (`decide`) once all are written.
+        let mut found: Vec<Option<StoredPosition>> = Vec::with_capacity(batch.ranges.len());
         for r in &batch.ranges {
             let ctx = || {
                 format!(
@@ -414,6 +413,10 @@ impl SqlStore {
                 .await
                 .map_err(self.err(t, ctx()))?;
             if updated.rows_affected() > 0 {
+                found.push(Some(StoredPosition {
+                    position: batch.expected_from(r),
+                    batch_id: None,
+                }));
                 continue;
             }
             let row: Option<AnyRow> = sqlx::query(&select)
@@ -436,7 +439,7 @@ impl SqlStore {
                         .execute(&mut *tx)
                         .await;
                     match inserted {
-                        Ok(_) => {}
+                        Ok(_) => found.push(None),
                         Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
                             // Another writer inserted the row first.
                             let _ = tx.rollback().await;
@@ -454,9 +457,10 @@ impl SqlStore {
                     let stored: i64 = row.try_get(0).map_err(self.err(t, ctx()))?;
                     let stored_batch: i64 = row.try_get(1).map_err(self.err(t, ctx()))?;
                     if stored == r.until && stored_batch == batch_id {
-                        if batch.moves(r) {
-                            already += 1;
-                        }
+                        found.push(Some(StoredPosition {
+                            position: stored,
+                            batch_id: Some(batch.id),
+                        }));
                     } else {
                         let _ = tx.rollback().await;
                         return Err(conflict(
@@ -469,9 +473,32 @@ impl SqlStore {
                 }
             }
         }
-        if nonempty > 0 && already == nonempty {
-            let _ = tx.rollback().await;
-            return Ok(Begun::AlreadyCommitted);
+        match decide(batch, &found) {
+            CommitDecision::Write => {}
+            CommitDecision::AlreadyCommitted => {
+                let _ = tx.rollback().await;
+                return Ok(Begun::AlreadyCommitted);
+            }
+            // Half committed (some ranges at their ends by this batch, others at their
+            // starts): opening the transaction would run the batch's output again for the
+            // partitions that had it.
+            CommitDecision::Conflict { index, stored } => {
+                let _ = tx.rollback().await;
+                let Some(r) = batch.ranges.get(index) else {
+                    return Err(StoreErrorKind::Invalid {
+                        what: "batch id",
+                        value: batch.id.to_string(),
+                        reason: "a conflict on a range the batch does not have".to_owned(),
+                    }
+                    .into());
+                };
+                return Err(conflict(
+                    &self.describe(),
+                    r,
+                    batch.expected_from(r),
+                    stored,
+                ));
+            }
         }
         Ok(Begun::Open(SqlTxn {
             tx,

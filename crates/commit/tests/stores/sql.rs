@@ -251,6 +251,33 @@ async fn race(url: &str) {
     }
 }
 
+/// A batch found half committed — one partition at its end by this very batch, the other
+/// still at its start — is a conflict, not a transaction opened for the rest: that would run
+/// the batch's output (the user's writes in the transaction) again for the partition that had
+/// it (issue 33: the SQL store opened one).
+async fn half_committed(url: &str) {
+    let group = unique("g");
+    let topic = unique("t");
+    let store = SqlStore::connect(url, &group).await.unwrap();
+    // Batch 4 moved t-0 to 10; t-1 is where batch 3 left it.
+    store
+        .set_positions(4, &pos(&topic, &[(0, 10)]))
+        .await
+        .unwrap();
+    store
+        .set_positions(3, &pos(&topic, &[(1, 0)]))
+        .await
+        .unwrap();
+    let b4 = batch(4, &topic, &[(0, 0, 10), (1, 0, 10)]);
+    match store.begin(&b4).await {
+        Err(e) if matches!(e.kind(), StoreErrorKind::Conflict { .. }) => {}
+        other => panic!("a half-committed batch must be a conflict, got {other:?}"),
+    }
+    // Nothing moved.
+    let loaded = store.load(&[]).await.unwrap().positions;
+    assert_eq!(loaded, pos(&topic, &[(0, 10), (1, 0)]));
+}
+
 #[test]
 fn sqlite_store() {
     let dir = tmpdir("sqlite");
@@ -261,6 +288,7 @@ fn sqlite_store() {
         migrates_an_old_table(&url).await;
         transactional(&url).await;
         race(&url).await;
+        half_committed(&url).await;
     });
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -275,6 +303,7 @@ fn postgres_store() {
         migrates_an_old_table(&url).await;
         transactional(&url).await;
         race(&url).await;
+        half_committed(&url).await;
     });
 }
 
@@ -288,6 +317,7 @@ fn mysql_store() {
         migrates_an_old_table(&url).await;
         transactional(&url).await;
         race(&url).await;
+        half_committed(&url).await;
     });
 }
 
