@@ -4,6 +4,7 @@
 //! ```text
 //! row "<group>:<topic>"   o:<partition> = "<next offset>"   o:batch = "<batch id>"
 //!                         o:epoch:<partition> = "<leader epoch>"   o:topicId = "<32 hex digits>"
+//!                         o:commit = "<32 hex digits, new with every write>"
 //! ```
 //!
 //! `o:epoch:<partition>` is the epoch of the last record batch read before the position
@@ -12,8 +13,10 @@
 //! down, as from a checkpoint. They are written in the same check-and-put as the positions.
 //!
 //! Each commit is, per topic of the batch, one read of the row (GET) and one check-and-put
-//! (`PUT …?check=put`): HBase writes every cell of the row only if `o:batch` still holds what
-//! the read saw (or is still absent), atomically — a row mutation is atomic in HBase. The read
+//! (`PUT …?check=put`): HBase writes every cell of the row only if `o:commit` still holds
+//! what the read saw (or is still absent), atomically. `o:commit` is a random token each write
+//! stores anew: `o:batch` (compared before) is a per-writer counter, and in a group another
+//! member's writes could bring it back to the value read (ABA) — a row mutation is atomic in HBase. The read
 //! compares each range's `from` with the stored position, so a stale writer is refused with a
 //! [`StoreErrorKind::Conflict`]; one that raced in between loses the check and reads again.
 //! Two HTTP round trips per topic per commit.
@@ -303,7 +306,7 @@ impl HBaseStore {
         Ok(out)
     }
 
-    /// Writes `cells` to `topic`'s row if its `o:batch` holds `expected` (`None`: absent).
+    /// Writes `cells` to `topic`'s row if its `o:commit` holds `expected` (`None`: absent).
     /// `Ok(false)`: the check failed (another writer changed the row).
     async fn check_and_put(
         &self,
@@ -317,9 +320,9 @@ impl HBaseStore {
             .iter()
             .map(|(q, v)| json!({ "column": b64(&format!("{FAMILY}:{q}")), "$": b64(v) }))
             .collect();
-        // The check cell comes last: `o:batch` must hold `expected` (empty = absent).
+        // The check cell comes last: `o:commit` must hold `expected` (empty = absent).
         list.push(json!({
-            "column": b64(&format!("{FAMILY}:batch")),
+            "column": b64(&format!("{FAMILY}:{COMMIT}")),
             "$": expected.map(b64).unwrap_or_default(),
         }));
         let body = json!({ "Row": [{ "key": b64(&key), "Cell": list }] });
@@ -375,6 +378,10 @@ impl HBaseStore {
                 .map(|(_, r)| r)
                 .unwrap_or_default();
             let stored_batch = row.get("batch").cloned();
+            // What the compare-and-set compares: the token of the write that stored the row,
+            // new with every write (a batch id is a per-writer counter: in a group another
+            // member's writes could bring it back to the value read, and a stale write passed).
+            let stored_token = row.get(COMMIT).cloned();
             let (mut nonempty, mut already) = (0, 0);
             let mut cells = Vec::with_capacity(2 * writes.len() + 2);
             let mut forget_id = false;
@@ -439,8 +446,9 @@ impl HBaseStore {
                 return Ok(Some(CommitOutcome::AlreadyCommitted));
             }
             cells.push(("batch".to_owned(), batch_id.to_string()));
+            cells.push((COMMIT.to_owned(), commit_token()));
             if self
-                .check_and_put(topic, &cells, stored_batch.as_deref())
+                .check_and_put(topic, &cells, stored_token.as_deref())
                 .await?
             {
                 return Ok(None);
@@ -453,6 +461,17 @@ impl HBaseStore {
             ),
         ))
     }
+}
+
+/// The column of the token each write stores and the next write's check-and-put compares.
+const COMMIT: &str = "commit";
+
+/// A token no other write ever stores: 128 random bits from the OS.
+fn commit_token() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 16];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A reqwest error with its causes: its own text is only "error sending request for url (…)";
@@ -619,6 +638,72 @@ impl OffsetStore for HBaseStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// ABA (issue 33): writer A reads the row; other writers then move the partition and
+    /// bring `o:batch` back to the value A read (batch ids are per-writer counters: in a group
+    /// the members' ids interleave). A's check-and-put compared `o:batch` and went through,
+    /// moving the partition back; it compares the row's commit token now, new with every
+    /// write, and is refused. Against `KDIRECT_TEST_HBASE` (skips without it).
+    #[tokio::test]
+    async fn a_stale_write_is_refused_even_when_the_batch_id_came_back() {
+        let Ok(url) = std::env::var("KDIRECT_TEST_HBASE") else {
+            eprintln!("skipping: KDIRECT_TEST_HBASE is not set (tests/run.sh sets it)");
+            return;
+        };
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let (group, topic) = (format!("aba-{nanos}"), "t");
+        let a = HBaseStore::connect(&url, &group).await.unwrap();
+        let b = HBaseStore::connect(&url, &group).await.unwrap();
+        let ctx = CommitContext::STANDALONE;
+        let range = |from, until| {
+            PlannedBatch::new(5, vec![crate::OffsetRange::new(topic, 0, from, until)])
+        };
+        a.commit(&range(0, 10), &ctx).await.unwrap();
+        // A reads the row: position 10, batch 5, and the token of that write.
+        let key = a.row_key(topic);
+        let read = |rows: Vec<(String, Row)>| {
+            rows.into_iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, r)| r)
+                .unwrap_or_default()
+        };
+        let seen = read(a.rows(&key, false).await.unwrap());
+        assert_eq!(seen.get("batch").map(String::as_str), Some("5"));
+        // B moves the partition on as its batch 6, then (another member's counter) batch 5.
+        b.commit(
+            &PlannedBatch::new(6, vec![crate::OffsetRange::new(topic, 0, 10, 20)]),
+            &ctx,
+        )
+        .await
+        .unwrap();
+        b.commit(
+            &PlannedBatch::new(5, vec![crate::OffsetRange::new(topic, 0, 20, 30)]),
+            &ctx,
+        )
+        .await
+        .unwrap();
+        let now = read(a.rows(&key, false).await.unwrap());
+        assert_eq!(
+            now.get("batch"),
+            seen.get("batch"),
+            "o:batch is back to what A read: a check on it would pass"
+        );
+        // A's write as it would have gone out after its read: refused.
+        let stale = vec![
+            ("0".to_owned(), "15".to_owned()),
+            ("batch".to_owned(), "6".to_owned()),
+            (COMMIT.to_owned(), commit_token()),
+        ];
+        let written = a
+            .check_and_put(topic, &stale, seen.get(COMMIT).map(String::as_str))
+            .await
+            .unwrap();
+        assert!(!written, "a write based on a stale read went through");
+        let loaded = a.load(&[]).await.unwrap().positions;
+        assert_eq!(loaded.get(&TopicPartition::new(topic, 0)), Some(&30));
+    }
 
     #[test]
     fn row_keys_are_escaped_in_urls() {
