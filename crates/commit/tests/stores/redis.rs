@@ -80,3 +80,92 @@ fn redis_store_over_tls() {
         assert!(RedisStore::connect(&no_client, &unique("g")).await.is_err());
     });
 }
+
+/// The commit script is the one commit rule (`kdirect_commit::decide`, issue 33): 400
+/// pseudo-random cases — ranges over three partitions with small offsets (so that positions
+/// meet starts and ends often), nothing or something stored for each, the group's stored batch
+/// id this batch's or another — each set up in Redis and committed through the script, and
+/// decided by `decide` on the same state: the same outcome, the same range named.
+#[test]
+fn the_commit_script_decides_as_the_commit_rule() {
+    use kdirect_commit::{decide, CommitDecision, CommitOutcome, StoreErrorKind, StoredPosition};
+    let Some(url) = service(
+        "KDIRECT_TEST_REDIS",
+        "the_commit_script_decides_as_the_commit_rule",
+    ) else {
+        return;
+    };
+    // xorshift64: the same cases on every run.
+    let mut seed = 0x9E37_79B9_7F4A_7C15_u64;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    rt().block_on(async {
+        let (mut writes, mut already, mut conflicts) = (0, 0, 0);
+        for case in 0..400 {
+            let group = unique("rule");
+            let topic = unique("t");
+            let store = RedisStore::connect(&url, &group).await.unwrap();
+            let parts = 1 + next(3) as i32;
+            let ranges: Vec<(i32, i64, i64)> = (0..parts)
+                .map(|p| {
+                    let from = next(3) as i64;
+                    (p, from, from + next(3) as i64)
+                })
+                .collect();
+            let b = batch(7, &topic, &ranges);
+            let stored_batch = if next(2) == 0 { 7 } else { 6 };
+            let stored: Vec<Option<i64>> = (0..parts)
+                .map(|_| (next(4) > 0).then(|| next(5) as i64))
+                .collect();
+            let positions = crate::common::pos(
+                &topic,
+                &stored
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(p, s)| Some((p as i32, (*s)?)))
+                    .collect::<Vec<_>>(),
+            );
+            let any = !positions.is_empty();
+            if any {
+                store.set_positions(stored_batch, &positions).await.unwrap();
+            }
+            let found: Vec<Option<StoredPosition>> = stored
+                .iter()
+                .map(|s| {
+                    s.map(|position| StoredPosition {
+                        position,
+                        batch_id: any.then_some(stored_batch),
+                    })
+                })
+                .collect();
+            let want = decide(&b, &found);
+            let got = store.commit(&b, &CommitContext::STANDALONE).await;
+            let what = format!(
+                "case {case}: ranges {ranges:?}, stored {stored:?} by batch {stored_batch}"
+            );
+            match (want, got) {
+                (CommitDecision::Write, Ok(CommitOutcome::Committed)) => writes += 1,
+                (CommitDecision::AlreadyCommitted, Ok(CommitOutcome::AlreadyCommitted)) => {
+                    already += 1
+                }
+                (CommitDecision::Conflict { index, .. }, Err(e)) => match e.kind() {
+                    StoreErrorKind::Conflict { partition, .. } => {
+                        assert_eq!(*partition, ranges[index].0, "{what}");
+                        conflicts += 1;
+                    }
+                    other => panic!("{what}: {other:?}"),
+                },
+                (want, got) => panic!("{what}: the rule says {want:?}, the script {got:?}"),
+            }
+        }
+        // The cases reach every outcome.
+        assert!(
+            writes > 20 && already > 5 && conflicts > 20,
+            "{writes} {already} {conflicts}"
+        );
+    });
+}
