@@ -382,7 +382,49 @@ impl HBaseStore {
             // new with every write (a batch id is a per-writer counter: in a group another
             // member's writes could bring it back to the value read, and a stale write passed).
             let stored_token = row.get(COMMIT).cloned();
-            let (mut nonempty, mut already) = (0, 0);
+            // A batch's commit: the one commit rule over this row (a row is what HBase writes
+            // atomically: a batch over several topics may find some rows committed by it and
+            // others not, after a crash between rows, and each decides for itself).
+            if let Some(b) = batch {
+                let mut mine = b.clone();
+                mine.ranges.retain(|r| r.topic == topic);
+                let stored_batch: Option<u64> = stored_batch
+                    .as_deref()
+                    .map(|v| self.number(&key, "batch", v))
+                    .transpose()?;
+                let found = mine
+                    .ranges
+                    .iter()
+                    .map(|r| {
+                        let q = r.partition.to_string();
+                        let stored: Option<i64> =
+                            row.get(&q).map(|v| self.number(&key, &q, v)).transpose()?;
+                        Ok(stored.map(|position| crate::StoredPosition {
+                            position,
+                            batch_id: stored_batch,
+                        }))
+                    })
+                    .collect::<Result<Vec<_>, StoreError>>()?;
+                match crate::decide(&mine, &found) {
+                    crate::CommitDecision::Write => {}
+                    crate::CommitDecision::AlreadyCommitted => {
+                        return Ok(Some(CommitOutcome::AlreadyCommitted))
+                    }
+                    crate::CommitDecision::Conflict { index, stored } => {
+                        let r = mine
+                            .ranges
+                            .get(index)
+                            .cloned()
+                            .unwrap_or_else(|| crate::OffsetRange::new(topic, -1, -1, -1));
+                        return Err(crate::conflict(
+                            &format!("{conflict_store} row {key}"),
+                            &r,
+                            mine.expected_from(&r),
+                            stored,
+                        ));
+                    }
+                }
+            }
             let mut cells = Vec::with_capacity(2 * writes.len() + 2);
             let mut forget_id = false;
             for &(p, until, from, epoch) in writes {
@@ -390,39 +432,6 @@ impl HBaseStore {
                     .get(&p.to_string())
                     .map(|v| self.number(&key, &p.to_string(), v))
                     .transpose()?;
-                if let Some(from) = from {
-                    if from != until {
-                        nonempty += 1;
-                    }
-                    match stored {
-                        Some(s)
-                            if s == until
-                                && stored_batch.as_deref() == Some(&batch_id.to_string()) =>
-                        {
-                            if from != until {
-                                already += 1;
-                            }
-                            continue;
-                        }
-                        Some(s) if s != from => {
-                            let r = batch
-                                .and_then(|b| {
-                                    b.ranges
-                                        .iter()
-                                        .find(|r| r.topic == topic && r.partition == p)
-                                })
-                                .cloned()
-                                .unwrap_or_else(|| crate::OffsetRange::new(topic, p, from, until));
-                            return Err(crate::conflict(
-                                &format!("{conflict_store} row {key}"),
-                                &r,
-                                from,
-                                Some(s),
-                            ));
-                        }
-                        _ => {}
-                    }
-                }
                 cells.push((p.to_string(), until.to_string()));
                 let epoch = match (epoch, from) {
                     (Some(e), _) => Some(e),
@@ -441,9 +450,6 @@ impl HBaseStore {
                 cells.push(("topicId".to_owned(), String::new()));
             } else if let Some(id) = &topic_id {
                 cells.push(("topicId".to_owned(), id.clone()));
-            }
-            if nonempty > 0 && already == nonempty {
-                return Ok(Some(CommitOutcome::AlreadyCommitted));
             }
             cells.push(("batch".to_owned(), batch_id.to_string()));
             cells.push((COMMIT.to_owned(), commit_token()));
