@@ -718,40 +718,44 @@ impl OffsetStore for ZooKeeperStore {
             let meta = self.read_meta().await?;
             let stored_batch = meta.batch;
             let stored = self.read_positions(&tps).await?;
-            let (mut nonempty, mut already) = (0, 0);
-            let mut entries = Vec::with_capacity(batch.ranges.len());
-            for (r, s) in batch.ranges.iter().zip(&stored) {
-                let expected = batch.expected_from(r);
-                if batch.moves(r) {
-                    nonempty += 1;
+            // The one commit rule over what the znodes hold (the group's batch id for each).
+            let found: Vec<Option<crate::StoredPosition>> = stored
+                .iter()
+                .map(|s| {
+                    s.map(|(position, _)| crate::StoredPosition {
+                        position,
+                        batch_id: stored_batch,
+                    })
+                })
+                .collect();
+            match crate::decide(batch, &found) {
+                crate::CommitDecision::Write => {}
+                crate::CommitDecision::AlreadyCommitted => {
+                    return Ok(CommitOutcome::AlreadyCommitted)
                 }
-                match *s {
-                    Some((o, _)) if o == r.until && stored_batch == Some(batch.id) => {
-                        if batch.moves(r) {
-                            already += 1;
-                        }
-                    }
-                    Some((o, v)) if o == expected => {
-                        entries.push((r.topic_partition(), r.until, Some(v)))
-                    }
-                    None => entries.push((r.topic_partition(), r.until, None)),
-                    Some((o, _)) => {
-                        return Err(crate::conflict(
-                            &format!(
-                                "{} znode {}",
-                                self.describe(),
-                                self.partition_path(&r.topic_partition())
-                            ),
-                            r,
-                            expected,
-                            Some(o),
-                        ))
-                    }
+                crate::CommitDecision::Conflict { index, stored } => {
+                    let Some(r) = batch.ranges.get(index) else {
+                        break;
+                    };
+                    return Err(crate::conflict(
+                        &format!(
+                            "{} znode {}",
+                            self.describe(),
+                            self.partition_path(&r.topic_partition())
+                        ),
+                        r,
+                        batch.expected_from(r),
+                        stored,
+                    ));
                 }
             }
-            if nonempty > 0 && already == nonempty {
-                return Ok(CommitOutcome::AlreadyCommitted);
-            }
+            // Every range writes, each checked against the znode version it was read at.
+            let entries: Vec<_> = batch
+                .ranges
+                .iter()
+                .zip(&stored)
+                .map(|(r, s)| (r.topic_partition(), r.until, s.map(|(_, v)| v)))
+                .collect();
             let (mut epochs, mut topic_ids) = (meta.epochs.clone(), meta.topic_ids.clone());
             crate::merge_resume_state(&mut epochs, &mut topic_ids, batch);
             if self

@@ -291,3 +291,31 @@ fn zookeeper_store_with_credentials_keeps_its_znodes_to_itself() {
         assert!(acl.iter().any(|a| a.scheme() == "world"), "{acl:?}");
     });
 }
+
+/// A batch found half committed — one partition at its end by this very batch, the other still
+/// at its start — is a conflict, not a write of the rest (issue 33, the one commit rule: the
+/// store wrote the rest, and the batch's output ran twice for the partition that had it).
+#[test]
+fn zookeeper_store_refuses_a_half_committed_batch() {
+    let Some(url) = url() else { return };
+    rt().block_on(async {
+        let chroot = format!("{url}/{}", unique("kdirect"));
+        let (group, topic) = (unique("g"), unique("t"));
+        let store = ZooKeeperStore::connect(&chroot, &group).await.unwrap();
+        store
+            .set_positions(3, &pos(&topic, &[(1, 0)]))
+            .await
+            .unwrap();
+        store
+            .set_positions(4, &pos(&topic, &[(0, 10)]))
+            .await
+            .unwrap();
+        let b4 = batch(4, &topic, &[(0, 0, 10), (1, 0, 10)]);
+        match store.commit(&b4, &CommitContext::STANDALONE).await {
+            Err(e) if matches!(e.kind(), StoreErrorKind::Conflict { .. }) => {}
+            other => panic!("a half-committed batch must be a conflict, got {other:?}"),
+        }
+        let loaded = store.load(&[]).await.unwrap().positions;
+        assert_eq!(loaded, pos(&topic, &[(0, 10), (1, 0)]));
+    });
+}
