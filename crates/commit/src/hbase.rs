@@ -405,24 +405,9 @@ impl HBaseStore {
                         }))
                     })
                     .collect::<Result<Vec<_>, StoreError>>()?;
-                match crate::decide(&mine, &found) {
-                    crate::CommitDecision::Write => {}
-                    crate::CommitDecision::AlreadyCommitted => {
-                        return Ok(Some(CommitOutcome::AlreadyCommitted))
-                    }
-                    crate::CommitDecision::Conflict { index, stored } => {
-                        let r = mine
-                            .ranges
-                            .get(index)
-                            .cloned()
-                            .unwrap_or_else(|| crate::OffsetRange::new(topic, -1, -1, -1));
-                        return Err(crate::conflict(
-                            &format!("{conflict_store} row {key}"),
-                            &r,
-                            mine.expected_from(&r),
-                            stored,
-                        ));
-                    }
+                let store = format!("{conflict_store} row {key}");
+                if !crate::decided(&store, &mine, crate::decide(&mine, &found))? {
+                    return Ok(Some(CommitOutcome::AlreadyCommitted));
                 }
             }
             let mut cells = Vec::with_capacity(2 * writes.len() + 2);

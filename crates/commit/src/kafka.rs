@@ -43,8 +43,8 @@ use kdirect_proto::api::offset_fetch::{self, OffsetFetch};
 use kdirect_proto::ErrorCode;
 
 use crate::{
-    check_from, Capabilities, CommitContext, CommitOutcome, Committed, Epochs, OffsetStore,
-    PlannedBatch, Positions, StoreError, StoreErrorKind, TopicIds, TopicPartition,
+    Capabilities, CommitContext, CommitOutcome, Committed, Epochs, OffsetStore, PlannedBatch,
+    Positions, StoreError, StoreErrorKind, TopicIds, TopicPartition,
 };
 
 /// Attempts per operation before a retriable error is returned.
@@ -469,15 +469,24 @@ impl OffsetStore for KafkaGroupStore {
                 batch: stored_batch,
                 ..
             } = self.fetch(&asked).await?;
-            let already = stored_batch == Some(batch.id)
-                && batch
-                    .ranges
-                    .iter()
-                    .all(|r| stored.get(&r.topic_partition()) == Some(&r.until));
-            if already && batch.ranges.iter().any(|r| batch.moves(r)) {
+            // The one commit rule over the group's committed offsets (the batch id each
+            // carries in its metadata).
+            let found: Vec<Option<crate::StoredPosition>> = batch
+                .ranges
+                .iter()
+                .map(|r| {
+                    stored
+                        .get(&r.topic_partition())
+                        .map(|&position| crate::StoredPosition {
+                            position,
+                            batch_id: stored_batch,
+                        })
+                })
+                .collect();
+            let decision = crate::decide(batch, &found);
+            if !crate::decided(&self.describe(), batch, decision)? {
                 return Ok(CommitOutcome::AlreadyCommitted);
             }
-            check_from(&self.describe(), &stored, batch)?;
         }
         self.commit_positions(
             batch.id,

@@ -958,23 +958,51 @@ fn is_secret_param(name: &str) -> bool {
         || SECRET_PARAMS.contains(&n.as_str())
 }
 
-/// Compare-and-set against `stored` positions: the first range whose partition holds another
-/// position than the batch expects ([`PlannedBatch::expected_from`]) is a conflict. A
-/// partition without a position accepts any `from`.
+/// Compare-and-set against `stored` positions, by the one commit rule ([`decide`]) with no
+/// batch ids stored (so nothing counts as committed already): the first range whose partition
+/// holds another position than the batch expects ([`PlannedBatch::expected_from`]) is a
+/// conflict. A partition without a position accepts any `from`.
 pub(crate) fn check_from(
     store: &str,
     stored: &Positions,
     batch: &PlannedBatch,
 ) -> Result<(), StoreError> {
-    for r in &batch.ranges {
-        if let Some(&s) = stored.get(&r.topic_partition()) {
-            let expected = batch.expected_from(r);
-            if s != expected {
-                return Err(conflict(store, r, expected, Some(s)));
-            }
+    let found: Vec<Option<StoredPosition>> = batch
+        .ranges
+        .iter()
+        .map(|r| {
+            stored
+                .get(&r.topic_partition())
+                .map(|&position| StoredPosition {
+                    position,
+                    batch_id: None,
+                })
+        })
+        .collect();
+    decided(store, batch, decide(batch, &found)).map(|_| ())
+}
+
+/// A store's answer for [`decide`]'s decision: `Ok(true)` to write, `Ok(false)` committed
+/// already, the conflict as [`StoreErrorKind::Conflict`].
+pub(crate) fn decided(
+    store: &str,
+    batch: &PlannedBatch,
+    decision: CommitDecision,
+) -> Result<bool, StoreError> {
+    match decision {
+        CommitDecision::Write => Ok(true),
+        CommitDecision::AlreadyCommitted => Ok(false),
+        CommitDecision::Conflict { index, stored } => {
+            let r = batch.ranges.get(index).ok_or_else(|| {
+                StoreError::from(StoreErrorKind::Invalid {
+                    what: "batch id",
+                    value: batch.id.to_string(),
+                    reason: format!("a conflict on range {index}, which the batch does not have"),
+                })
+            })?;
+            Err(conflict(store, r, batch.expected_from(r), stored))
         }
     }
-    Ok(())
 }
 
 /// `r`'s partition holds `stored` where the batch expected `expected`.

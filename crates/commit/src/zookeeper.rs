@@ -728,26 +728,21 @@ impl OffsetStore for ZooKeeperStore {
                     })
                 })
                 .collect();
-            match crate::decide(batch, &found) {
-                crate::CommitDecision::Write => {}
-                crate::CommitDecision::AlreadyCommitted => {
-                    return Ok(CommitOutcome::AlreadyCommitted)
-                }
-                crate::CommitDecision::Conflict { index, stored } => {
-                    let Some(r) = batch.ranges.get(index) else {
-                        break;
-                    };
-                    return Err(crate::conflict(
-                        &format!(
-                            "{} znode {}",
-                            self.describe(),
-                            self.partition_path(&r.topic_partition())
-                        ),
-                        r,
-                        batch.expected_from(r),
-                        stored,
-                    ));
-                }
+            let decision = crate::decide(batch, &found);
+            let conflict_at = match decision {
+                crate::CommitDecision::Conflict { index, .. } => batch
+                    .ranges
+                    .get(index)
+                    .map(|r| self.partition_path(&r.topic_partition())),
+                _ => None,
+            };
+            let store = format!(
+                "{} znode {}",
+                self.describe(),
+                conflict_at.unwrap_or_default()
+            );
+            if !crate::decided(&store, batch, decision)? {
+                return Ok(CommitOutcome::AlreadyCommitted);
             }
             // Every range writes, each checked against the znode version it was read at.
             let entries: Vec<_> = batch
