@@ -37,17 +37,7 @@ fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-fn unique(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!(
-        "{prefix}_{}_{}",
-        std::process::id(),
-        nanos % 1_000_000_000_000
-    )
-}
+use kdirect_test_support::unique;
 
 fn tmp() -> PathBuf {
     let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(unique("kdirect-bench-commit"));

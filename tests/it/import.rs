@@ -6,7 +6,7 @@ use bytes::Bytes;
 use kdirect_fake_broker::{Codec, FakeCluster, FakeRecord};
 
 use crate::spark::{consume, expected, ok, refused};
-use crate::support::{service, tempdir};
+use crate::support::{service, tempdir, unique};
 
 /// A fake cluster with topic `imp`: 2 partitions of 100 records.
 fn cluster() -> FakeCluster {
@@ -22,11 +22,6 @@ fn cluster() -> FakeCluster {
         fake.append_records("imp", p, &recs, Codec::None).unwrap();
     }
     fake
-}
-
-fn unique(prefix: &str) -> String {
-    let tmp = tempdir(prefix);
-    tmp.file_name().unwrap().to_string_lossy().replace('-', "_")
 }
 
 /// Imports from `from` (with `extra` flags) into a fresh checkpoint: the dry run shows the

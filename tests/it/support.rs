@@ -1,7 +1,11 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+pub use kdirect_test_support::{
+    current_thread_rt, rt, service, tempdir, unique, wait_until, wait_until_async,
+};
 
 use kdirect::engine::plan::LostRange;
 use kdirect::{Batch, DirectStream, Error};
@@ -95,57 +99,6 @@ impl Mock {
     }
 }
 
-/// The service address in `var`, or `None` after printing why `test` is skipped. Under
-/// `KDIRECT_REQUIRE_SERVICES=1` (set by `tests/run.sh`, the README's test command) a missing
-/// service fails the test instead: CI never skips silently.
-pub fn service(var: &str, test: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(v) if !v.is_empty() => Some(v),
-        _ if std::env::var_os("KDIRECT_REQUIRE_SERVICES").is_some_and(|v| v == "1") => {
-            panic!("{test}: {var} is not set, and KDIRECT_REQUIRE_SERVICES=1 forbids skipping (run tests/run.sh, which starts the services)")
-        }
-        _ => {
-            println!(
-                "skipping {test}: {var} is not set; tests/run.sh starts the service and sets it"
-            );
-            None
-        }
-    }
-}
-
-/// A fresh temp directory, created, unique to this process and call.
-pub fn tempdir(tag: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "kdirect-{tag}-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// A fresh runtime for one test (two worker threads, so a test that blocks one still runs
-/// its spawned tasks).
-pub fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// A current-thread runtime, as the CLI's and `#[tokio::test]`'s: nothing else runs on it while
-/// its one thread is busy.
-pub fn current_thread_rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 /// A loopback address nobody listens on: a free port below the kernel's ephemeral range
 /// (32768 and up), so that no other test's listener on port 0 can be given it between this
 /// call and the connect that expects a refusal (an ephemeral port freed here was once handed
@@ -165,37 +118,6 @@ pub fn dead_addr() -> String {
             return addr;
         }
         assert!(n < SPAN, "no free port in {FIRST}..{}", FIRST + SPAN);
-    }
-}
-
-/// Polls `cond` until it holds, and panics naming `what` once `timeout` passed without it:
-/// waiting for something to happen (a request to arrive, a task to get somewhere), never for
-/// a length of time. The timeout only bounds a failing run; a passing one waits as long as
-/// the condition takes.
-pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(1);
-    while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "gave up after {timeout:?} waiting until {what}"
-        );
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(50));
-    }
-}
-
-/// [`wait_until`] for async tests: the runtime's other tasks run between polls.
-pub async fn wait_until_async(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(1);
-    while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "gave up after {timeout:?} waiting until {what}"
-        );
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(50));
     }
 }
 

@@ -1610,13 +1610,7 @@ mod tests {
     use super::*;
 
     fn tmpdir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "kdirect-ckpt-{name}-{}-{}",
-            std::process::id(),
-            now_ms()
-        ));
-        let _ = fs::remove_dir_all(&d);
-        d
+        kdirect_test_support::tmpdir(&format!("ckpt-{name}"))
     }
 
     /// Issue 36 (low): a checkpoint on a filesystem where a file's fsync may not make its

@@ -641,10 +641,7 @@ mod tests {
             eprintln!("skipping: KDIRECT_TEST_HBASE is not set (tests/run.sh sets it)");
             return;
         };
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let (group, topic) = (format!("aba-{nanos}"), "t");
+        let (group, topic) = (kdirect_test_support::unique("aba"), "t");
         let a = HBaseStore::connect(&url, &group).await.unwrap();
         let b = HBaseStore::connect(&url, &group).await.unwrap();
         let ctx = CommitContext::STANDALONE;

@@ -607,14 +607,7 @@ mod tests {
     use super::*;
 
     fn tmpdir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "kdirect-spark-{name}-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
+        let d = kdirect_test_support::tempdir(&format!("spark-{name}"));
         fs::create_dir_all(d.join("offsets")).unwrap();
         fs::create_dir_all(d.join("commits")).unwrap();
         d

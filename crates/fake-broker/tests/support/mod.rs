@@ -245,17 +245,5 @@ pub fn fetch_request(
             )])
 }
 
-/// Polls `cond` until it holds, and panics naming `what` once `timeout` passed without it:
-/// waiting for something to happen, never for a length of time.
-pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(1);
-    while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "gave up after {timeout:?} waiting until {what}"
-        );
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(50));
-    }
-}
+#[allow(unused_imports)] // not every test binary that includes this module waits
+pub use kdirect_test_support::wait_until;

@@ -15,16 +15,7 @@ fn rt() -> tokio::runtime::Runtime {
 }
 
 fn tempdir(tag: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "kdirect-sink-{tag}-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    kdirect_test_support::tempdir(&format!("sink-{tag}"))
 }
 
 /// Topic `t`: 3 partitions × `per` records, in stored batches of 10, partition 1 zstd; keys
