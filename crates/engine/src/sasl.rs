@@ -355,6 +355,31 @@ p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
         );
     }
 
+    /// The server's signature is checked by `Hash::verify` alone, which is hmac's
+    /// `verify_slice` (a constant-time comparison, `subtle`'s): every wrong tag is refused
+    /// whichever byte is wrong and whatever its length, and the right one is accepted, for
+    /// both hashes (`scram_sha_256_matches_rfc_7677` and
+    /// `scram_refuses_a_forged_signature_and_hostile_parameters` go through it). Timing itself is not measured (no timed tests); what this
+    /// pins is that the one comparison is the constant-time one, not `==` on the bytes.
+    #[test]
+    fn the_server_signature_is_compared_whole_by_the_constant_time_check() {
+        let (key, data) = (b"server key".as_slice(), b"auth message".as_slice());
+        for hash in [Hash::Sha256, Hash::Sha512] {
+            let right = hash.hmac(key, data);
+            assert!(hash.verify(key, data, &right));
+            for i in 0..right.len() {
+                let mut wrong = right.clone();
+                wrong[i] ^= 0x01;
+                assert!(!hash.verify(key, data, &wrong), "byte {i} wrong");
+            }
+            for len in [0, 1, right.len() - 1, right.len() + 1] {
+                let mut other = right.clone();
+                other.resize(len, 0);
+                assert!(!hash.verify(key, data, &other), "{len} bytes");
+            }
+        }
+    }
+
     #[test]
     fn scram_refuses_a_forged_signature_and_hostile_parameters() {
         let s = security("SCRAM-SHA-256", "user", "pencil");
