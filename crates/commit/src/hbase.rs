@@ -369,6 +369,12 @@ impl HBaseStore {
         batch: Option<&PlannedBatch>,
     ) -> Result<Option<CommitOutcome>, StoreError> {
         let key = self.row_key(topic);
+        // A batch's commit decides over this row's ranges only (see below).
+        let mine = batch.map(|b| {
+            let mut mine = b.clone();
+            mine.ranges.retain(|r| r.topic == topic);
+            mine
+        });
         for _ in 0..MAX_RACES {
             let row = self
                 .rows(&key, false)
@@ -385,9 +391,7 @@ impl HBaseStore {
             // A batch's commit: the one commit rule over this row (a row is what HBase writes
             // atomically: a batch over several topics may find some rows committed by it and
             // others not, after a crash between rows, and each decides for itself).
-            if let Some(b) = batch {
-                let mut mine = b.clone();
-                mine.ranges.retain(|r| r.topic == topic);
+            if let Some(mine) = &mine {
                 let stored_batch: Option<u64> = stored_batch
                     .as_deref()
                     .map(|v| self.number(&key, "batch", v))
@@ -406,7 +410,7 @@ impl HBaseStore {
                     })
                     .collect::<Result<Vec<_>, StoreError>>()?;
                 let store = format!("{conflict_store} row {key}");
-                if !crate::decided(&store, &mine, crate::decide(&mine, &found))? {
+                if !crate::decided(&store, mine, crate::decide(mine, &found))? {
                     return Ok(Some(CommitOutcome::AlreadyCommitted));
                 }
             }

@@ -471,18 +471,7 @@ impl OffsetStore for KafkaGroupStore {
             } = self.fetch(&asked).await?;
             // The one commit rule over the group's committed offsets (the batch id each
             // carries in its metadata).
-            let found: Vec<Option<crate::StoredPosition>> = batch
-                .ranges
-                .iter()
-                .map(|r| {
-                    stored
-                        .get(&r.topic_partition())
-                        .map(|&position| crate::StoredPosition {
-                            position,
-                            batch_id: stored_batch,
-                        })
-                })
-                .collect();
+            let found = crate::found_in(batch, &stored, stored_batch);
             let decision = crate::decide(batch, &found);
             if !crate::decided(&self.describe(), batch, decision)? {
                 return Ok(CommitOutcome::AlreadyCommitted);

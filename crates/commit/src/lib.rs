@@ -967,19 +967,26 @@ pub(crate) fn check_from(
     stored: &Positions,
     batch: &PlannedBatch,
 ) -> Result<(), StoreError> {
-    let found: Vec<Option<StoredPosition>> = batch
+    let found = found_in(batch, stored, None);
+    decided(store, batch, decide(batch, &found)).map(|_| ())
+}
+
+/// What each of `batch`'s ranges finds in `stored`, as [`decide`] takes it: its partition's
+/// position, written by `batch_id` (a store that keeps one batch id for all its partitions).
+pub(crate) fn found_in(
+    batch: &PlannedBatch,
+    stored: &Positions,
+    batch_id: Option<u64>,
+) -> Vec<Option<StoredPosition>> {
+    batch
         .ranges
         .iter()
         .map(|r| {
             stored
                 .get(&r.topic_partition())
-                .map(|&position| StoredPosition {
-                    position,
-                    batch_id: None,
-                })
+                .map(|&position| StoredPosition { position, batch_id })
         })
-        .collect();
-    decided(store, batch, decide(batch, &found)).map(|_| ())
+        .collect()
 }
 
 /// A store's answer for [`decide`]'s decision: `Ok(true)` to write, `Ok(false)` committed
@@ -1076,24 +1083,21 @@ pub fn decide(batch: &PlannedBatch, stored: &[Option<StoredPosition>]) -> Commit
         let expected = batch.expected_from(r);
         let moves = batch.moves(r);
         moving += usize::from(moves);
+        let position = found.map(|p| p.position);
         match found {
-            None => {
+            // Nothing stored, or where the range starts: it writes.
+            _ if position.is_none_or(|p| p == expected) => {
                 if moves {
-                    first_write.get_or_insert((index, None));
-                }
-            }
-            Some(p) if p.position == expected => {
-                if moves {
-                    first_write.get_or_insert((index, Some(p.position)));
+                    first_write.get_or_insert((index, position));
                 }
             }
             Some(p) if moves && p.position == r.until && p.batch_id == Some(batch.id) => {
                 already += 1;
             }
-            Some(p) => {
+            _ => {
                 return CommitDecision::Conflict {
                     index,
-                    stored: Some(p.position),
+                    stored: position,
                 }
             }
         }

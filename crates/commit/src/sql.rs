@@ -55,9 +55,9 @@ use sqlx::AnyConnection;
 use sqlx::{Any, AnyPool, Executor, Row, Transaction};
 
 use crate::{
-    batch_id_i64, conflict, decide, redact, Capabilities, CommitContext, CommitDecision,
-    CommitOutcome, Committed, OffsetStore, PlannedBatch, Positions, StoreError, StoreErrorKind,
-    StoredPosition, TopicPartition,
+    batch_id_i64, conflict, decide, decided, redact, Capabilities, CommitContext, CommitOutcome,
+    Committed, OffsetStore, PlannedBatch, Positions, StoreError, StoreErrorKind, StoredPosition,
+    TopicPartition,
 };
 
 /// One row of the offsets table, as loaded.
@@ -473,31 +473,18 @@ impl SqlStore {
                 }
             }
         }
-        match decide(batch, &found) {
-            CommitDecision::Write => {}
-            CommitDecision::AlreadyCommitted => {
+        // Half committed (some ranges at their ends by this batch, others at their starts) is
+        // a conflict: opening the transaction would run the batch's output again for the
+        // partitions that had it.
+        match decided(&self.describe(), batch, decide(batch, &found)) {
+            Ok(true) => {}
+            Ok(false) => {
                 let _ = tx.rollback().await;
                 return Ok(Begun::AlreadyCommitted);
             }
-            // Half committed (some ranges at their ends by this batch, others at their
-            // starts): opening the transaction would run the batch's output again for the
-            // partitions that had it.
-            CommitDecision::Conflict { index, stored } => {
+            Err(e) => {
                 let _ = tx.rollback().await;
-                let Some(r) = batch.ranges.get(index) else {
-                    return Err(StoreErrorKind::Invalid {
-                        what: "batch id",
-                        value: batch.id.to_string(),
-                        reason: "a conflict on a range the batch does not have".to_owned(),
-                    }
-                    .into());
-                };
-                return Err(conflict(
-                    &self.describe(),
-                    r,
-                    batch.expected_from(r),
-                    stored,
-                ));
+                return Err(e);
             }
         }
         Ok(Begun::Open(SqlTxn {
