@@ -41,7 +41,7 @@ pub use crate::retry::backoff;
 pub use epoch::{check_truncation, judge_epoch_end, EpochVerdict, Truncation};
 pub use session::{FetchSession, LeaderRequest, RoundEnd};
 pub(crate) use state::Carried;
-pub use state::{FetchState, LastFetched};
+pub use state::{ByPartition, FetchState, LastFetched};
 
 pub use crate::plan::OffsetRange;
 

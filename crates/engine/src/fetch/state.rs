@@ -43,9 +43,10 @@ pub struct FetchState {
 /// Values by topic and partition, looked up by `&str` without building a key: a lookup per
 /// partition per batch allocated a `String` for a `(String, i32)` key (issue 35: no allocation
 /// per batch at a trickle). A topic's name is allocated once, when its first partition is
-/// inserted.
+/// inserted. The fetch state keys its per-partition maps by it, and the stream its
+/// per-partition metrics.
 #[derive(Debug)]
-struct ByPartition<V>(HashMap<String, HashMap<i32, V>>);
+pub struct ByPartition<V>(HashMap<String, HashMap<i32, V>>);
 
 impl<V> Default for ByPartition<V> {
     fn default() -> Self {
@@ -54,22 +55,39 @@ impl<V> Default for ByPartition<V> {
 }
 
 impl<V> ByPartition<V> {
-    fn get(&self, topic: &str, partition: i32) -> Option<&V> {
+    /// The value of `topic`-`partition`.
+    pub fn get(&self, topic: &str, partition: i32) -> Option<&V> {
         self.0.get(topic)?.get(&partition)
     }
 
-    fn insert(&mut self, topic: &str, partition: i32, v: V) -> Option<V> {
-        if let Some(parts) = self.0.get_mut(topic) {
-            return parts.insert(partition, v);
-        }
-        self.0
-            .entry(topic.to_owned())
-            .or_default()
-            .insert(partition, v)
+    /// Sets the value of `topic`-`partition`, giving back the one it replaces.
+    pub fn insert(&mut self, topic: &str, partition: i32, v: V) -> Option<V> {
+        self.partitions_of(topic).insert(partition, v)
     }
 
-    fn remove(&mut self, topic: &str, partition: i32) -> Option<V> {
+    /// The value of `topic`-`partition`, made by `make` if it has none.
+    pub fn get_or_insert_with(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        make: impl FnOnce() -> V,
+    ) -> &mut V {
+        self.partitions_of(topic)
+            .entry(partition)
+            .or_insert_with(make)
+    }
+
+    /// Removes the value of `topic`-`partition`.
+    pub fn remove(&mut self, topic: &str, partition: i32) -> Option<V> {
         self.0.get_mut(topic)?.remove(&partition)
+    }
+
+    /// `topic`'s partitions, its name allocated the first time only.
+    fn partitions_of(&mut self, topic: &str) -> &mut HashMap<i32, V> {
+        if !self.0.contains_key(topic) {
+            self.0.insert(topic.to_owned(), HashMap::new());
+        }
+        self.0.get_mut(topic).expect("inserted above when missing")
     }
 }
 

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use kdirect_engine::cluster::{Cluster, ClusterView};
 use kdirect_engine::error::BrokerName;
-use kdirect_engine::fetch::{fetch_ranges_fitting, fetch_ranges_within, Fetcher, RangeData};
+use kdirect_engine::fetch::{
+    fetch_ranges_fitting, fetch_ranges_within, ByPartition, Fetcher, RangeData,
+};
 use kdirect_engine::plan::{
     LostRange, OffsetRange, PartitionSnapshot, TimestampLookup, TopicPartition, WaitReason,
 };
@@ -135,41 +137,25 @@ pub(super) struct Driver {
     pub(super) subscription_changed: tokio::sync::watch::Sender<bool>,
     /// Each partition's gauges, registered once: building their labels allocated four
     /// strings per partition per batch, a third of what a batch allocated at a trickle.
-    gauges: Mutex<PartitionGauges>,
+    gauges: Mutex<ByPartition<Gauges>>,
 }
-
-/// The per-partition gauges of [`Driver::record_metrics`], by topic and partition.
-#[derive(Default)]
-struct PartitionGauges(std::collections::HashMap<String, std::collections::HashMap<i32, Gauges>>);
 
 /// One partition's gauges: position, end offset, log start offset, lag.
 struct Gauges([metrics::Gauge; 4]);
 
-impl PartitionGauges {
-    /// Sets the partition's gauges to `values` (position, end, log start, lag), registering
-    /// them with the installed recorder the first time.
-    fn set(&mut self, topic: &str, partition: i32, values: [f64; 4]) {
-        if !self.0.contains_key(topic) {
-            self.0.insert(topic.to_owned(), Default::default());
-        }
-        let Some(parts) = self.0.get_mut(topic) else {
-            return;
-        };
-        let gauges = parts.entry(partition).or_insert_with(|| {
-            let labels = [
-                ("topic", topic.to_owned()),
-                ("partition", partition.to_string()),
-            ];
-            Gauges([
-                metrics::gauge!("kdirect_partition_position", &labels),
-                metrics::gauge!("kdirect_partition_end_offset", &labels),
-                metrics::gauge!("kdirect_partition_log_start_offset", &labels),
-                metrics::gauge!("kdirect_partition_lag", &labels),
-            ])
-        });
-        for (g, v) in gauges.0.iter().zip(values) {
-            g.set(v);
-        }
+impl Gauges {
+    /// The partition's gauges, registered with the installed recorder.
+    fn register(topic: &str, partition: i32) -> Gauges {
+        let labels = [
+            ("topic", topic.to_owned()),
+            ("partition", partition.to_string()),
+        ];
+        Gauges([
+            metrics::gauge!("kdirect_partition_position", &labels),
+            metrics::gauge!("kdirect_partition_end_offset", &labels),
+            metrics::gauge!("kdirect_partition_log_start_offset", &labels),
+            metrics::gauge!("kdirect_partition_lag", &labels),
+        ])
     }
 }
 
@@ -529,7 +515,12 @@ impl Driver {
                 s.log_start as f64,
                 l.lag as f64,
             ];
-            gauges.set(&s.topic, s.partition, values);
+            let g = gauges.get_or_insert_with(&s.topic, s.partition, || {
+                Gauges::register(&s.topic, s.partition)
+            });
+            for (g, v) in g.0.iter().zip(values) {
+                g.set(v);
+            }
         }
     }
 

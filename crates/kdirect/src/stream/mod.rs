@@ -81,25 +81,17 @@ pub const CHUNKED_BATCH_BUDGETS: f64 = 8.0;
 /// See [`CHUNKED_BATCH_BUDGETS`]: the most offsets an adaptive chunked batch takes.
 pub const CHUNKED_MAX_OFFSETS_PER_BATCH: u64 = 10_000_000;
 
-/// The adaptive batch size: a quarter of the budget in offsets of `bytes_per_offset`, or
-/// chunked, [`CHUNKED_BATCH_BUDGETS`] budgets.
+/// The adaptive batch size: a quarter of the budget in offsets of `bytes_per_offset` (at most
+/// [`ADAPTIVE_MAX_OFFSETS_PER_BATCH`]), or chunked, [`CHUNKED_BATCH_BUDGETS`] budgets (at most
+/// [`CHUNKED_MAX_OFFSETS_PER_BATCH`]); at least [`ADAPTIVE_MIN_OFFSETS_PER_BATCH`].
 fn adaptive_offsets(chunked: bool, budget: usize, bytes_per_offset: f64) -> u64 {
-    if !chunked {
-        return adaptive_cap(budget, bytes_per_offset);
-    }
-    let cap = (budget as f64 * CHUNKED_BATCH_BUDGETS / bytes_per_offset.max(1.0)) as u64;
-    cap.clamp(
-        ADAPTIVE_MIN_OFFSETS_PER_BATCH,
-        CHUNKED_MAX_OFFSETS_PER_BATCH,
-    )
-}
-
-fn adaptive_cap(budget: usize, bytes_per_offset: f64) -> u64 {
-    let cap = (budget as f64 / 4.0 / bytes_per_offset.max(1.0)) as u64;
-    cap.clamp(
-        ADAPTIVE_MIN_OFFSETS_PER_BATCH,
-        ADAPTIVE_MAX_OFFSETS_PER_BATCH,
-    )
+    let (budgets, most) = if chunked {
+        (CHUNKED_BATCH_BUDGETS, CHUNKED_MAX_OFFSETS_PER_BATCH)
+    } else {
+        (0.25, ADAPTIVE_MAX_OFFSETS_PER_BATCH)
+    };
+    let cap = (budget as f64 * budgets / bytes_per_offset.max(1.0)) as u64;
+    cap.clamp(ADAPTIVE_MIN_OFFSETS_PER_BATCH, most)
 }
 
 /// The stored batch size assumed before anything was fetched: librdkafka's default
@@ -107,7 +99,7 @@ fn adaptive_cap(budget: usize, bytes_per_offset: f64) -> u64 {
 const ASSUMED_STORED_BATCH_BYTES: usize = 1 << 20;
 
 /// How many partitions one batch may read: a range costs at least one whole stored batch
-/// (Kafka returns whole batches, KIP-74), so with the same rule as [`adaptive_cap`] — a batch
+/// (Kafka returns whole batches, KIP-74), so with the same rule as [`adaptive_offsets`] — a batch
 /// takes at most a quarter of the budget — `max(1, budget / 4 / largest stored batch)`.
 /// `largest_batch` is the largest seen so far ([`Fetcher::largest_batch`]), or
 /// [`ASSUMED_STORED_BATCH_BYTES`] before the first fetch. Applies with or without a rate
@@ -131,7 +123,7 @@ const STORED_BATCHES_PER_TURN: f64 = 16.0;
 /// 0.6× librdkafka's rate and five times the broker's CPU), unless the stored batches the
 /// ranges end inside of can all be carried to the next ranges, which is what
 /// [`partition_cap`] allows. So the larger of [`partition_cap`] and `max_offsets / (16 ×
-/// largest stored batch / bytes per offset)`, assuming what [`adaptive_cap`] and
+/// largest stored batch / bytes per offset)`, assuming what [`adaptive_offsets`] and
 /// [`partition_cap`] assume before anything was fetched; `None` (every partition) without an
 /// offset limit. The planner applies the bound only when the data available is more than a
 /// batch takes ([`PlannerConfig::max_partitions_per_batch`]).
