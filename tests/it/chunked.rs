@@ -181,7 +181,17 @@ fn a_chunked_batch_is_committed_only_when_read_and_replayed_exactly_after_a_cras
         let left = batch.rest().to_vec();
         assert!(!left.is_empty());
         let e = stream.commit(batch).await.unwrap_err();
-        assert!(matches!(e, kdirect::Error::Misuse(_)), "{e}");
+        assert!(
+            matches!(
+                e.misuse(),
+                Some(kdirect::Misuse::ChunksLeft {
+                    batch: 0,
+                    action: "committed",
+                    ..
+                })
+            ),
+            "{e}"
+        );
         assert!(
             e.to_string().contains("batch 0") && e.to_string().contains("wide-"),
             "{e}"
@@ -267,7 +277,10 @@ fn a_chunked_batch_released_before_its_end_stops_the_stream_instead_of_skipping(
         assert!(e.to_string().contains("chunks not read"), "{e}");
         stream.done(batch);
         let e = stream.next_batch().await.unwrap_err();
-        assert!(matches!(e, kdirect::Error::Misuse(_)), "{e}");
+        assert!(
+            matches!(e.misuse(), Some(kdirect::Misuse::Released { .. })),
+            "{e}"
+        );
         assert!(
             e.to_string().contains("released before all its chunks"),
             "{e}"

@@ -838,6 +838,7 @@ fn held_past_max_poll(test: &str, protocol: &str) {
             matches!(e.engine_kind(), Some(ErrorKind::NotAMember { .. })),
             "{e}"
         );
+        assert!(e.is_fenced() && !e.is_retriable(), "{e}");
         assert!(e.to_string().contains("max.poll.interval.ms"), "{e}");
         let b3 = s.next_batch().await.unwrap().unwrap();
         for r in b3.ranges().iter().filter(|r| !r.is_empty()) {

@@ -145,7 +145,7 @@ fn error_of(bootstrap: &str, settings: &[(&str, &str)]) -> (ErrorKind, String) {
         .expect_err("must fail");
     let text = e.to_string();
     assert!(!text.contains(PASSWORD), "a secret in an error: {text}");
-    let kdirect::Error::Engine(e) = e else {
+    let kdirect::error::Kind::Engine(e) = e.into_kind() else {
         panic!("not an engine error: {text}")
     };
     (e.into_kind(), text)

@@ -911,7 +911,8 @@ fn a_bad_record_names_broker_partition_and_offset() {
         let mut seen = 0;
         let e = batch.for_each_record(|_, _| seen += 1).unwrap_err();
         assert_eq!(seen, 10, "the good batch is delivered before the fault");
-        assert!(matches!(e, kdirect::Error::Decode(_)), "{e:?}");
+        assert!(e.is_decode() && !e.is_retriable(), "{e:?}");
+        assert_eq!(e.partition(), Some(("bad", 0)), "{e:?}");
         assert!(
             matches!(e.engine_kind(), Some(ErrorKind::Decode { topic, partition: 0, .. }) if topic == "bad"),
             "{e:?}"

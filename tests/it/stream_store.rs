@@ -51,7 +51,11 @@ fn the_stream_replays_an_uncommitted_batch_exactly_and_resumes_after_a_commit() 
         // Asking for the next batch before committing this one would log a second plan over
         // an uncommitted one: refused.
         let misuse = s.next_batch().await.unwrap_err();
-        assert!(matches!(misuse, kdirect::Error::Misuse(_)), "{misuse}");
+        assert_eq!(
+            misuse.misuse(),
+            Some(&kdirect::Misuse::NotCommitted { batch: 1 }),
+            "{misuse}"
+        );
         assert!(misuse.to_string().contains("batch 1"), "{misuse}");
         drop(b1);
         drop(s);
@@ -116,16 +120,29 @@ fn without_a_store_commit_only_releases_the_batch() {
             .unwrap();
         let mut n = 0;
         let first = s.next_batch().await.unwrap().unwrap();
-        // try_for_each_record stops at the caller's first error and returns it.
+        // try_for_each_record stops at the caller's first error (of the caller's own type)
+        // and returns it.
+        #[derive(Debug)]
+        enum Stop {
+            At(i64),
+            // Read by Debug, when the assertion below fails.
+            #[allow(dead_code)]
+            Stream(kdirect::Error),
+        }
+        impl From<kdirect::Error> for Stop {
+            fn from(e: kdirect::Error) -> Self {
+                Stop::Stream(e)
+            }
+        }
         let mut seen = 0;
         let stopped = first.try_for_each_record(|_, r| {
             seen += 1;
             if r.offset() == 9 {
-                return Err(kdirect::Error::Misuse("stop at 9".into()));
+                return Err(Stop::At(r.offset()));
             }
             Ok(())
         });
-        assert!(matches!(stopped, Err(kdirect::Error::Misuse(m)) if m == "stop at 9"));
+        assert!(matches!(stopped, Err(Stop::At(9))), "{stopped:?}");
         assert_eq!(seen, 10);
         assert_eq!(
             first

@@ -101,8 +101,8 @@ fn truncation_under_the_position_fails_the_stream_with_the_exact_range() {
         let (fake, mut s) = read_then_truncate(true).await;
         append(&fake, "c", 8);
         let e = read_to(&mut s, 20).await.unwrap_err();
-        let engine = match &e {
-            kdirect::Error::Engine(e) => e,
+        let engine = match e.kind() {
+            kdirect::error::Kind::Engine(e) => e,
             other => panic!("{other}"),
         };
         let ErrorKind::Plan(PlanError::DataLoss {
@@ -118,6 +118,10 @@ fn truncation_under_the_position_fails_the_stream_with_the_exact_range() {
         assert_eq!((topic.as_str(), *partition), ("t", 0));
         assert_eq!((*lost_from, *lost_until), (12, 15), "{e}");
         assert!(truncated(reason), "{reason:?}");
+        // The question a loop asks, without matching on kinds.
+        let lost = e.data_loss().expect("data loss");
+        assert_eq!((lost.topic, lost.partition, lost.offsets), ("t", 0, 12..15));
+        assert!(!e.is_retriable() && !e.is_fenced(), "{e}");
         let msg = e.to_string();
         assert!(msg.contains("offsets [12, 15)"), "{msg}");
         assert!(msg.contains("truncated after a leader change"), "{msg}");
@@ -282,8 +286,8 @@ fn a_log_truncated_while_the_stream_was_down_fails_the_resumed_stream() {
                 Err(e) => e,
                 Ok(b) => panic!("{kept:?}: a truncated log must fail the stream, got {b:?}"),
             };
-            let kind = match &e {
-                kdirect::Error::Engine(en) => Some(en.root().kind()),
+            let kind = match e.kind() {
+                kdirect::error::Kind::Engine(en) => Some(en.root().kind()),
                 _ => None,
             };
             match kind {

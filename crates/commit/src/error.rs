@@ -36,6 +36,35 @@ impl StoreError {
             StoreErrorKind::Fenced { .. } | StoreErrorKind::Conflict { .. }
         )
     }
+
+    /// Whether trying the same operation again (a new stream resuming from the store) may
+    /// succeed: a connection to the database, Redis or the brokers refused, dropped or timed
+    /// out, a pool timed out, a file operation interrupted or timed out, a retriable broker
+    /// code. False for what a retry cannot fix (a conflict, a fenced member, corrupt data, a
+    /// refused statement) and for the ZooKeeper and HBase stores' errors, which their clients
+    /// report as text (their own retries run inside the store, by `default.api.timeout.ms`).
+    pub fn is_retriable(&self) -> bool {
+        match &*self.0 {
+            StoreErrorKind::Io { source, .. } => matches!(
+                source.kind(),
+                std::io::ErrorKind::Interrupted | std::io::ErrorKind::TimedOut
+            ),
+            #[cfg(feature = "sql")]
+            StoreErrorKind::Sql { source, .. } => {
+                matches!(source, sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut)
+            }
+            #[cfg(feature = "redis")]
+            StoreErrorKind::Redis { source, .. } => {
+                source.is_io_error()
+                    || source.is_timeout()
+                    || source.is_connection_dropped()
+                    || source.is_connection_refusal()
+            }
+            StoreErrorKind::Kafka { source, .. } => source.is_retriable(),
+            StoreErrorKind::KafkaCode { code, .. } => code.is_retriable(),
+            _ => false,
+        }
+    }
 }
 
 impl From<StoreErrorKind> for StoreError {

@@ -74,6 +74,116 @@ impl Error {
             _ => false,
         }
     }
+    /// True when this member lost its partitions ([`ErrorKind::NotAMember`]: its session
+    /// expired, it held a batch past `max.poll.interval.ms`, or the group moved to a newer
+    /// generation). The batch is not committed; the stream rejoins at its next batch.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self.root().kind(), ErrorKind::NotAMember { .. })
+    }
+
+    /// The offsets that can never be read, when the error is data loss (retention or
+    /// DeleteRecords removed a range before it was read, a log truncated below a position, a
+    /// new partition not starting at 0: [`PlanError::DataLoss`](crate::plan::PlanError::DataLoss)),
+    /// or a planned range that reaches past its partition's end ([`ErrorKind::PastEnd`]: the
+    /// log was truncated under it, so `[end, until)` is gone).
+    pub fn data_loss(&self) -> Option<LostOffsets<'_>> {
+        match self.root().kind() {
+            ErrorKind::Plan(crate::plan::PlanError::DataLoss {
+                topic,
+                partition,
+                lost_from,
+                lost_until,
+                ..
+            }) => Some(LostOffsets {
+                topic,
+                partition: *partition,
+                offsets: *lost_from..*lost_until,
+            }),
+            ErrorKind::PastEnd {
+                topic,
+                partition,
+                from,
+                until,
+                end,
+                ..
+            } => Some(LostOffsets {
+                topic,
+                partition: *partition,
+                offsets: (*end).max(*from)..*until,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The broker the error concerns, where there is one (the last attempt's, after
+    /// retries).
+    pub fn broker(&self) -> Option<&BrokerName> {
+        use ErrorKind as K;
+        match self.root().kind() {
+            K::Connect { broker, .. }
+            | K::Disconnected { broker, .. }
+            | K::Timeout { broker, .. }
+            | K::Frame { broker, .. }
+            | K::Protocol { broker, .. }
+            | K::Broker { broker, .. }
+            | K::Partition { broker, .. }
+            | K::Range { broker, .. }
+            | K::Decode { broker, .. }
+            | K::PastEnd { broker, .. }
+            | K::NoProgress { broker, .. }
+            | K::Tls { broker, .. }
+            | K::Sasl { broker, .. }
+            | K::Group { broker, .. }
+            | K::GroupProtocol { broker, .. } => Some(broker),
+            _ => None,
+        }
+    }
+
+    /// The topic-partition the error concerns, where there is one.
+    pub fn partition(&self) -> Option<(&str, i32)> {
+        use crate::plan::PlanError as P;
+        use ErrorKind as K;
+        match self.root().kind() {
+            K::Partition {
+                topic, partition, ..
+            }
+            | K::UnknownPartition { topic, partition }
+            | K::NoLeader { topic, partition }
+            | K::Range {
+                topic, partition, ..
+            }
+            | K::Decode {
+                topic, partition, ..
+            }
+            | K::PastEnd {
+                topic, partition, ..
+            }
+            | K::NoProgress {
+                topic, partition, ..
+            }
+            | K::Plan(
+                P::DataLoss {
+                    topic, partition, ..
+                }
+                | P::InvalidSnapshot {
+                    topic, partition, ..
+                }
+                | P::DuplicatePartition { topic, partition },
+            ) => Some((topic, *partition)),
+            _ => None,
+        }
+    }
+}
+
+/// Offsets of one partition that can never be read; see [`Error::data_loss`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostOffsets<'a> {
+    /// The topic.
+    pub topic: &'a str,
+    /// The partition.
+    pub partition: i32,
+    /// The offsets lost, `[from, until)`.
+    pub offsets: std::ops::Range<i64>,
 }
 
 impl From<ErrorKind> for Error {

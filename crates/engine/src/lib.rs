@@ -46,4 +46,4 @@ pub mod sasl;
 pub mod security;
 mod tls;
 
-pub use error::{Error, ErrorKind, SaslProblem, TlsProblem};
+pub use error::{Error, ErrorKind, LostOffsets, SaslProblem, TlsProblem};

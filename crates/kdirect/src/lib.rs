@@ -66,11 +66,11 @@
 //!   the supported surface.
 #![forbid(unsafe_code)]
 
-mod error;
+pub mod error;
 pub mod sink;
 pub mod stream;
 
-pub use error::Error;
+pub use error::{Error, Misuse};
 
 #[cfg(feature = "unstable")]
 pub use kdirect_commit as commit;
@@ -87,6 +87,7 @@ pub use stream::{
     DirectStreamBuilder, Ending, Rebalance,
 };
 
+pub use kdirect_engine::error::BrokerName;
 pub use kdirect_engine::fetch::{RangeData, RangeRecords};
 pub use kdirect_engine::plan::{
     DataLossPolicy, DataLossReason, LostRange, OffsetRange, PidConfig, RatePolicy, StartOffset,
@@ -96,7 +97,7 @@ pub use kdirect_engine::record::{Header, Headers, OwnedHeader, OwnedRecord, Reco
 pub use kdirect_engine::security::{
     EndpointIdentification, SaslMechanism, Secret, Security, SecurityProtocol,
 };
-pub use kdirect_engine::{ErrorKind, SaslProblem, TlsProblem};
+pub use kdirect_engine::{ErrorKind, LostOffsets, SaslProblem, TlsProblem};
 pub use kdirect_proto::IsolationLevel;
 
 pub use sink::{BatchWriter, JsonLinesSink, Sink, SinkCommit, SinkError, SinkErrorKind};

@@ -649,7 +649,7 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
         if let Some(sink) = &sink_table {
             // Exactly-once: records and offsets in one transaction.
             let mut tx = match stream.begin(&batch).await {
-                Err(e) if args.join && is_fenced(&e) => {
+                Err(e) if args.join && e.is_fenced() => {
                     note!("kdirect: {e}");
                     continue;
                 }
@@ -669,7 +669,7 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
             }
             stats.batches += 1;
             match stream.commit_transaction(batch, tx).await {
-                Err(e) if args.join && is_fenced(&e) => note!("kdirect: {e}"),
+                Err(e) if args.join && e.is_fenced() => note!("kdirect: {e}"),
                 r => {
                     r?;
                 }
@@ -712,7 +712,7 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
                 .try_for_each_record(&mut batch, |range, r| {
                     // Output that failed stops the walk (no more chunks are fetched for it).
                     if io_err.is_some() {
-                        return Err(kdirect::Error::Misuse("the output failed".into()));
+                        return Err(WalkStop::Output);
                     }
                     // -c N: the records past the count are not printed (no store: nothing is
                     // committed for them).
@@ -752,7 +752,7 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
                             io_err.get_or_insert(e);
                         }
                     }
-                    Ok::<(), kdirect::Error>(())
+                    Ok::<(), WalkStop>(())
                 })
                 .await;
             if let Some(e) = io_err.take() {
@@ -762,7 +762,9 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
                 }
                 return Err(CliError(format!("writing output: {e}")));
             }
-            walked.map_err(fail)?;
+            if let Err(WalkStop::Stream(e)) = walked {
+                return Err(fail(e));
+            }
             if let Some(w) = out.as_mut() {
                 // Every batch reaches the file or the pipe before the next is fetched: a
                 // quiet topic's records are never held back in the buffer.
@@ -788,7 +790,7 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
         match stream.commit(batch).await {
             // A member that lost its partitions: the batch is abandoned (its records go to
             // the partitions' new owner again), the next batch rejoins.
-            Err(e) if args.join && is_fenced(&e) => note!("kdirect: {e}"),
+            Err(e) if args.join && e.is_fenced() => note!("kdirect: {e}"),
             r => {
                 r?;
             }
@@ -837,11 +839,16 @@ fn progress_status(stats: &Stats, stream: &DirectStream, offsets_read: u64) -> p
     }
 }
 
-/// Group mode: a commit refused because the partitions moved to another member.
-fn is_fenced(e: &kdirect::Error) -> bool {
-    match e {
-        kdirect::Error::Store(s) => s.is_fenced(),
-        _ => matches!(e.engine_kind(), Some(kdirect::ErrorKind::NotAMember { .. })),
+/// Why a walk over a batch's records stopped: the stream's error, or the output's (which
+/// the walk keeps aside, to tell a closed pipe from a failed write).
+enum WalkStop {
+    Stream(kdirect::Error),
+    Output,
+}
+
+impl From<kdirect::Error> for WalkStop {
+    fn from(e: kdirect::Error) -> Self {
+        WalkStop::Stream(e)
     }
 }
 

@@ -51,6 +51,7 @@ use kdirect_engine::security::{
 };
 use kdirect_engine::{Error as EngineError, ErrorKind};
 
+use crate::error::Misuse;
 use crate::Error;
 use kdirect_proto::IsolationLevel;
 use tokio::task::JoinHandle;
@@ -989,13 +990,10 @@ impl DirectStreamBuilder {
                 // Decided by what the store declares: a store of the user's own, or a wrapper
                 // around a checkpoint, is refused as the checkpoint is.
                 if store.capabilities().logs_plans() {
-                    return Err(Error::Misuse(format!(
-                        "{} cannot be shared by the members of a group: it logs each batch's \
-                         plan before the batch runs (a checkpoint directory, ZooKeeper), and \
-                         that log orders one stream's batches (one writer, as in Spark). Use --store kafka (the group's offsets, at-least-once) or a \
-                         SQL store (exactly-once) with --join, or drop --join",
-                        store.describe()
-                    )));
+                    return Err(Misuse::StoreNotForGroups {
+                        store: store.describe(),
+                    }
+                    .into());
                 }
                 // The member's identity goes with each commit (`CommitContext::member`).
                 Some(Arc::new(GroupMember::new(cluster.clone(), g.clone())?))
@@ -1237,26 +1235,20 @@ impl DirectStream {
     /// timeout), the batch being fetched is kept and the next call returns it.
     ///
     /// With a store, the batch's plan is logged before it is returned, and the batch must be
-    /// [committed](Self::commit) before the next is asked for ([`Error::Misuse`] otherwise: a
+    /// [committed](Self::commit) before the next is asked for ([`Misuse`] otherwise: a
     /// second logged plan over an uncommitted one would lose the first on a restart). After any
     /// error, drop the stream and build a new one: it resumes from the store.
     pub async fn next_batch(&mut self) -> Result<Option<Batch>, Error> {
         if let Some((id, released)) = self.unfinished {
-            return Err(Error::Misuse(if released {
-                format!(
-                    "batch {id} was released before all its chunks were read: the stream                      cannot go on without skipping the rest of it; build a new stream"
-                )
+            return Err(if released {
+                Misuse::Released { batch: id }
             } else {
-                format!(
-                    "batch {id} has chunks not read yet: read them (next_chunk, or                      DirectStream::try_for_each_record) before asking for the next batch"
-                )
-            }));
+                Misuse::ChunksUnread { batch: id }
+            }
+            .into());
         }
         if let (Some(_), Some(id)) = (&self.store, self.outstanding) {
-            return Err(Error::Misuse(format!(
-                "batch {id} was handed out and not committed: commit it before asking for the \
-                 next batch"
-            )));
+            return Err(Misuse::NotCommitted { batch: id }.into());
         }
         let joined = match self.member.clone() {
             None => {
@@ -1337,10 +1329,7 @@ impl DirectStream {
             return Ok(false);
         }
         if self.unfinished != Some((batch.id, false)) {
-            return Err(Error::Misuse(format!(
-                "batch {} is not the batch this stream is reading",
-                batch.id
-            )));
+            return Err(Misuse::NotReading { batch: batch.id }.into());
         }
         drop(std::mem::take(&mut batch.data));
         let driver = self.driver.clone();
@@ -1407,20 +1396,21 @@ impl DirectStream {
 
     /// Refuses to commit (or release) a chunked batch before all its records were handed
     /// out: its positions would move past records nobody read.
-    fn check_read(batch: &Batch, what: &str) -> Result<(), Error> {
+    fn check_read(batch: &Batch, action: &'static str) -> Result<(), Error> {
         if batch.rest.is_empty() {
             return Ok(());
         }
-        let left: Vec<String> = batch
+        let left = batch
             .rest
             .iter()
             .map(|r| format!("{}-{} [{}, {})", r.topic, r.partition, r.from, r.until))
             .collect();
-        Err(Error::Misuse(format!(
-            "batch {} cannot be {what} before all its chunks are read (next_chunk): {} left",
-            batch.id,
-            left.join(", ")
-        )))
+        Err(Misuse::ChunksLeft {
+            batch: batch.id,
+            action,
+            left,
+        }
+        .into())
     }
 
     /// Group mode: gives up the partitions held (the batch in the making is dropped), joins
@@ -1643,14 +1633,10 @@ impl DirectStream {
     /// locked until it ends); put the results in the same transaction
     /// ([`Transaction::insert_batch`], [`Transaction::sql`]), then
     /// [`commit_transaction`](Self::commit_transaction) commits both at once. Dropping the
-    /// transaction rolls everything back. [`Error::Misuse`] when the store is not SQL.
+    /// transaction rolls everything back. [`Misuse`] when the store is not SQL.
     pub async fn begin(&mut self, batch: &Batch) -> Result<Transaction, Error> {
         let Some(sql) = self.sql_store() else {
-            return Err(Error::Misuse(
-                "begin needs a SQL store (sqlite:, postgres://, mysql://); with other stores, \
-                 write the output and call commit"
-                    .to_owned(),
-            ));
+            return Err(Misuse::NotTransactional.into());
         };
         let begun = sql.begin(&batch.planned()).await;
         let tx = match begun {
@@ -1677,10 +1663,11 @@ impl DirectStream {
         tx: Transaction,
     ) -> Result<CommitOutcome, Error> {
         if tx.batch_id != batch.id {
-            return Err(Error::Misuse(format!(
-                "the transaction of batch {} cannot commit batch {}",
-                tx.batch_id, batch.id
-            )));
+            return Err(Misuse::OtherTransaction {
+                transaction: tx.batch_id,
+                batch: batch.id,
+            }
+            .into());
         }
         Self::check_read(&batch, "committed")?;
         // A member past max.poll.interval.ms (or whose session expired) rolls back: the
@@ -1703,7 +1690,7 @@ impl DirectStream {
     /// Marks a batch done: the user's output for it succeeded. Feeds the backpressure
     /// estimator and releases the batch's memory. A chunked batch released before its last
     /// chunk ends the stream: the next [`next_batch`](Self::next_batch) is
-    /// [`Error::Misuse`] (going on would skip the rest of it).
+    /// [`Misuse`] (going on would skip the rest of it).
     pub fn done(&mut self, batch: Batch) {
         if !batch.rest.is_empty() && self.unfinished == Some((batch.id, false)) {
             tracing::warn!(
@@ -1889,8 +1876,9 @@ impl Batch {
 
     /// Calls `f` with every record, range by range, in offset order within each partition
     /// (chunked: of the chunk held now; [`DirectStream::try_for_each_record`] walks them all).
-    /// A record that does not decode ends the walk with [`Error::Decode`], naming the broker,
-    /// the partition, the batch's offset and the byte.
+    /// A record that does not decode ends the walk with [`ErrorKind::Decode`]
+    /// ([`Error::is_decode`]), naming the broker, the partition, the batch's offset and the
+    /// byte.
     pub fn for_each_record(
         &self,
         mut f: impl FnMut(&OffsetRange, &Record<'_>),
