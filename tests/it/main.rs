@@ -1,5 +1,6 @@
 //! Integration tests, compiled as one binary. Real peers first: librdkafka's mock cluster
 //! (through the `rdkafka` dev-dependency) is an independent implementation of the protocol.
+mod admin;
 mod capabilities;
 mod chunked;
 mod cli;

@@ -66,6 +66,7 @@
 //!   the supported surface.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod error;
 pub mod sink;
 pub mod stream;

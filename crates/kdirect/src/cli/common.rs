@@ -155,38 +155,14 @@ pub async fn connect(
     Ok(Cluster::connect(&[bootstrap.to_owned()], config).await?)
 }
 
-/// Every partition of `topics` (fresh metadata) with its log start and end, in the same
-/// (topic, partition) order.
-pub struct LogBounds {
-    pub partitions: Vec<(String, i32)>,
-    pub starts: Vec<kdirect_proto::api::list_offsets::PartitionOffset>,
-    pub ends: Vec<kdirect_proto::api::list_offsets::PartitionOffset>,
-}
-
-/// [`LogBounds`] of `topics`: one Metadata request, then ListOffsets earliest and latest.
+/// Every partition of `topics` (fresh metadata) with its log start and end
+/// ([`kdirect::admin::Admin::log_bounds`]).
 pub async fn log_bounds(
-    cluster: &Cluster,
+    cluster: &std::sync::Arc<Cluster>,
     topics: &[String],
     isolation: kdirect_proto::IsolationLevel,
-) -> Result<LogBounds, CliError> {
-    use kdirect_proto::api::list_offsets::OffsetSpec;
-    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-    let view = cluster.refresh(Some(&names)).await?;
-    let mut partitions = Vec::new();
-    for t in topics {
-        for p in &view.topic(t)?.partitions {
-            partitions.push((t.clone(), p.partition));
-        }
-    }
-    let starts = cluster
-        .list_offsets(&partitions, OffsetSpec::Earliest, isolation)
-        .await?;
-    let ends = cluster
-        .list_offsets(&partitions, OffsetSpec::Latest, isolation)
-        .await?;
-    Ok(LogBounds {
-        partitions,
-        starts,
-        ends,
-    })
+) -> Result<std::collections::BTreeMap<kdirect::TopicPartition, kdirect::admin::LogBounds>, CliError>
+{
+    let admin = kdirect::admin::Admin::from_cluster(cluster.clone());
+    Ok(admin.log_bounds(topics, isolation).await?)
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use kdirect::engine::plan::StartPolicy;
 use kdirect::proto::IsolationLevel;
+use kdirect::sink::cover::{Cover, Resumed};
 use kdirect::sink::parquet::{ParquetCompression, ParquetOptions, ParquetSink};
 use kdirect::sink::{BatchWriter, JsonLinesSink, LineFormat, Sink};
 use kdirect::stream::DirectStream;
@@ -559,7 +560,7 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
     // The output file, to fsync before a commit covers what was written, and its log of
     // lengths (with a store): the file is cut back to what the store covers.
     let mut durable: Option<File> = None;
-    let mut cover: Option<OutputCover> = None;
+    let mut cover: Option<Cover> = None;
     let mut out: Option<Box<dyn Write>> = match args.output.as_str() {
         _ if file_sink.is_some() || sink_table.is_some() || parquet_sink.is_some() => None,
         "null" => None,
@@ -587,11 +588,10 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
                 // A group member's positions change with each assignment; the cover log
                 // follows one stream's positions, so a member's file is at-least-once.
                 if args.store.is_some() && !args.join {
-                    cover = Some(OutputCover::open(
-                        PathBuf::from(path),
-                        &file,
-                        stream.stored_positions(),
-                    )?);
+                    let (c, resumed) =
+                        Cover::open(PathBuf::from(path), &file, stream.stored_positions())?;
+                    report_resumed(path, &resumed);
+                    cover = Some(c);
                 }
             }
             Some(Box::new(BufWriter::with_capacity(1 << 20, file)))
@@ -776,12 +776,13 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
                 }
                 // The output must be durable before the offsets move past it.
                 if has_store {
-                    if let Some(f) = &durable {
-                        f.sync_data()
-                            .map_err(|e| CliError(format!("syncing output: {e}")))?;
-                        if let Some(c) = cover.as_mut() {
-                            c.before_commit(f, batch.ranges())?;
-                        }
+                    match (&durable, cover.as_mut()) {
+                        // Fsyncs the file, then records what the commit will cover.
+                        (Some(f), Some(c)) => c.before_commit(f, batch.ranges())?,
+                        (Some(f), None) => f
+                            .sync_data()
+                            .map_err(|e| CliError(format!("syncing output: {e}")))?,
+                        _ => {}
                     }
                 }
             }
@@ -881,147 +882,24 @@ fn report_rebalance(group: &str, r: &kdirect::Rebalance) {
     }
 }
 
-/// What the store covers of an `--output` file: the file's length after each of the last two
-/// batches, with the positions the store holds once that batch is committed, in
-/// `FILE.kdirect-cover` (written and made durable before each commit). A resumed run finds
-/// the entry whose positions are the store's and cuts the file back to its length: the
-/// records of a batch that was written but not committed (a crash, a failed commit) go, and
-/// the replayed batch writes them once.
-#[derive(Debug)]
-struct OutputCover {
-    path: PathBuf,
-    /// (length, positions) of the last committed-or-about-to-be state.
-    last: (u64, Positions),
-}
-
-type Positions = std::collections::BTreeMap<kdirect::TopicPartition, i64>;
-
-impl OutputCover {
-    fn sidecar(path: &std::path::Path) -> PathBuf {
-        let mut name = path.as_os_str().to_owned();
-        name.push(".kdirect-cover");
-        PathBuf::from(name)
+/// What opening the `--output` file's cover found, on stderr.
+fn report_resumed(shown: &str, resumed: &Resumed) {
+    match resumed {
+        Resumed::CutBack { bytes } => note!(
+            "kdirect: {shown}: cut back {bytes} bytes written after the store's last commit \
+             (they are read again)"
+        ),
+        Resumed::Shorter { len, covered } => note!(
+            "kdirect: warning: {shown} is shorter ({len} bytes) than what the store covers \
+             ({covered} bytes): records the store counts as written are missing from it"
+        ),
+        Resumed::Unmatched => note!(
+            "kdirect: warning: {} does not match the store's positions (another store, or \
+             offsets changed by hand): appending to {shown} without cutting it back",
+            Cover::path_for(std::path::Path::new(shown)).display()
+        ),
+        _ => {}
     }
-
-    fn open(path: PathBuf, file: &File, stored: &Positions) -> Result<OutputCover, CliError> {
-        let sidecar = Self::sidecar(&path);
-        let shown = path.display().to_string();
-        let mut len = file
-            .metadata()
-            .map_err(|e| CliError(format!("{shown}: {e}")))?
-            .len();
-        match std::fs::read_to_string(&sidecar) {
-            Ok(text) => {
-                let entries: Vec<(u64, Positions)> =
-                    text.lines().filter_map(parse_cover_line).collect();
-                match entries.iter().find(|(_, p)| p == stored) {
-                    Some(&(covered, _)) if covered < len => {
-                        file.set_len(covered)
-                            .and_then(|()| file.sync_data())
-                            .map_err(|e| CliError(format!("{shown}: cutting back: {e}")))?;
-                        note!(
-                            "kdirect: {shown}: cut back {} bytes written after the store's last \
-                             commit (they are read again)",
-                            len - covered
-                        );
-                        len = covered;
-                    }
-                    Some(&(covered, _)) if covered > len => note!(
-                        "kdirect: warning: {shown} is shorter ({len} bytes) than what the store \
-                         covers ({covered} bytes): records the store counts as written are \
-                         missing from it"
-                    ),
-                    Some(_) => {}
-                    None => note!(
-                        "kdirect: warning: {} does not match the store's positions (another \
-                         store, or offsets changed by hand): appending to {shown} without \
-                         cutting it back",
-                        sidecar.display()
-                    ),
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(CliError(format!("{}: {e}", sidecar.display()))),
-        }
-        let cover = OutputCover {
-            path,
-            last: (len, stored.clone()),
-        };
-        cover.write(&[])?;
-        Ok(cover)
-    }
-
-    /// Records the file's length now as what the store covers once `ranges` are committed.
-    fn before_commit(
-        &mut self,
-        file: &File,
-        ranges: &[kdirect::OffsetRange],
-    ) -> Result<(), CliError> {
-        let len = file
-            .metadata()
-            .map_err(|e| CliError(format!("{}: {e}", self.path.display())))?
-            .len();
-        let mut next = self.last.1.clone();
-        for r in ranges {
-            next.insert(r.topic_partition(), r.until);
-        }
-        self.write(&[(len, next.clone())])?;
-        self.last = (len, next);
-        Ok(())
-    }
-
-    /// Writes the last entry and `more` to the sidecar: temp file, fsync, rename, fsync the
-    /// directory.
-    fn write(&self, more: &[(u64, Positions)]) -> Result<(), CliError> {
-        let sidecar = Self::sidecar(&self.path);
-        let shown = sidecar.display().to_string();
-        let err = |e: std::io::Error| CliError(format!("{shown}: {e}"));
-        let mut text = String::new();
-        for (len, pos) in std::iter::once(&self.last).chain(more) {
-            let pos: Vec<serde_json::Value> = pos
-                .iter()
-                .map(|(tp, o)| serde_json::json!([tp.topic, tp.partition, o]))
-                .collect();
-            text.push_str(&serde_json::json!({ "len": len, "positions": pos }).to_string());
-            text.push('\n');
-        }
-        // A temp name nobody can guess, created only if absent (a symlink planted at a
-        // predictable name was followed and its target overwritten).
-        let (mut f, tmp) = kdirect_commit::file_sink::create_temp_beside(&sidecar).map_err(err)?;
-        let placed = f
-            .write_all(text.as_bytes())
-            .and_then(|()| f.sync_data())
-            .and_then(|()| std::fs::rename(&tmp, &sidecar));
-        if placed.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        placed.map_err(err)?;
-        let dir = sidecar
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(std::path::Path::new("."));
-        File::open(dir).and_then(|d| d.sync_all()).map_err(err)?;
-        Ok(())
-    }
-}
-
-fn parse_cover_line(line: &str) -> Option<(u64, Positions)> {
-    let v: serde_json::Value = serde_json::from_str(line).ok()?;
-    let len = v.get("len")?.as_u64()?;
-    let mut pos = Positions::new();
-    for e in v.get("positions")?.as_array()? {
-        let e = e.as_array()?;
-        let (t, p, o) = (
-            e.first()?.as_str()?,
-            e.get(1)?.as_i64()?,
-            e.get(2)?.as_i64()?,
-        );
-        pos.insert(
-            kdirect::TopicPartition::new(t.to_owned(), i32::try_from(p).ok()?),
-            o,
-        );
-    }
-    Some((len, pos))
 }
 
 /// SIGINT and SIGTERM, watched on a thread of their own (so that a second signal ends the

@@ -6,13 +6,13 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::process::ExitCode;
 
-use kdirect_commit::{OffsetStore, TopicPartition};
+use kdirect_commit::OffsetStore;
 use kdirect_engine::group::describe_group;
 use kdirect_proto::api::describe_groups::{GroupDescription, MemberDescription};
 use kdirect_proto::IsolationLevel;
 use serde_json::{json, Value};
 
-use super::common::{log_bounds, LogBounds};
+use super::common::log_bounds;
 use super::offsets::parse_isolation;
 use super::store::StoreArgs;
 use super::CliError;
@@ -85,11 +85,11 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
 
 async fn report(
     args: &Args,
-    cluster: &kdirect_engine::cluster::Cluster,
+    cluster: &std::sync::Arc<kdirect_engine::cluster::Cluster>,
     store: &kdirect_commit::AnyStore,
 ) -> Result<(), CliError> {
     let committed = store.load(&args.topic).await?;
-    let LogBounds { starts, ends, .. } = log_bounds(cluster, &args.topic, args.isolation).await?;
+    let bounds = log_bounds(cluster, &args.topic, args.isolation).await?;
     // The group's members, if it has any: a lag report without them is still worth printing,
     // so a failure to describe the group is said on stderr (and in the JSON), not fatal.
     let described = describe_group(cluster, &args.store.group).await;
@@ -115,22 +115,18 @@ async fn report(
     let group = described.ok();
     let active = group.as_ref().filter(|g| g.is_active());
     let owners = active.map(owners).unwrap_or_default();
-    let rows: Vec<Row> = starts
+    let rows: Vec<Row> = bounds
         .iter()
-        .zip(&ends)
-        .map(|(s, e)| {
-            let committed = committed
-                .positions
-                .get(&TopicPartition::new(e.topic.clone(), e.partition))
-                .copied();
+        .map(|(tp, log)| {
+            let committed = committed.positions.get(tp).copied();
             Row {
-                topic: e.topic.clone(),
-                partition: e.partition,
+                topic: tp.topic.clone(),
+                partition: tp.partition,
                 committed,
-                log_start: s.offset,
-                end: e.offset,
-                lag: committed.map(|c| (e.offset - c).max(0)),
-                margin: committed.map(|c| c - s.offset),
+                log_start: log.start,
+                end: log.end,
+                lag: committed.map(|c| (log.end - c).max(0)),
+                margin: committed.map(|c| c - log.start),
             }
         })
         .collect();

@@ -463,6 +463,10 @@ mod store_cmd {
     use std::io::Write;
     use std::process::ExitCode;
 
+    use std::collections::BTreeMap;
+
+    use kdirect::admin::{Admin, LogBounds, OutsideLog, ResetTo};
+    use kdirect::ErrorKind;
     use kdirect_commit::{Committed, OffsetStore, Positions, TopicPartition};
     use kdirect_proto::api::list_offsets::OffsetSpec;
     use kdirect_proto::IsolationLevel;
@@ -518,14 +522,8 @@ mod store_cmd {
         Ok(ExitCode::SUCCESS)
     }
 
-    /// Writes `positions` as the batch after the store's last, and says what changed.
-    async fn write(
-        store: &kdirect_commit::AnyStore,
-        before: &Committed,
-        batch_id: u64,
-        positions: &Positions,
-    ) -> Result<(), CliError> {
-        store.set_positions(batch_id, positions).await?;
+    /// Says what a write of `positions` changed.
+    fn report_written(before: &Committed, positions: &Positions) -> Result<(), CliError> {
         let mut out = crate::cli::report_out();
         for (tp, o) in positions {
             let was = before
@@ -562,13 +560,13 @@ mod store_cmd {
             ),
         }
         let store = args.store.open(&args.store.store, None).await?;
-        let before = store.load(std::slice::from_ref(&args.topic)).await?;
         let positions: Positions = args
             .positions
             .iter()
             .map(|&(p, o)| (TopicPartition::new(args.topic.clone(), p), o))
             .collect();
-        write(&store, &before, before.next_batch_id(), &positions).await?;
+        let before = kdirect::admin::set_positions(&store, &positions).await?;
+        report_written(&before, &positions)?;
         Ok(ExitCode::SUCCESS)
     }
 
@@ -608,89 +606,53 @@ mod store_cmd {
                 "no topic to reset (the store holds no positions)".into(),
             ));
         }
-        let before = store.load(&topics).await?;
-        let iso = IsolationLevel::ReadUncommitted;
-        let crate::cli::common::LogBounds {
-            partitions,
-            starts,
-            ends,
-        } = crate::cli::common::log_bounds(&cluster, &topics, iso).await?;
-        let at_time = match (args.to, args.to_datetime, args.by_duration) {
-            (Some(OffsetSpec::Timestamp(t)), _, _) | (_, Some(t), _) => Some(t),
-            (_, _, Some(d)) => Some(
-                i64::try_from(
-                    std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .unwrap_or_default()
-                        .as_millis(),
-                )
-                .unwrap_or(i64::MAX)
-                    - d,
-            ),
-            _ => None,
+        let to = if args.to_earliest || args.to == Some(OffsetSpec::Earliest) {
+            ResetTo::Earliest
+        } else if args.to_latest || args.to == Some(OffsetSpec::Latest) {
+            ResetTo::Latest
+        } else if let Some(o) = args.to_offset {
+            ResetTo::Offset(o)
+        } else if let Some(n) = args.shift_by {
+            ResetTo::ShiftBy(n)
+        } else if args.to_current {
+            ResetTo::Current
+        } else if let Some(f) = from_file {
+            ResetTo::Positions(f)
+        } else if let (Some(OffsetSpec::Timestamp(t)), _) | (_, Some(t)) =
+            (args.to, args.to_datetime)
+        {
+            ResetTo::Datetime(t)
+        } else if let Some(ms) = args.by_duration {
+            ResetTo::ByDuration(std::time::Duration::from_millis(ms.max(0).unsigned_abs()))
+        } else {
+            return Err(CliError("no reset target given".into()));
         };
-        let by_time = match at_time {
-            Some(t) => Some(
-                cluster
-                    .list_offsets(&partitions, OffsetSpec::Timestamp(t), iso)
-                    .await?,
-            ),
-            None => None,
-        };
-        let mut positions = Positions::new();
-        for (i, (s, e)) in starts.iter().zip(&ends).enumerate() {
-            let tp = TopicPartition::new(s.topic.clone(), s.partition);
-            let current = before.positions.get(&tp).copied();
-            let clamp = |o: i64| o.clamp(s.offset, e.offset.max(s.offset));
-            let new = if args.to_earliest || args.to == Some(OffsetSpec::Earliest) {
-                Some(s.offset)
-            } else if args.to_latest || args.to == Some(OffsetSpec::Latest) {
-                Some(e.offset)
-            } else if let Some(o) = args.to_offset {
-                Some(clamp(o))
-            } else if let Some(n) = args.shift_by {
-                current.map(|c| clamp(c.saturating_add(n)))
-            } else if args.to_current {
-                current
-            } else if let Some(f) = &from_file {
-                f.get(&tp).copied()
-            } else if let Some(found) = &by_time {
-                // No record at or after the time: the end.
-                found
-                    .get(i)
-                    .map(|o| if o.offset < 0 { e.offset } else { o.offset })
-            } else {
-                None
-            };
-            if let Some(o) = new {
-                positions.insert(tp, o);
-            }
-        }
-        if let Some(f) = &from_file {
-            if let Some(tp) = f.keys().find(|tp| !positions.contains_key(tp)) {
+        let admin = Admin::from_cluster(cluster.clone());
+        let reset = match admin.plan_reset(&store, &topics, &to).await {
+            Err(e) if matches!(e.engine_kind(), Some(ErrorKind::UnknownPartition { .. })) => {
+                let file = args.from_file.as_ref().map(|p| p.display().to_string());
+                let (t, p) = e.partition().unwrap_or_default();
                 return Err(CliError(format!(
-                    "{}: {}-{} is not a partition of the cluster",
-                    args.from_file
-                        .as_ref()
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_default(),
-                    tp.topic,
-                    tp.partition
+                    "{}: {t}-{p} is not a partition of the cluster",
+                    file.unwrap_or_default()
                 )));
             }
-        }
+            r => r?,
+        };
+        let (before, positions) = (&reset.before, &reset.positions);
         let mut out = crate::cli::report_out();
         if args.export {
-            for (tp, o) in &positions {
+            for (tp, o) in positions {
                 writeln!(out, "{},{},{o}", tp.topic, tp.partition)?;
             }
         }
         if args.execute {
             drop(out);
-            write(&store, &before, before.next_batch_id(), &positions).await?;
+            reset.execute(&store).await?;
+            report_written(before, positions)?;
         } else if !args.export {
             writeln!(out, "GROUP\tTOPIC\tPARTITION\tCURRENT-OFFSET\tNEW-OFFSET")?;
-            for (tp, o) in &positions {
+            for (tp, o) in positions {
                 let was = before
                     .positions
                     .get(tp)
@@ -769,12 +731,9 @@ mod store_cmd {
         }
         let dest = to.load(&topics(&args.topic)).await?;
         // An empty destination continues the source's batch ids; otherwise its own.
-        let batch_id = if dest.batch_id.is_none() && dest.pending.is_none() {
-            src.batch_id.unwrap_or(0)
-        } else {
-            dest.next_batch_id()
-        };
-        write(&to, &dest, batch_id, &src.positions).await?;
+        let batch_id = kdirect::admin::batch_id_for(&dest, Some(src.batch_id.unwrap_or(0)));
+        to.set_positions(batch_id, &src.positions).await?;
+        report_written(&dest, &src.positions)?;
         eprintln!(
             "copied {} positions from {} to {} (batch {batch_id})",
             src.positions.len(),
@@ -783,71 +742,57 @@ mod store_cmd {
         );
         Ok(ExitCode::SUCCESS)
     }
-    /// Checks `positions` against the log: every partition known to the cluster, every
-    /// position inside `[log start, end]`. Out of the log is refused (with the range), or with
-    /// `clamp` moved to the nearest bound (a note per partition moved); `None`: the command
-    /// has no --clamp.
+    /// Checks `positions` against the log ([`kdirect::admin::inside_log`]): every partition
+    /// known to the cluster, every position inside `[log start, end]`. Out of the log is
+    /// refused (with the range), or with `clamp` moved to the nearest bound (a note per
+    /// partition moved); `None`: the command has no --clamp.
     fn inside_log(
         positions: &Positions,
-        bounds: &crate::cli::common::LogBounds,
+        bounds: &BTreeMap<TopicPartition, LogBounds>,
         whose: &str,
         clamp: Option<bool>,
     ) -> Result<(Positions, Vec<String>), CliError> {
-        let mut problems = Vec::new();
-        let mut notes = Vec::new();
-        let mut out = Positions::new();
-        for (tp, &o) in positions {
-            let at = bounds
-                .starts
-                .iter()
-                .zip(&bounds.ends)
-                .find(|(s, _)| s.topic == tp.topic && s.partition == tp.partition);
-            match at {
-                None => problems.push(format!(
-                    "{}-{}: in {whose} offsets but not a partition of the cluster (topic \
-                     re-created with fewer partitions?)",
-                    tp.topic, tp.partition
-                )),
-                Some((s, e)) if o < s.offset || o > e.offset => {
-                    let (to, why) = if o < s.offset {
-                        (s.offset, "retention deleted the records since")
-                    } else {
-                        (
-                            e.offset,
-                            "past the end: topic re-created or another cluster?",
-                        )
-                    };
-                    if clamp == Some(true) {
-                        notes.push(format!(
-                            "{}-{}: {whose} position {o} is outside the log [{}, {}] ({why}); \
-                             --clamp moves it to {to}",
-                            tp.topic, tp.partition, s.offset, e.offset
-                        ));
-                        out.insert(tp.clone(), to);
-                    } else {
-                        problems.push(format!(
-                            "{}-{}: {whose} position {o} is outside the log [{}, {}] ({why})",
-                            tp.topic, tp.partition, s.offset, e.offset
-                        ));
-                    }
-                }
-                Some(_) => {
-                    out.insert(tp.clone(), o);
-                }
+        let say = |o: &OutsideLog| {
+            let tp = &o.partition;
+            match o.log {
+                None => format!(
+                    "{}-{}: in {whose} offsets but {}",
+                    tp.topic,
+                    tp.partition,
+                    o.reason()
+                ),
+                Some(l) => format!(
+                    "{}-{}: {whose} position {} is outside the log [{}, {}] ({})",
+                    tp.topic,
+                    tp.partition,
+                    o.position,
+                    l.start,
+                    l.end,
+                    o.reason()
+                ),
             }
-        }
-        if !problems.is_empty() {
-            return Err(CliError(format!(
+        };
+        match kdirect::admin::inside_log(positions, bounds, clamp == Some(true)) {
+            Ok((out, moved)) => {
+                let notes = moved
+                    .iter()
+                    .map(|o| {
+                        let to = o.log.map_or(o.position, |l| l.clamp(o.position));
+                        format!("{}; --clamp moves it to {to}", say(o))
+                    })
+                    .collect();
+                Ok((out, notes))
+            }
+            Err(refused) => Err(CliError(format!(
                 "{}; nothing was written{}",
-                problems.join("; "),
+                refused.iter().map(say).collect::<Vec<_>>().join("; "),
                 if clamp == Some(false) {
                     " (--clamp moves positions into the log)"
                 } else {
                     ""
                 }
-            )));
+            ))),
         }
-        Ok((out, notes))
     }
 
     /// The store an import writes to: opened (created if needed) for `--execute`; for a dry
@@ -913,12 +858,11 @@ mod store_cmd {
                 .await?;
         let (positions, notes) = inside_log(&read, &bounds, "the source's", Some(args.clamp))?;
         let (store, before) = import_target(&args.store, args.execute, cluster, &topics).await?;
-        let batch_id = before.next_batch_id();
+        let batch_id = kdirect::admin::batch_id_for(&before, None);
         let unread: Vec<String> = bounds
-            .partitions
-            .iter()
-            .filter(|(_, p)| !positions.contains_key(&TopicPartition::new(args.topic.clone(), *p)))
-            .map(|(t, p)| format!("{t}-{p}"))
+            .keys()
+            .filter(|tp| !positions.contains_key(*tp))
+            .map(ToString::to_string)
             .collect();
         let mut out = crate::cli::report_out();
         writeln!(out, "# from {what}")?;
@@ -935,7 +879,8 @@ mod store_cmd {
         if args.execute {
             drop(out);
             let store = store.expect("opened for --execute");
-            write(&store, &before, batch_id, &positions).await?;
+            store.set_positions(batch_id, &positions).await?;
+            report_written(&before, &positions)?;
             eprintln!(
                 "imported {} positions from {what} into {} as batch {batch_id}; `kdirect \
                  consume --store …` resumes there",
@@ -988,24 +933,14 @@ mod store_cmd {
         let (_, notes) = inside_log(&import.positions, &bounds, "Spark's", None)?;
         debug_assert!(notes.is_empty());
         let unread: Vec<String> = bounds
-            .partitions
-            .iter()
-            .filter(|(t, p)| {
-                !import
-                    .positions
-                    .contains_key(&TopicPartition::new(t.clone(), *p))
-            })
-            .map(|(t, p)| format!("{t}-{p}"))
+            .keys()
+            .filter(|tp| !import.positions.contains_key(*tp))
+            .map(ToString::to_string)
             .collect();
         let (store, before) = import_target(&args.store, args.execute, cluster, &topics).await?;
         // An empty store continues Spark's batch ids (the next batch is Spark's next); one
         // that holds batches keeps its own.
-        let fresh = before.batch_id.is_none() && before.pending.is_none();
-        let batch_id = if fresh {
-            import.batch_id.unwrap_or(0)
-        } else {
-            before.next_batch_id()
-        };
+        let batch_id = kdirect::admin::batch_id_for(&before, Some(import.batch_id.unwrap_or(0)));
         let spark_batch = import
             .batch_id
             .map_or_else(|| "-".to_owned(), |b| b.to_string());
@@ -1054,7 +989,8 @@ mod store_cmd {
         if args.execute {
             drop(out);
             let store = store.expect("opened for --execute");
-            write(&store, &before, batch_id, &import.positions).await?;
+            store.set_positions(batch_id, &import.positions).await?;
+            report_written(&before, &import.positions)?;
             eprintln!(
                 "imported {} positions of Spark batch {spark_batch} into {} as batch {batch_id}; \
                  `kdirect consume --store …` resumes there",

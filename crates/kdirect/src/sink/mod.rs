@@ -23,6 +23,9 @@
 //! Sinks here:
 //! - [`JsonLinesSink`]: one JSON-lines file per batch, `DIR/<batchId>.jsonl` (the CLI's
 //!   `--output-dir`), on [`FileSink`](kdirect_commit::file_sink::FileSink).
+//! - [`cover`]: one output file appended to by every batch, exactly-once with any store that
+//!   keeps one stream's positions: the file is cut back on resume to what the store covers
+//!   (the CLI's `--output FILE` with `--store`).
 //! - [`arrow`] (feature `arrow`): not a sink but the Arrow view every columnar sink builds on —
 //!   a batch as `RecordBatch`es in Spark's Kafka source schema.
 //! - [`parquet`] (feature `parquet`): one Parquet file per batch, hidden until committed, with
@@ -38,6 +41,7 @@ use crate::Batch;
 
 #[cfg(feature = "arrow")]
 pub mod arrow;
+pub mod cover;
 mod error;
 mod jsonl;
 #[cfg(feature = "parquet")]

@@ -939,6 +939,15 @@ impl DirectStreamBuilder {
     }
 
     /// Connects and returns the stream (after loading the store's positions, if it has one).
+    /// An [`Admin`](crate::admin::Admin) on the cluster this builder names, with its
+    /// connection settings (bootstrap, security, timeouts, client id); the rest of the
+    /// builder is not used.
+    pub async fn admin(self) -> Result<crate::admin::Admin, Error> {
+        let c = self.config;
+        let cluster = Cluster::connect(&c.bootstrap, c.conn).await?;
+        Ok(crate::admin::Admin::on(Arc::new(cluster)))
+    }
+
     pub async fn build(self) -> Result<DirectStream, Error> {
         let mut c = self.config;
         if c.topics.is_empty() && c.pattern.is_none() {

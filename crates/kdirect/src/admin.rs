@@ -1,0 +1,508 @@
+//! Administration through the library: what `kdirect offsets` and `kdirect lag` do, for an
+//! embedder — each partition's log bounds as a map, positions reset with
+//! `kafka-consumer-groups`' vocabulary ([`ResetTo`]), positions checked against the log
+//! ([`inside_log`]), and positions written to any store as the batch after its last
+//! ([`set_positions`]).
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), kdirect::Error> {
+//! use kdirect::admin::{Admin, ResetTo};
+//! let admin = Admin::connect("127.0.0.1:9092", &[]).await?;
+//! let store = kdirect::CheckpointStore::open("/data/ckpt", 100)?;
+//! // What `kdirect offsets reset --to-earliest -t events` prints (a dry run)…
+//! let reset = admin.plan_reset(&store, &["events".into()], &ResetTo::Earliest).await?;
+//! for (tp, o) in &reset.positions {
+//!     println!("{tp}: {:?} -> {o}", reset.before.positions.get(tp));
+//! }
+//! // …and what `--execute` writes.
+//! reset.execute(&store).await?;
+//! # Ok(()) }
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use kdirect_commit::{Committed, OffsetStore, Positions};
+use kdirect_engine::cluster::Cluster;
+use kdirect_engine::plan::TopicPartition;
+use kdirect_proto::api::list_offsets::OffsetSpec;
+use kdirect_proto::IsolationLevel;
+
+use crate::{DirectStream, Error};
+
+/// A connection to a cluster for administration (no stream, no group membership).
+#[derive(Clone)]
+pub struct Admin {
+    cluster: Arc<Cluster>,
+}
+
+impl std::fmt::Debug for Admin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admin").finish_non_exhaustive()
+    }
+}
+
+/// One partition's log: offsets `[start, end)` can be read; a position may be anywhere in
+/// `[start, end]` (at `end`: nothing left to read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogBounds {
+    /// The log start offset (earliest).
+    pub start: i64,
+    /// The end: the high watermark, or the last stable offset under read_committed (latest).
+    pub end: i64,
+}
+
+impl LogBounds {
+    /// Whether `position` lies in `[start, end]`.
+    pub fn contains(&self, position: i64) -> bool {
+        (self.start..=self.end).contains(&position)
+    }
+
+    /// `position` moved to the nearest bound when outside the log.
+    pub fn clamp(&self, position: i64) -> i64 {
+        position.clamp(self.start, self.end.max(self.start))
+    }
+}
+
+/// Where [`Admin::plan_reset`] moves each partition: `kafka-consumer-groups --reset-offsets`'
+/// targets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ResetTo {
+    /// Each partition's log start (`--to-earliest`).
+    Earliest,
+    /// Each partition's end (`--to-latest`).
+    Latest,
+    /// This offset in every partition, kept within the log (`--to-offset`).
+    Offset(i64),
+    /// The first record at or after this time, in ms since the Unix epoch; the end where no
+    /// record is that recent (`--to-datetime`).
+    Datetime(i64),
+    /// The first record at or after now minus this long (`--by-duration`).
+    ByDuration(Duration),
+    /// The stored position moved by N (negative: back), kept within the log; partitions
+    /// without a stored position are left out (`--shift-by`).
+    ShiftBy(i64),
+    /// The stored positions as they are (`--to-current`, to export them).
+    Current,
+    /// These positions (`--from-file`); each must be a partition of the cluster.
+    Positions(Positions),
+}
+
+/// What a reset would write, and what the store held before: a dry run prints it,
+/// [`execute`](Self::execute) writes it.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Reset {
+    /// The store's state before the reset.
+    pub before: Committed,
+    /// The new positions.
+    pub positions: Positions,
+}
+
+impl Reset {
+    /// Writes the new positions as the batch after the store's last ([`set_positions`]).
+    pub async fn execute<S: OffsetStore>(&self, store: &S) -> Result<(), Error> {
+        store
+            .set_positions(batch_id_for(&self.before, None), &self.positions)
+            .await?;
+        Ok(())
+    }
+}
+
+/// A position outside its partition's log, or of a partition the cluster does not have;
+/// see [`inside_log`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OutsideLog {
+    /// The partition.
+    pub partition: TopicPartition,
+    /// The position given.
+    pub position: i64,
+    /// The partition's log, `None` when the cluster has no such partition.
+    pub log: Option<LogBounds>,
+}
+
+impl OutsideLog {
+    /// Why, in words: retention, a re-created topic, another cluster.
+    pub fn reason(&self) -> &'static str {
+        match self.log {
+            None => "not a partition of the cluster (topic re-created with fewer partitions?)",
+            Some(l) if self.position < l.start => "retention deleted the records since",
+            Some(_) => "past the end: topic re-created or another cluster?",
+        }
+    }
+}
+
+impl std::fmt::Display for OutsideLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tp = &self.partition;
+        match self.log {
+            None => write!(f, "{tp}: position {}: {}", self.position, self.reason()),
+            Some(l) => write!(
+                f,
+                "{tp}: position {} is outside the log [{}, {}] ({})",
+                self.position,
+                l.start,
+                l.end,
+                self.reason()
+            ),
+        }
+    }
+}
+
+/// Checks `positions` against the log: every partition known to `bounds`, every position in
+/// `[start, end]`. With `clamp`, a position outside its log is moved to the nearest bound
+/// and reported in the second list; a partition the cluster does not have is always an
+/// error. Without `clamp`, every position outside is an error. The errors, all of them, or
+/// the positions to write.
+pub fn inside_log(
+    positions: &Positions,
+    bounds: &BTreeMap<TopicPartition, LogBounds>,
+    clamp: bool,
+) -> Result<(Positions, Vec<OutsideLog>), Vec<OutsideLog>> {
+    let mut out = Positions::new();
+    let (mut moved, mut refused) = (Vec::new(), Vec::new());
+    for (tp, &position) in positions {
+        let log = bounds.get(tp).copied();
+        let outside = || OutsideLog {
+            partition: tp.clone(),
+            position,
+            log,
+        };
+        match log {
+            Some(l) if l.contains(position) => {
+                out.insert(tp.clone(), position);
+            }
+            Some(l) if clamp => {
+                out.insert(tp.clone(), l.clamp(position));
+                moved.push(outside());
+            }
+            _ => refused.push(outside()),
+        }
+    }
+    if refused.is_empty() {
+        Ok((out, moved))
+    } else {
+        Err(refused)
+    }
+}
+
+/// The batch id positions written to a store holding `dest` take: the next of its own
+/// ([`Committed::next_batch_id`]: the pending batch's when a plan is logged and not
+/// committed, which the write then settles); for an empty store continuing another's
+/// positions (a migration, an import from Spark) whose last batch was `continuing`, that
+/// batch's id, so that the next batch is the other's next.
+pub fn batch_id_for(dest: &Committed, continuing: Option<u64>) -> u64 {
+    match continuing {
+        Some(last) if dest.batch_id.is_none() && dest.pending.is_none() => last,
+        _ => dest.next_batch_id(),
+    }
+}
+
+/// Writes `positions` to `store` as the batch after its last (the pending batch's id when a
+/// plan is logged and not committed, which the write then settles), without compare-and-set:
+/// administration, for a stream that is not running. Partitions not named keep their
+/// positions. What the store held before.
+pub async fn set_positions<S: OffsetStore>(
+    store: &S,
+    positions: &Positions,
+) -> Result<Committed, Error> {
+    let topics: Vec<String> = {
+        let mut t: Vec<String> = positions.keys().map(|tp| tp.topic.clone()).collect();
+        t.dedup();
+        t
+    };
+    let before = store.load(&topics).await?;
+    store
+        .set_positions(batch_id_for(&before, None), positions)
+        .await?;
+    Ok(before)
+}
+
+/// The positions `to` names, from the partitions' logs (`bounds`), what the store holds
+/// (`current`) and, for a time, the first offset at or after it (`by_time`, `None` where no
+/// record is that recent). Pure: [`Admin::plan_reset`] gathers the inputs.
+pub fn reset_positions(
+    to: &ResetTo,
+    bounds: &BTreeMap<TopicPartition, LogBounds>,
+    current: &Positions,
+    by_time: &BTreeMap<TopicPartition, Option<i64>>,
+) -> Positions {
+    let mut out = Positions::new();
+    for (tp, log) in bounds {
+        let now = current.get(tp).copied();
+        let new = match to {
+            ResetTo::Earliest => Some(log.start),
+            ResetTo::Latest => Some(log.end),
+            ResetTo::Offset(o) => Some(log.clamp(*o)),
+            ResetTo::ShiftBy(n) => now.map(|c| log.clamp(c.saturating_add(*n))),
+            ResetTo::Current => now,
+            ResetTo::Positions(p) => p.get(tp).copied(),
+            ResetTo::Datetime(_) | ResetTo::ByDuration(_) => {
+                by_time.get(tp).map(|o| o.unwrap_or(log.end))
+            }
+        };
+        if let Some(o) = new {
+            out.insert(tp.clone(), o);
+        }
+    }
+    out
+}
+
+impl Admin {
+    /// Connects to `bootstrap` (`HOST:PORT[,HOST:PORT…]`) with `settings` by the names a
+    /// stream takes ([`DirectStreamBuilder::set`](crate::DirectStreamBuilder::set): `security.protocol`, `sasl.*`, `ssl.*`,
+    /// `client.id`, `request.timeout.ms`, …; settings that only a stream uses are accepted and
+    /// have no effect here).
+    pub async fn connect(bootstrap: &str, settings: &[(&str, &str)]) -> Result<Admin, Error> {
+        let mut b = DirectStream::builder().bootstrap(bootstrap);
+        for (k, v) in settings {
+            b = b.set(k, v)?;
+        }
+        b.admin().await
+    }
+
+    /// An admin on a cluster connection already made.
+    pub(crate) fn on(cluster: Arc<Cluster>) -> Admin {
+        Admin { cluster }
+    }
+
+    /// An admin on a connection made with the engine's API (feature `unstable`).
+    #[cfg(feature = "unstable")]
+    pub fn from_cluster(cluster: Arc<Cluster>) -> Admin {
+        Admin { cluster }
+    }
+
+    /// Every partition of `topics` (fresh metadata) with its log start and end: one Metadata
+    /// request, then ListOffsets earliest and latest, keyed by partition.
+    pub async fn log_bounds(
+        &self,
+        topics: &[String],
+        isolation: IsolationLevel,
+    ) -> Result<BTreeMap<TopicPartition, LogBounds>, Error> {
+        let partitions = self.partitions(topics).await?;
+        let ends = self
+            .offsets(&partitions, OffsetSpec::Latest, isolation)
+            .await?;
+        let starts = self
+            .offsets(&partitions, OffsetSpec::Earliest, isolation)
+            .await?;
+        let mut out = BTreeMap::new();
+        for (tp, start) in starts {
+            // Both answers name every partition asked for (ListOffsets fails otherwise).
+            if let Some(Some(end)) = ends.get(&tp) {
+                out.insert(
+                    tp,
+                    LogBounds {
+                        start: start.unwrap_or(0),
+                        end: *end,
+                    },
+                );
+            }
+        }
+        Ok(out)
+    }
+
+    /// For each partition, the first offset whose record's timestamp is at or after `ms`
+    /// (ms since the Unix epoch), `None` where no record is that recent.
+    pub async fn offsets_for_time(
+        &self,
+        partitions: &[TopicPartition],
+        ms: i64,
+        isolation: IsolationLevel,
+    ) -> Result<BTreeMap<TopicPartition, Option<i64>>, Error> {
+        let asked: Vec<(String, i32)> = partitions
+            .iter()
+            .map(|tp| (tp.topic.clone(), tp.partition))
+            .collect();
+        self.offsets(&asked, OffsetSpec::Timestamp(ms), isolation)
+            .await
+    }
+
+    /// What resetting `topics`' positions in `store` to `to` would write, with what the store
+    /// holds now (nothing is written: [`Reset::execute`] writes it). Every partition the
+    /// cluster has for `topics` is considered, read uncommitted; [`ResetTo::Positions`] naming
+    /// a partition the cluster does not have is refused.
+    pub async fn plan_reset<S: OffsetStore>(
+        &self,
+        store: &S,
+        topics: &[String],
+        to: &ResetTo,
+    ) -> Result<Reset, Error> {
+        let iso = IsolationLevel::ReadUncommitted;
+        let before = store.load(topics).await?;
+        let bounds = self.log_bounds(topics, iso).await?;
+        if let ResetTo::Positions(p) = to {
+            if let Some(tp) = p.keys().find(|tp| !bounds.contains_key(*tp)) {
+                return Err(kdirect_engine::Error::from(
+                    kdirect_engine::ErrorKind::UnknownPartition {
+                        topic: tp.topic.clone(),
+                        partition: tp.partition,
+                    },
+                )
+                .into());
+            }
+        }
+        let at = match to {
+            ResetTo::Datetime(ms) => Some(*ms),
+            ResetTo::ByDuration(d) => {
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .saturating_sub(*d);
+                Some(i64::try_from(now.as_millis()).unwrap_or(i64::MAX))
+            }
+            _ => None,
+        };
+        let by_time = match at {
+            Some(ms) => {
+                let all: Vec<TopicPartition> = bounds.keys().cloned().collect();
+                self.offsets_for_time(&all, ms, iso).await?
+            }
+            None => BTreeMap::new(),
+        };
+        let positions = reset_positions(to, &bounds, &before.positions, &by_time);
+        Ok(Reset { before, positions })
+    }
+
+    async fn partitions(&self, topics: &[String]) -> Result<Vec<(String, i32)>, Error> {
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        let view = self.cluster.refresh(Some(&names)).await?;
+        let mut out = Vec::new();
+        for t in topics {
+            for p in &view.topic(t)?.partitions {
+                out.push((t.clone(), p.partition));
+            }
+        }
+        Ok(out)
+    }
+
+    /// ListOffsets for `partitions`, keyed by partition; `None` for "no such offset" (-1).
+    async fn offsets(
+        &self,
+        partitions: &[(String, i32)],
+        spec: OffsetSpec,
+        isolation: IsolationLevel,
+    ) -> Result<BTreeMap<TopicPartition, Option<i64>>, Error> {
+        Ok(self
+            .cluster
+            .list_offsets(partitions, spec, isolation)
+            .await?
+            .into_iter()
+            .map(|p| {
+                let o = (p.offset >= 0).then_some(p.offset);
+                (TopicPartition::new(p.topic, p.partition), o)
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tp(p: i32) -> TopicPartition {
+        TopicPartition::new("t", p)
+    }
+
+    fn bounds() -> BTreeMap<TopicPartition, LogBounds> {
+        BTreeMap::from([
+            (
+                tp(0),
+                LogBounds {
+                    start: 10,
+                    end: 100,
+                },
+            ),
+            (tp(1), LogBounds { start: 0, end: 0 }),
+            (tp(2), LogBounds { start: 50, end: 60 }),
+        ])
+    }
+
+    #[test]
+    fn each_target_as_kafka_consumer_groups_reads_it() {
+        let current = Positions::from([(tp(0), 40), (tp(2), 55)]);
+        let none = BTreeMap::new();
+        let r = |to: ResetTo| reset_positions(&to, &bounds(), &current, &none);
+        assert_eq!(
+            r(ResetTo::Earliest),
+            Positions::from([(tp(0), 10), (tp(1), 0), (tp(2), 50)])
+        );
+        assert_eq!(
+            r(ResetTo::Latest),
+            Positions::from([(tp(0), 100), (tp(1), 0), (tp(2), 60)])
+        );
+        // Kept within each log.
+        assert_eq!(
+            r(ResetTo::Offset(55)),
+            Positions::from([(tp(0), 55), (tp(1), 0), (tp(2), 55)])
+        );
+        // Only partitions with a stored position move; clamped.
+        assert_eq!(
+            r(ResetTo::ShiftBy(-35)),
+            Positions::from([(tp(0), 10), (tp(2), 50)])
+        );
+        assert_eq!(
+            r(ResetTo::ShiftBy(1000)),
+            Positions::from([(tp(0), 100), (tp(2), 60)])
+        );
+        assert_eq!(r(ResetTo::Current), current);
+        let file = Positions::from([(tp(1), 0)]);
+        assert_eq!(r(ResetTo::Positions(file.clone())), file);
+    }
+
+    #[test]
+    fn a_time_with_no_record_that_recent_is_the_end() {
+        let by_time = BTreeMap::from([(tp(0), Some(42)), (tp(1), None), (tp(2), None)]);
+        let got = reset_positions(
+            &ResetTo::Datetime(1_000),
+            &bounds(),
+            &Positions::new(),
+            &by_time,
+        );
+        assert_eq!(got, Positions::from([(tp(0), 42), (tp(1), 0), (tp(2), 60)]));
+    }
+
+    #[test]
+    fn an_empty_store_continues_the_batch_ids_it_takes_positions_from() {
+        let empty = Committed::default();
+        assert_eq!(batch_id_for(&empty, None), 0);
+        assert_eq!(batch_id_for(&empty, Some(41)), 41);
+        let held = Committed {
+            batch_id: Some(7),
+            ..Committed::default()
+        };
+        assert_eq!(batch_id_for(&held, Some(41)), 8);
+        assert_eq!(batch_id_for(&held, None), 8);
+    }
+
+    #[test]
+    fn inside_log_refuses_or_clamps_and_names_each_partition() {
+        let given = Positions::from([(tp(0), 5), (tp(2), 61), (tp(1), 0)]);
+        let refused = inside_log(&given, &bounds(), false).unwrap_err();
+        assert_eq!(refused.len(), 2);
+        assert_eq!(
+            refused[0].to_string(),
+            "t-0: position 5 is outside the log [10, 100] (retention deleted the records since)"
+        );
+        assert!(
+            refused[1].to_string().contains("past the end"),
+            "{}",
+            refused[1]
+        );
+        let (clamped, moved) = inside_log(&given, &bounds(), true).unwrap();
+        assert_eq!(
+            clamped,
+            Positions::from([(tp(0), 10), (tp(1), 0), (tp(2), 60)])
+        );
+        assert_eq!(moved.len(), 2);
+        // A partition the cluster does not have is refused even with clamp.
+        let unknown = Positions::from([(tp(9), 0)]);
+        let refused = inside_log(&unknown, &bounds(), true).unwrap_err();
+        assert!(refused[0]
+            .to_string()
+            .contains("not a partition of the cluster"));
+    }
+}

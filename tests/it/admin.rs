@@ -1,0 +1,128 @@
+//! `kdirect::admin` against the fake broker: log bounds keyed by partition (two brokers, so
+//! the partitions' answers come from different leaders), resets with the
+//! kafka-consumer-groups vocabulary written to a checkpoint and read back by a stream, the
+//! batch-id continuation rule, and the questions the CLI used to answer itself.
+use std::collections::BTreeMap;
+
+use kdirect::admin::{inside_log, Admin, LogBounds, ResetTo};
+use kdirect::{CheckpointStore, DirectStream, IsolationLevel, OffsetStore, TopicPartition};
+use kdirect_fake_broker::{Codec, FakeCluster, FakeRecord};
+
+use crate::support::{rt, tempdir};
+
+fn tp(p: i32) -> TopicPartition {
+    TopicPartition::new("adm", p)
+}
+
+async fn cluster() -> FakeCluster {
+    let fake = FakeCluster::builder()
+        .brokers(2)
+        .topic("adm", 3)
+        .build()
+        .await
+        .unwrap();
+    for p in 0..3 {
+        let recs: Vec<FakeRecord> = (0..10 * (p + 1))
+            .map(|i| FakeRecord::value(format!("{p}-{i}")))
+            .collect();
+        fake.append_records("adm", p, &recs, Codec::None).unwrap();
+    }
+    // Retention moved partition 2's log start.
+    fake.set_log_start("adm", 2, 12).unwrap();
+    fake
+}
+
+#[test]
+fn log_bounds_are_keyed_by_partition_across_leaders() {
+    rt().block_on(async {
+        let fake = cluster().await;
+        let admin = Admin::connect(&fake.bootstrap(), &[]).await.unwrap();
+        let bounds = admin
+            .log_bounds(&["adm".into()], IsolationLevel::ReadUncommitted)
+            .await
+            .unwrap();
+        let want = BTreeMap::from([
+            (tp(0), LogBounds { start: 0, end: 10 }),
+            (tp(1), LogBounds { start: 0, end: 20 }),
+            (tp(2), LogBounds { start: 12, end: 30 }),
+        ]);
+        assert_eq!(bounds, want);
+        // Checked against them: retention and a partition the topic does not have.
+        let given = kdirect::Positions::from([(tp(2), 3), (tp(7), 0)]);
+        let refused = inside_log(&given, &bounds, true).unwrap_err();
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert_eq!(refused[0].partition, tp(7));
+        let (clamped, moved) =
+            inside_log(&kdirect::Positions::from([(tp(2), 3)]), &bounds, true).unwrap();
+        assert_eq!(clamped[&tp(2)], 12);
+        assert!(moved[0].to_string().contains("retention"), "{}", moved[0]);
+    });
+}
+
+#[test]
+fn a_reset_planned_executed_and_resumed_from() {
+    rt().block_on(async {
+        let fake = cluster().await;
+        let admin = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .admin()
+            .await
+            .unwrap();
+        let dir = tempdir("admin-reset");
+        let store = CheckpointStore::open(&dir, 10).unwrap();
+        let topics = ["adm".to_owned()];
+        // --to-offset 15: kept within each log.
+        let reset = admin
+            .plan_reset(&store, &topics, &ResetTo::Offset(15))
+            .await
+            .unwrap();
+        assert_eq!(reset.before.batch_id, None);
+        let want = kdirect::Positions::from([(tp(0), 10), (tp(1), 15), (tp(2), 15)]);
+        assert_eq!(reset.positions, want);
+        // A dry run writes nothing.
+        assert_eq!(store.load(&[]).await.unwrap().batch_id, None);
+        reset.execute(&store).await.unwrap();
+        let c = store.load(&[]).await.unwrap();
+        assert_eq!((c.batch_id, &c.positions), (Some(0), &want));
+        // --shift-by -5 from there, as batch 1.
+        let back = admin
+            .plan_reset(&store, &topics, &ResetTo::ShiftBy(-5))
+            .await
+            .unwrap();
+        let want = kdirect::Positions::from([(tp(0), 5), (tp(1), 10), (tp(2), 12)]);
+        assert_eq!(back.positions, want);
+        back.execute(&store).await.unwrap();
+        assert_eq!(store.load(&[]).await.unwrap().batch_id, Some(1));
+        // A stream on the store reads from exactly there to the ends.
+        let mut s = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["adm"])
+            .until_latest(true)
+            .store(CheckpointStore::open(&dir, 10).unwrap())
+            .build()
+            .await
+            .unwrap();
+        let mut first: BTreeMap<i32, i64> = BTreeMap::new();
+        let mut n = 0;
+        while let Some(b) = s.next_batch().await.unwrap() {
+            b.for_each_record(|r, rec| {
+                first.entry(r.partition).or_insert(rec.offset());
+                n += 1;
+            })
+            .unwrap();
+            s.commit(b).await.unwrap();
+        }
+        assert_eq!(first, BTreeMap::from([(0, 5), (1, 10), (2, 12)]));
+        assert_eq!(n, 5 + 10 + 18);
+        // Positions from a file naming a partition the cluster does not have: refused.
+        let file = ResetTo::Positions(kdirect::Positions::from([(tp(9), 0)]));
+        let e = admin.plan_reset(&store, &topics, &file).await.unwrap_err();
+        assert_eq!(e.partition(), Some(("adm", 9)), "{e}");
+        // set_positions continues the store's batch ids.
+        let set = kdirect::Positions::from([(tp(0), 1)]);
+        let before = kdirect::admin::set_positions(&store, &set).await.unwrap();
+        let after = store.load(&[]).await.unwrap();
+        assert_eq!(after.batch_id, Some(before.batch_id.unwrap() + 1));
+        assert_eq!(after.positions[&tp(0)], 1);
+    });
+}
