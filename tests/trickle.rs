@@ -65,8 +65,14 @@ static GLOBAL: Counting = Counting;
 /// target. Measured 2026-12-07 (debug build, the least of four windows): 538–540 a batch with
 /// the per-partition gauges' labels built on every batch and a `String` key built per
 /// partition lookup in `FetchState`; 405–500 with the gauges registered once and lookups by
-/// `&str` (a run settles in one of two modes, by how its polls and snapshots fall); the
-/// bound leaves room for a loaded machine's extra polls. Lower it as allocations go.
+/// `&str` (a run settles in one of two modes, by how its polls and snapshots fall). Then
+/// 449, steady: a partition that ListOffsets answered at its position now stays caught up,
+/// so each batch is one long-poll (answered at once, its records carried into the batch)
+/// instead of two ListOffsets rounds for the seven other partitions and a Fetch — fewer
+/// round trips, a few more allocations (the long-poll's request and its eight partitions'
+/// answer). What is left (heaptrack, 2026-12-07): mostly topic `String`s cloned into
+/// `TopicPartition`/`OffsetRange` keys per partition per snapshot. The bound leaves room for
+/// a loaded machine's extra polls. Lower it as allocations go.
 const MOST_PER_BATCH: u64 = 700;
 
 const PARTITIONS: i32 = 8;

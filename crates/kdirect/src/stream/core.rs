@@ -520,12 +520,54 @@ impl StreamCore {
         fresh
     }
 
-    /// A ListOffsets round asked `parts`: what Fetch answers showed of them is older than
-    /// what the plan uses (kept, a later plan would take it for the log's end moving back).
-    pub fn forget_ends(&mut self, parts: &[TopicPartition]) {
-        for tp in parts {
-            self.observed.remove(tp);
-            self.caught_up.remove(tp);
+    /// A ListOffsets round answered `starts` and `ends` (each partition in both): what Fetch
+    /// answers showed of them is older than what the plan uses (dropped: a later plan would
+    /// take it for the log's end moving back). A partition answered with its end at the
+    /// planner's position is caught up as of now, as after a batch that read to its end: the
+    /// next snapshot plans from that without asking again, and when every partition is caught
+    /// up the stream long-polls instead (asking every partition it did not just read at every
+    /// batch, as a trickle on several partitions did, cost two round trips per record).
+    pub fn listed_ends(
+        &mut self,
+        now: Duration,
+        starts: &[PartitionOffset],
+        ends: &[PartitionOffset],
+    ) {
+        let batch = self.planner.next_batch_id();
+        for e in ends {
+            let tp = TopicPartition::new(e.topic.clone(), e.partition);
+            self.observed.remove(&tp);
+            // Both answers are sorted by topic, then partition.
+            let start = starts
+                .binary_search_by(|s| {
+                    (s.topic.as_str(), s.partition).cmp(&(e.topic.as_str(), e.partition))
+                })
+                .ok()
+                .map(|i| &starts[i]);
+            let at_end = self
+                .planner
+                .positions()
+                .get(&tp)
+                .is_some_and(|p| e.offset <= *p);
+            match start {
+                Some(s) if at_end && s.offset >= 0 && s.offset <= e.offset => {
+                    let ends = ObservedEnds {
+                        log_start: s.offset,
+                        end: e.offset,
+                    };
+                    self.caught_up.insert(
+                        tp,
+                        CaughtUp {
+                            ends,
+                            at: now,
+                            batch,
+                        },
+                    );
+                }
+                _ => {
+                    self.caught_up.remove(&tp);
+                }
+            }
         }
     }
 
@@ -545,9 +587,11 @@ impl StreamCore {
         mut found: BTreeMap<TopicPartition, TimestampLookup>,
         at_time: Option<Vec<PartitionOffset>>,
     ) -> Result<Vec<PartitionSnapshot>, EngineError> {
-        let key = |o: &PartitionOffset| (o.topic.clone(), o.partition);
-        starts.sort_by_key(key);
-        ends.sort_by_key(key);
+        let order = |a: &PartitionOffset, b: &PartitionOffset| {
+            (a.topic.as_str(), a.partition).cmp(&(b.topic.as_str(), b.partition))
+        };
+        starts.sort_unstable_by(order);
+        ends.sort_unstable_by(order);
         if self.until.is_none() {
             if let Some(ending) = &self.cfg.ending {
                 self.until = Some(resolve_until(ending, &ends, at_time.as_deref())?);

@@ -278,11 +278,7 @@ impl Driver {
                 .cluster
                 .list_offsets(&ask, OffsetSpec::Latest, iso)
                 .await?;
-            let asked: Vec<TopicPartition> = ask
-                .iter()
-                .map(|(t, p)| TopicPartition::new(t.clone(), *p))
-                .collect();
-            self.core().forget_ends(&asked);
+            self.core().listed_ends(self.now(), &starts, &ends);
             (starts, ends)
         };
         for (tp, o) in &known {

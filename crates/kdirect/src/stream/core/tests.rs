@@ -498,9 +498,31 @@ fn ends_from_fetch_answers_plan_until_they_are_older_than_ends_max_age() {
         core.known_ends(ms(1010), &parts).is_empty(),
         "ends.max.age.ms passed: ListOffsets again"
     );
-    // Asked by ListOffsets: the older Fetch answer is dropped.
-    core.forget_ends(&parts);
-    assert!(core.known_ends(ms(500), &parts).is_empty());
+    // Asked by ListOffsets (position 60, end 120: more to read): the older Fetch answer is
+    // dropped, and the partition is asked again next time.
+    core.listed_ends(
+        ms(1020),
+        &offsets(&[("t", 0, 0)]),
+        &offsets(&[("t", 0, 120)]),
+    );
+    assert!(core.known_ends(ms(1030), &parts).is_empty());
+}
+
+/// A ListOffsets answer with a partition's end at its position: caught up as of the answer,
+/// as after a batch read to the end. Without this, each trickle batch asked ListOffsets for
+/// every partition it did not read, and the asking forgot them again.
+#[test]
+fn a_partition_listed_at_its_position_is_caught_up() {
+    let mut core = resumed(config(DataLossPolicy::Fail), &[("t", 0, 10), ("t", 1, 20)]);
+    core.listed_ends(
+        ms(0),
+        &offsets(&[("t", 0, 0), ("t", 1, 0)]),
+        &offsets(&[("t", 0, 10), ("t", 1, 25)]),
+    );
+    let parts = [TopicPartition::new("t", 0), TopicPartition::new("t", 1)];
+    let known = core.known_ends(ms(1), &parts);
+    assert_eq!(known.len(), 1, "{known:?}");
+    assert_eq!(known[&parts[0]].end, 10);
 }
 
 #[test]
