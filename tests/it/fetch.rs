@@ -65,7 +65,7 @@ fn reads_exact_ranges_in_every_codec() {
                 .unwrap();
             let ranges: Vec<OffsetRange> = (0..3)
                 .map(|p| OffsetRange {
-                    topic: topic.clone(),
+                    topic: topic.clone().into(),
                     partition: p,
                     from: 37 + p as i64,
                     until: 571,

@@ -1059,7 +1059,7 @@ fn a_pattern_member_rejoins_for_a_new_matching_topic() {
             };
             let batch = batch.unwrap().unwrap();
             for r in batch.ranges() {
-                *read.entry(r.topic.clone()).or_default() += r.len();
+                *read.entry(r.topic.to_string()).or_default() += r.len();
             }
             s.commit(batch).await.unwrap();
         }

@@ -368,7 +368,7 @@ fn by_partition<V: Copy>(o: &BTreeMap<String, BTreeMap<i32, V>>) -> BTreeMap<Top
 fn by_topic<V: Copy>(o: &BTreeMap<TopicPartition, V>) -> BTreeMap<String, BTreeMap<i32, V>> {
     let mut out: BTreeMap<String, BTreeMap<i32, V>> = BTreeMap::new();
     for (tp, v) in o {
-        out.entry(tp.topic.clone())
+        out.entry(tp.topic.to_string())
             .or_default()
             .insert(tp.partition, *v);
     }
@@ -387,7 +387,7 @@ fn froms(ranges: &[OffsetRange]) -> TopicOffsets {
     to_topic_offsets(
         ranges
             .iter()
-            .map(|r| (r.topic.clone(), r.partition, r.from)),
+            .map(|r| (r.topic.to_string(), r.partition, r.from)),
     )
 }
 
@@ -395,7 +395,7 @@ fn untils(ranges: &[OffsetRange]) -> TopicOffsets {
     to_topic_offsets(
         ranges
             .iter()
-            .map(|r| (r.topic.clone(), r.partition, r.until)),
+            .map(|r| (r.topic.to_string(), r.partition, r.until)),
     )
 }
 

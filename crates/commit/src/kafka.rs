@@ -336,7 +336,7 @@ impl KafkaGroupStore {
                     leader_epoch: epochs.get(tp).copied().unwrap_or(-1),
                     metadata: Some(crate::resume::commit_metadata(
                         batch_id,
-                        topic_ids.get(&tp.topic),
+                        topic_ids.get(tp.topic.as_str()),
                     )),
                 });
         }
@@ -436,7 +436,7 @@ impl OffsetStore for KafkaGroupStore {
             mut epochs,
             mut topic_ids,
         } = self.fetch(&asked).await?;
-        positions.retain(|tp, _| topics.contains(&tp.topic));
+        positions.retain(|tp, _| topics.iter().any(|t| *t == tp.topic));
         epochs.retain(|tp, _| positions.contains_key(tp));
         topic_ids.retain(|t, _| topics.contains(t));
         Ok(Committed {
@@ -460,7 +460,10 @@ impl OffsetStore for KafkaGroupStore {
         // Best-effort check (not atomic: Kafka has no compare-and-set).
         let mut asked: BTreeMap<String, Vec<i32>> = BTreeMap::new();
         for r in &batch.ranges {
-            asked.entry(r.topic.clone()).or_default().push(r.partition);
+            asked
+                .entry(r.topic.to_string())
+                .or_default()
+                .push(r.partition);
         }
         let asked: Vec<(String, Vec<i32>)> = asked.into_iter().collect();
         if !asked.is_empty() {

@@ -153,7 +153,7 @@ pub(crate) fn forget_set_positions(
     for (tp, o) in set {
         if stored.get(tp) != Some(o) {
             epochs.remove(tp);
-            topic_ids.remove(&tp.topic);
+            topic_ids.remove(tp.topic.as_str());
         }
     }
 }
@@ -306,8 +306,10 @@ impl Committed {
         if topics.is_empty() {
             return;
         }
-        self.positions.retain(|tp, _| topics.contains(&tp.topic));
-        self.epochs.retain(|tp, _| topics.contains(&tp.topic));
+        self.positions
+            .retain(|tp, _| topics.iter().any(|t| *t == tp.topic));
+        self.epochs
+            .retain(|tp, _| topics.iter().any(|t| *t == tp.topic));
         self.topic_ids.retain(|t, _| topics.contains(t));
     }
 }
@@ -1021,7 +1023,7 @@ pub(crate) fn conflict(
 ) -> StoreError {
     StoreErrorKind::Conflict {
         store: store.to_owned(),
-        topic: r.topic.clone(),
+        topic: r.topic.to_string(),
         partition: r.partition,
         expected_from: expected,
         stored: Stored(stored),

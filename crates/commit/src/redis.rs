@@ -386,7 +386,7 @@ impl OffsetStore for RedisStore {
                 .map(|e| e.to_string())
                 .unwrap_or_default();
             let topic_id = batch.topic_id_hex(&r.topic).unwrap_or_default();
-            inv.arg(&r.topic)
+            inv.arg(r.topic.as_str())
                 .arg(r.partition)
                 .arg(batch.expected_from(r))
                 .arg(r.until)
@@ -423,8 +423,8 @@ impl OffsetStore for RedisStore {
             pipe.hset(self.topic_key(&tp.topic), tp.partition, *o)
                 .ignore();
             pipe.hdel(self.epochs_key(&tp.topic), tp.partition).ignore();
-            pipe.hdel(self.topic_ids_key(), &tp.topic).ignore();
-            pipe.sadd(self.topics_key(), &tp.topic).ignore();
+            pipe.hdel(self.topic_ids_key(), tp.topic.as_str()).ignore();
+            pipe.sadd(self.topics_key(), tp.topic.as_str()).ignore();
         }
         pipe.hset(self.meta_key(), "batch_id", batch_id).ignore();
         pipe.hset(self.meta_key(), "updated_ms", now_ms()).ignore();

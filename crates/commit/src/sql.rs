@@ -406,7 +406,7 @@ impl SqlStore {
                 .bind(epoch)
                 .bind(topic_id.clone())
                 .bind(&self.group)
-                .bind(&r.topic)
+                .bind(r.topic.as_str())
                 .bind(r.partition)
                 .bind(batch.expected_from(r))
                 .execute(&mut *tx)
@@ -421,7 +421,7 @@ impl SqlStore {
             }
             let row: Option<AnyRow> = sqlx::query(&select)
                 .bind(&self.group)
-                .bind(&r.topic)
+                .bind(r.topic.as_str())
                 .bind(r.partition)
                 .fetch_optional(&mut *tx)
                 .await
@@ -430,7 +430,7 @@ impl SqlStore {
                 None => {
                     let inserted = sqlx::query(&insert)
                         .bind(&self.group)
-                        .bind(&r.topic)
+                        .bind(r.topic.as_str())
                         .bind(r.partition)
                         .bind(r.until)
                         .bind(batch_id)
@@ -753,9 +753,9 @@ impl OffsetStore for SqlStore {
                     }
                     .into()
                 })?;
-                let newest = ids.get(&row.tp.topic).is_none_or(|(at, _)| *at < b);
+                let newest = ids.get(row.tp.topic.as_str()).is_none_or(|(at, _)| *at < b);
                 if newest && id != [0; 16] {
-                    ids.insert(row.tp.topic.clone(), (b, id));
+                    ids.insert(row.tp.topic.to_string(), (b, id));
                 }
             }
             c.positions.insert(row.tp, row.next_offset);
@@ -837,7 +837,7 @@ impl OffsetStore for SqlStore {
             let kept = sqlx::query(&same)
                 .bind(b)
                 .bind(&self.group)
-                .bind(&tp.topic)
+                .bind(tp.topic.as_str())
                 .bind(tp.partition)
                 .bind(o)
                 .execute(&mut *tx)
@@ -848,14 +848,14 @@ impl OffsetStore for SqlStore {
             }
             sqlx::query(&upsert)
                 .bind(&self.group)
-                .bind(&tp.topic)
+                .bind(tp.topic.as_str())
                 .bind(tp.partition)
                 .bind(o)
                 .bind(b)
                 .execute(&mut *tx)
                 .await
                 .map_err(self.err(t, ctx()))?;
-            moved.insert(&tp.topic);
+            moved.insert(tp.topic.as_str());
         }
         for topic in moved {
             sqlx::query(&forget_id)

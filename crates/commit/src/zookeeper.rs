@@ -637,8 +637,9 @@ impl OffsetStore for ZooKeeperStore {
         c.pending = self.pending(c.batch_id).await?;
         if let Some(p) = &mut c.pending {
             if !topics.is_empty() {
-                p.ranges.retain(|r| topics.contains(&r.topic));
-                p.moved_back.retain(|tp, _| topics.contains(&tp.topic));
+                p.ranges.retain(|r| topics.iter().any(|t| *t == r.topic));
+                p.moved_back
+                    .retain(|tp, _| topics.iter().any(|t| *t == tp.topic));
             }
         }
         Ok(c)
@@ -650,7 +651,7 @@ impl OffsetStore for ZooKeeperStore {
             .iter()
             .map(|r| {
                 let mut j = serde_json::json!({
-                    "topic": r.topic, "partition": r.partition, "from": r.from, "until": r.until,
+                    "topic": r.topic.as_str(), "partition": r.partition, "from": r.from, "until": r.until,
                 });
                 if let Some(m) = batch.moved_back.get(&r.topic_partition()) {
                     j["movedBackFrom"] = serde_json::Value::from(*m);

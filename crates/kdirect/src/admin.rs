@@ -210,7 +210,7 @@ pub async fn set_positions<S: OffsetStore>(
     positions: &Positions,
 ) -> Result<Committed, Error> {
     let topics: Vec<String> = {
-        let mut t: Vec<String> = positions.keys().map(|tp| tp.topic.clone()).collect();
+        let mut t: Vec<String> = positions.keys().map(|tp| tp.topic.to_string()).collect();
         t.dedup();
         t
     };
@@ -315,7 +315,7 @@ impl Admin {
     ) -> Result<BTreeMap<TopicPartition, Option<i64>>, Error> {
         let asked: Vec<(String, i32)> = partitions
             .iter()
-            .map(|tp| (tp.topic.clone(), tp.partition))
+            .map(|tp| (tp.topic.to_string(), tp.partition))
             .collect();
         self.offsets(&asked, OffsetSpec::Timestamp(ms), isolation)
             .await
@@ -338,7 +338,7 @@ impl Admin {
             if let Some(tp) = p.keys().find(|tp| !bounds.contains_key(*tp)) {
                 return Err(kdirect_engine::Error::from(
                     kdirect_engine::ErrorKind::UnknownPartition {
-                        topic: tp.topic.clone(),
+                        topic: tp.topic.to_string(),
                         partition: tp.partition,
                     },
                 )

@@ -103,7 +103,7 @@ impl Truncation {
     /// The lost range, as a batch reports it under `failOnDataLoss=false`.
     pub fn lost(&self) -> LostRange {
         LostRange {
-            topic: self.partition.topic.clone(),
+            topic: self.partition.topic.to_string(),
             partition: self.partition.partition,
             from: self.lost_from,
             until: self.lost_until,
@@ -114,7 +114,7 @@ impl Truncation {
     /// The error under `failOnDataLoss=true`: [`PlanError::DataLoss`].
     pub fn to_error(&self) -> Error {
         PlanError::DataLoss {
-            topic: self.partition.topic.clone(),
+            topic: self.partition.topic.to_string(),
             partition: self.partition.partition,
             lost_from: self.lost_from,
             lost_until: self.lost_until,
@@ -230,7 +230,7 @@ pub async fn check_truncation(
                 return Err(ErrorKind::Partition {
                     broker: conn.broker().clone(),
                     api: OffsetForLeaderEpoch::KEY,
-                    topic: tp.topic.clone(),
+                    topic: tp.topic.to_string(),
                     partition: tp.partition,
                     code,
                 }

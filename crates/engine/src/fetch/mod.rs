@@ -26,7 +26,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::cluster::Cluster;
 use crate::conn::BrokerConnection;
 use crate::error::{BrokerName, Error, ErrorKind};
-use crate::plan::TopicPartition;
+use crate::plan::{Topic, TopicPartition};
 use crate::record::{DecodeError, DecodeOptions, OwnedRecord, Record, RecordBatch, Scratch};
 
 mod epoch;
@@ -485,7 +485,7 @@ impl RangeData {
     fn decode_error(&self, chunk: &Chunk, source: DecodeError) -> Error {
         ErrorKind::Decode {
             broker: chunk.broker.clone(),
-            topic: self.range.topic.clone(),
+            topic: self.range.topic.to_string(),
             partition: self.range.partition,
             source,
         }
@@ -789,7 +789,7 @@ async fn read_groups(
     groups: &[Vec<usize>],
     cfg: &FetchConfig,
     fetcher: &Fetcher,
-    mut carried: std::collections::HashMap<(String, i32), Carried>,
+    mut carried: std::collections::HashMap<(Topic, i32), Carried>,
     fit: bool,
 ) -> Result<(Vec<Option<RangeData>>, Vec<session::Straddling>), Error> {
     // Fitting, a group's session fills half its share (the rest is the held batch's).
@@ -807,7 +807,7 @@ async fn read_groups(
                 .iter()
                 .map(|&i| pieces.get(i).is_some_and(|p| !p.last))
                 .collect();
-            let mine: std::collections::HashMap<(String, i32), Carried> = group
+            let mine: std::collections::HashMap<(Topic, i32), Carried> = group
                 .iter()
                 .filter_map(|r| {
                     let k = (r.topic.clone(), r.partition);
@@ -999,7 +999,7 @@ async fn read_group(
     cfg: &FetchConfig,
     fetcher: &Fetcher,
     share: usize,
-    carried: std::collections::HashMap<(String, i32), Carried>,
+    carried: std::collections::HashMap<(Topic, i32), Carried>,
     fit: bool,
 ) -> Result<(Vec<RangeData>, Vec<session::Straddling>), Error> {
     let mut session = FetchSession::new(ranges, cfg, fetcher);
@@ -1242,7 +1242,7 @@ pub async fn wait_for_data(
                 Default::default();
             let mut names = std::collections::HashMap::new();
             for &(tp, pos, epoch, id) in &parts {
-                names.insert(id, tp.topic.clone());
+                names.entry(id).or_insert_with(|| tp.topic.to_string());
                 // KIP-320: the records kept are validated as the batch's fetch would be.
                 let last_fetched_epoch = fetcher
                     .state()
@@ -1252,7 +1252,7 @@ pub async fn wait_for_data(
                 topics
                     .entry(tp.topic.as_str())
                     .or_insert_with(|| fetch::TopicFetch {
-                        name: tp.topic.clone(),
+                        name: tp.topic.to_string(),
                         id,
                         partitions: Vec::new(),
                     })
@@ -1292,9 +1292,12 @@ pub async fn wait_for_data(
                 }
             }
             let hold = hold.map(Arc::new);
-            let asked_at: std::collections::HashMap<(&str, i32), (i64, i32, [u8; 16])> = parts
+            type AskedAt<'p> = (&'p TopicPartition, (i64, i32, [u8; 16]));
+            let asked_at: std::collections::HashMap<(&str, i32), AskedAt<'_>> = parts
                 .iter()
-                .map(|&(tp, pos, epoch, id)| ((tp.topic.as_str(), tp.partition), (pos, epoch, id)))
+                .map(|&(tp, pos, epoch, id)| {
+                    ((tp.topic.as_str(), tp.partition), (tp, (pos, epoch, id)))
+                })
                 .collect();
             let mut ends = Vec::with_capacity(answer.partitions.len());
             for p in answer.partitions {
@@ -1302,17 +1305,21 @@ pub async fn wait_for_data(
                     continue;
                 }
                 let end = session::partition_end(&p, iso);
-                if let (Some(hold), Some(&at)) =
-                    (&hold, asked_at.get(&(p.topic.as_str(), p.partition)))
-                {
+                let asked = asked_at.get(&(p.topic.as_str(), p.partition));
+                if let (Some(hold), Some(&(_, at))) = (&hold, asked) {
                     let plain = p.diverging_epoch.is_none()
                         && (p.preferred_read_replica < 0 || p.preferred_read_replica == leader);
                     if plain && !p.records.is_empty() {
                         keep_polled(&p, at, end, hold, conn.broker(), cfg, fetcher);
                     }
                 }
+                // The key the caller asked with (its topic shared, no allocation).
+                let tp = asked.map_or_else(
+                    || TopicPartition::new(p.topic.clone(), p.partition),
+                    |(tp, _)| (*tp).clone(),
+                );
                 ends.push((
-                    TopicPartition::new(p.topic, p.partition),
+                    tp,
                     ObservedEnds {
                         log_start: p.log_start_offset,
                         end,

@@ -24,7 +24,7 @@ use super::epoch::{judge_epoch_end, EpochVerdict};
 use super::{Chunk, FetchConfig, FetchState, Fetcher, ObservedEnds, RangeData, ScratchPool};
 use crate::cluster::ClusterView;
 use crate::error::{BrokerName, Error, ErrorKind};
-use crate::plan::OffsetRange;
+use crate::plan::{OffsetRange, Topic};
 use crate::record::{DecodeOptions, RecordBatch};
 
 /// One Fetch request to one leader (or to the replica a leader pointed at, KIP-392), as the
@@ -255,7 +255,7 @@ impl FetchSession {
     /// range uses is dropped (its bytes of the budget freed).
     pub(super) fn start_with(
         &mut self,
-        mut carried: HashMap<(String, i32), super::Carried>,
+        mut carried: HashMap<(Topic, i32), super::Carried>,
         view: &ClusterView,
     ) {
         if carried.is_empty() {
@@ -356,7 +356,7 @@ impl FetchSession {
                 continue;
             }
             out.push(Straddling {
-                topic: r.topic.clone(),
+                topic: r.topic.to_string(),
                 partition: r.partition,
                 from: r.until,
                 until: left.until,
@@ -378,7 +378,7 @@ impl FetchSession {
 
     /// The topics of the ranges, sorted, once each.
     pub fn topics(&self) -> Vec<String> {
-        let mut t: Vec<String> = self.ranges.iter().map(|r| r.topic.clone()).collect();
+        let mut t: Vec<String> = self.ranges.iter().map(|r| r.topic.to_string()).collect();
         t.sort_unstable();
         t.dedup();
         t
@@ -524,7 +524,7 @@ impl FetchSession {
                     continue;
                 };
                 let id = view.topic(&r.topic).map(|t| t.id).unwrap_or([0; 16]);
-                names.insert(id, r.topic.clone());
+                names.insert(id, r.topic.to_string());
                 let bytes = self.part_bytes(state, i);
                 asked_items.push((i, usize::try_from(bytes).unwrap_or(0)));
                 if let Some(a) = self.asked_epoch.get_mut(i) {
@@ -534,7 +534,7 @@ impl FetchSession {
                     Some(at) => at,
                     None => {
                         topics.push(TopicFetch {
-                            name: r.topic.clone(),
+                            name: r.topic.to_string(),
                             id,
                             partitions: Vec::new(),
                         });
@@ -656,7 +656,7 @@ impl FetchSession {
                 // planned: data loss, named with the exact offsets lost.
                 if code == ErrorCode::OFFSET_OUT_OF_RANGE && p.log_start_offset > at {
                     return Err(crate::plan::PlanError::DataLoss {
-                        topic: r.topic.clone(),
+                        topic: r.topic.to_string(),
                         partition: r.partition,
                         lost_from: at,
                         lost_until: p.log_start_offset,
@@ -693,7 +693,7 @@ impl FetchSession {
             let walked = super::walk_answer(&p, opts, &self.scratch).map_err(|source| {
                 Error::from(ErrorKind::Decode {
                     broker: broker.clone(),
-                    topic: r.topic.clone(),
+                    topic: r.topic.to_string(),
                     partition: r.partition,
                     source,
                 })
@@ -761,7 +761,7 @@ impl FetchSession {
             if end <= at {
                 return Err(ErrorKind::PastEnd {
                     broker: broker.clone(),
-                    topic: r.topic.clone(),
+                    topic: r.topic.to_string(),
                     partition: r.partition,
                     from: r.from,
                     until: r.until,
@@ -793,7 +793,7 @@ impl FetchSession {
             self.retry = Some(
                 ErrorKind::NoProgress {
                     broker: broker.clone(),
-                    topic: r.topic.clone(),
+                    topic: r.topic.to_string(),
                     partition: r.partition,
                     offset: at,
                     reason: format!(
@@ -828,7 +828,7 @@ impl FetchSession {
         let (topic, partition) = self
             .ranges
             .get(i)
-            .map_or((String::new(), -1), |r| (r.topic.clone(), r.partition));
+            .map_or((String::new(), -1), |r| (r.topic.to_string(), r.partition));
         let broker = self
             .asked_of
             .get(i)
@@ -872,7 +872,7 @@ impl FetchSession {
         let no_progress = |reason: String| -> Error {
             ErrorKind::NoProgress {
                 broker: broker.clone(),
-                topic: r.topic.clone(),
+                topic: r.topic.to_string(),
                 partition: r.partition,
                 offset: at,
                 reason,
@@ -926,7 +926,7 @@ impl FetchSession {
                 Ok(())
             }
             EpochVerdict::Truncated { lost_from } => Err(crate::plan::PlanError::DataLoss {
-                topic: r.topic.clone(),
+                topic: r.topic.to_string(),
                 partition: r.partition,
                 lost_from,
                 lost_until: r.from,
@@ -985,7 +985,7 @@ fn is_leader_change(code: ErrorCode) -> bool {
 fn range_error(broker: &BrokerName, r: &OffsetRange, at: i64, code: ErrorCode) -> Error {
     ErrorKind::Range {
         broker: broker.clone(),
-        topic: r.topic.clone(),
+        topic: r.topic.to_string(),
         partition: r.partition,
         from: r.from,
         until: r.until,

@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use super::SharedPermit;
 
 use crate::error::BrokerName;
+use crate::plan::Topic;
 use crate::record::RecordBatch;
 
 /// What the fetches of one stream learned and keep between fetches. See the module docs.
@@ -37,7 +38,7 @@ pub struct FetchState {
     fetched: ByPartition<LastFetched>,
     /// The stored batches the last fetch's ranges ended inside of, by topic and partition:
     /// the next range of the partition starts with it instead of fetching it again.
-    carried: HashMap<(String, i32), Carried>,
+    carried: HashMap<(Topic, i32), Carried>,
 }
 
 /// Values by topic and partition, looked up by `&str` without building a key: a lookup per
@@ -208,13 +209,13 @@ impl FetchState {
 
     /// Takes every carried batch (those the next session does not use are dropped, and
     /// their bytes of the budget freed).
-    pub(crate) fn take_carried(&mut self) -> HashMap<(String, i32), Carried> {
+    pub(crate) fn take_carried(&mut self) -> HashMap<(Topic, i32), Carried> {
         std::mem::take(&mut self.carried)
     }
 
     /// Keeps `c` for the next range of `topic`-`partition`.
-    pub(crate) fn put_carried(&mut self, topic: &str, partition: i32, c: Carried) {
-        self.carried.insert((topic.to_owned(), partition), c);
+    pub(crate) fn put_carried(&mut self, topic: impl Into<Topic>, partition: i32, c: Carried) {
+        self.carried.insert((topic.into(), partition), c);
     }
 
     /// Learns from `bytes` of stored batches spanning `offsets` offsets, the largest of them

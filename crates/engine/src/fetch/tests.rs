@@ -844,7 +844,7 @@ fn carried_data_needs_the_same_topic_id_and_leader_epoch() {
             topic_id,
             permit: std::sync::Arc::new(budget.try_reserve(1).unwrap()),
         };
-        std::collections::HashMap::from([(("t".to_owned(), 0), c)])
+        std::collections::HashMap::from([(("t".into(), 0), c)])
     };
     for (id, epoch, used) in [
         (TOPIC_ID, 5, true),
@@ -954,7 +954,7 @@ fn a_range_inside_a_compaction_gap_completes_empty_and_carries_the_next_batch() 
             topic_id: TOPIC_ID,
             permit: std::sync::Arc::new(budget.try_reserve(1).unwrap()),
         };
-        std::collections::HashMap::from([(("t".to_owned(), 0), c)])
+        std::collections::HashMap::from([(("t".into(), 0), c)])
     };
     let mut gap = FetchSession::new(
         &ranges(&[(0, 1000, 2000)]),

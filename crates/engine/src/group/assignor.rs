@@ -166,7 +166,7 @@ fn cooperative_sticky(
     let subscribes = |m: &MemberSubscription, topic: &str| m.topics.iter().any(|t| t == topic);
     let exists = |tp: &TopicPartition| {
         partitions
-            .get(&tp.topic)
+            .get(tp.topic.as_str())
             .is_some_and(|n| (0..*n).contains(&tp.partition))
     };
     // Who owns what: the claim of the highest generation wins; two claims of one generation

@@ -193,7 +193,7 @@ impl Membership {
         let mut owned: BTreeMap<String, Vec<i32>> = BTreeMap::new();
         for tp in &self.assigned {
             owned
-                .entry(tp.topic.clone())
+                .entry(tp.topic.to_string())
                 .or_default()
                 .push(tp.partition);
         }
@@ -320,7 +320,10 @@ impl Membership {
             .map(|(member, set)| {
                 let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
                 for tp in set {
-                    by_topic.entry(tp.topic).or_default().push(tp.partition);
+                    by_topic
+                        .entry(tp.topic.into())
+                        .or_default()
+                        .push(tp.partition);
                 }
                 let a = Assignment {
                     partitions: by_topic.into_iter().collect(),

@@ -61,6 +61,7 @@ mod rate;
 mod rotate;
 mod split;
 mod start;
+mod topic;
 
 #[cfg(test)]
 mod tests;
@@ -70,19 +71,20 @@ pub use rate::RatePolicy;
 pub(crate) use split::divide;
 pub use split::{split_ranges, SplitPolicy};
 pub use start::{DataLossPolicy, StartOffset, StartPolicy, TimestampLookup, TimestampStrategy};
+pub use topic::{Topic, Topics};
 
 /// A topic name and a partition number.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TopicPartition {
     /// The topic.
-    pub topic: String,
+    pub topic: Topic,
     /// The partition.
     pub partition: i32,
 }
 
 impl TopicPartition {
     /// A topic partition.
-    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
+    pub fn new(topic: impl Into<Topic>, partition: i32) -> Self {
         Self {
             topic: topic.into(),
             partition,
@@ -101,7 +103,7 @@ impl fmt::Display for TopicPartition {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct OffsetRange {
     /// The topic.
-    pub topic: String,
+    pub topic: Topic,
     /// The partition.
     pub partition: i32,
     /// First offset to read.
@@ -112,7 +114,7 @@ pub struct OffsetRange {
 
 impl OffsetRange {
     /// A range `[from, until)`.
-    pub fn new(topic: impl Into<String>, partition: i32, from: i64, until: i64) -> Self {
+    pub fn new(topic: impl Into<Topic>, partition: i32, from: i64, until: i64) -> Self {
         Self {
             topic: topic.into(),
             partition,
@@ -244,7 +246,7 @@ pub struct LostRange {
 #[non_exhaustive]
 pub struct PartitionSnapshot {
     /// The topic.
-    pub topic: String,
+    pub topic: Topic,
     /// The partition.
     pub partition: i32,
     /// The log start offset (ListOffsets "earliest").
@@ -259,7 +261,7 @@ pub struct PartitionSnapshot {
 
 impl PartitionSnapshot {
     /// A snapshot of a partition whose log is `[log_start, end)`.
-    pub fn new(topic: impl Into<String>, partition: i32, log_start: i64, end: i64) -> Self {
+    pub fn new(topic: impl Into<Topic>, partition: i32, log_start: i64, end: i64) -> Self {
         Self {
             topic: topic.into(),
             partition,
@@ -665,7 +667,7 @@ impl Planner {
         planner.known_topics = planner
             .positions
             .keys()
-            .map(|tp| tp.topic.clone())
+            .map(|tp| tp.topic.to_string())
             .collect();
         Ok(planner)
     }
@@ -783,7 +785,7 @@ impl Planner {
     }
 
     fn is_new_partition(&self, tp: &TopicPartition) -> bool {
-        self.initialized || self.known_topics.contains(&tp.topic)
+        self.initialized || self.known_topics.contains(tp.topic.as_str())
     }
 
     /// When the batch after one planned at `now` with `ranges` may start: the trigger's
@@ -837,7 +839,7 @@ impl Planner {
         for snap in snapshot {
             if snap.log_start < 0 || snap.end < snap.log_start {
                 return Err(PlanError::InvalidSnapshot {
-                    topic: snap.topic.clone(),
+                    topic: snap.topic.to_string(),
                     partition: snap.partition,
                     log_start: snap.log_start,
                     end: snap.end,
@@ -845,7 +847,7 @@ impl Planner {
             }
             if parts.insert(snap.topic_partition(), snap).is_some() {
                 return Err(PlanError::DuplicatePartition {
-                    topic: snap.topic.clone(),
+                    topic: snap.topic.to_string(),
                     partition: snap.partition,
                 });
             }

@@ -268,7 +268,7 @@ fn check(
 
 fn lost(tp: &TopicPartition, from: i64, until: i64, reason: DataLossReason) -> LostRange {
     LostRange {
-        topic: tp.topic.clone(),
+        topic: tp.topic.to_string(),
         partition: tp.partition,
         from,
         until,

@@ -272,7 +272,7 @@ async fn checks(args: &Args) -> Vec<Check> {
             .zip(ends)
             .filter(|(s, e)| e.offset > s.offset)
             .map(|(_, e)| OffsetRange {
-                topic: e.topic.clone(),
+                topic: e.topic.clone().into(),
                 partition: e.partition,
                 from: e.offset - 1,
                 until: e.offset,

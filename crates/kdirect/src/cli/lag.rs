@@ -120,7 +120,7 @@ async fn report(
         .map(|(tp, log)| {
             let committed = committed.positions.get(tp).copied();
             Row {
-                topic: tp.topic.clone(),
+                topic: tp.topic.to_string(),
                 partition: tp.partition,
                 committed,
                 log_start: log.start,

@@ -491,11 +491,11 @@ mod store_cmd {
                 "pending": c.pending.as_ref().map(|p| json!({
                     "batch_id": p.id,
                     "ranges": p.ranges.iter().map(|r| json!({
-                        "topic": r.topic, "partition": r.partition, "from": r.from, "until": r.until,
+                        "topic": r.topic.as_str(), "partition": r.partition, "from": r.from, "until": r.until,
                     })).collect::<Vec<_>>(),
                 })),
                 "partitions": c.positions.iter().map(|(tp, o)| json!({
-                    "topic": tp.topic, "partition": tp.partition, "offset": o,
+                    "topic": tp.topic.as_str(), "partition": tp.partition, "offset": o,
                 })).collect::<Vec<_>>(),
             });
             writeln!(out, "{doc}")?;
@@ -592,10 +592,10 @@ mod store_cmd {
                 .await?
                 .positions
                 .keys()
-                .map(|tp| tp.topic.clone())
+                .map(|tp| tp.topic.to_string())
                 .collect()
         } else if let Some(f) = &from_file {
-            f.keys().map(|tp| tp.topic.clone()).collect()
+            f.keys().map(|tp| tp.topic.to_string()).collect()
         } else {
             args.topic.clone()
         };
@@ -925,7 +925,11 @@ mod store_cmd {
         }
         // Every position inside its partition's log, every partition known to the cluster.
         let cluster = args.store.require_cluster("offsets import-spark").await?;
-        let mut topics: Vec<String> = import.positions.keys().map(|tp| tp.topic.clone()).collect();
+        let mut topics: Vec<String> = import
+            .positions
+            .keys()
+            .map(|tp| tp.topic.to_string())
+            .collect();
         topics.dedup();
         let bounds =
             crate::cli::common::log_bounds(&cluster, &topics, IsolationLevel::ReadUncommitted)

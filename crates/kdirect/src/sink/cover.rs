@@ -157,7 +157,7 @@ impl Cover {
         for (len, pos) in std::iter::once(&self.last).chain(more) {
             let pos: Vec<serde_json::Value> = pos
                 .iter()
-                .map(|(tp, o)| serde_json::json!([tp.topic, tp.partition, o]))
+                .map(|(tp, o)| serde_json::json!([tp.topic.as_str(), tp.partition, o]))
                 .collect();
             text.push_str(&serde_json::json!({ "len": len, "positions": pos }).to_string());
             text.push('\n');

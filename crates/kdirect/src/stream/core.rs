@@ -23,7 +23,8 @@ use kdirect_commit::{Committed, PlannedBatch};
 use kdirect_engine::fetch::{ObservedEnds, RangeData, Truncation};
 use kdirect_engine::plan::{
     BatchCompletion, DataLossPolicy, DataLossReason, LostRange, OffsetRange, PartitionSnapshot,
-    PlanError, PlanOutcome, Planner, PlannerConfig, TimestampLookup, TopicPartition, Wait,
+    PlanError, PlanOutcome, Planner, PlannerConfig, TimestampLookup, Topic, TopicPartition, Topics,
+    Wait,
 };
 use kdirect_engine::{Error as EngineError, ErrorKind};
 use kdirect_proto::api::list_offsets::PartitionOffset;
@@ -169,6 +170,8 @@ pub(crate) struct StreamCore {
     replay: Option<PlannedBatch>,
     /// Each topic's id (KIP-516) as first seen; all zeros when the broker sends none.
     topic_ids: BTreeMap<String, [u8; 16]>,
+    /// The topics' names, shared by the keys built per partition per batch.
+    topics: Topics,
     /// Partitions of re-created topics, and truncations found before a plan (KIP-320),
     /// reported with the next batch.
     pending_lost: Vec<LostRange>,
@@ -219,6 +222,7 @@ impl StreamCore {
             planner,
             replay,
             topic_ids,
+            topics: Topics::default(),
             pending_lost: Vec::new(),
             rewinds: BTreeMap::new(),
             until: None,
@@ -344,7 +348,7 @@ impl StreamCore {
         } = batch;
         let mut want: Vec<OffsetRange> = ranges.iter().filter(|r| !r.is_empty()).cloned().collect();
         let mut lost = Vec::new();
-        let topics: BTreeSet<String> = want.iter().map(|r| r.topic.clone()).collect();
+        let topics: BTreeSet<String> = want.iter().map(|r| r.topic.to_string()).collect();
         for t in topics {
             let Some(cluster_id) = id_of(&t) else {
                 continue;
@@ -409,7 +413,7 @@ impl StreamCore {
             // records already removed from it).
             self.planner.set_position(tp.clone(), 0);
             self.pending_lost.push(LostRange {
-                topic: tp.topic,
+                topic: tp.topic.into(),
                 partition: tp.partition,
                 from: pos,
                 until: pos,
@@ -584,6 +588,7 @@ impl StreamCore {
         &mut self,
         mut starts: Vec<PartitionOffset>,
         mut ends: Vec<PartitionOffset>,
+        known: BTreeMap<TopicPartition, ObservedEnds>,
         mut found: BTreeMap<TopicPartition, TimestampLookup>,
         at_time: Option<Vec<PartitionOffset>>,
     ) -> Result<Vec<PartitionSnapshot>, EngineError> {
@@ -597,42 +602,69 @@ impl StreamCore {
                 self.until = Some(resolve_until(ending, &ends, at_time.as_deref())?);
             }
         }
-        let mut snap = Vec::with_capacity(starts.len());
+        let mut snap = Vec::with_capacity(starts.len() + known.len());
         for s in &starts {
-            let tp = TopicPartition::new(s.topic.clone(), s.partition);
+            let tp = TopicPartition::new(self.topics.get(&s.topic), s.partition);
             // Each start is paired with its own partition's end (the lists are sorted alike;
             // a partition missing from the ends is the broker's fault, never another
             // partition's end).
-            let mut end = ends
+            let end = ends
                 .binary_search_by(|e| {
                     (e.topic.as_str(), e.partition).cmp(&(s.topic.as_str(), s.partition))
                 })
                 .map_or(-1, |i| ends[i].offset);
-            // The end is asked after the start, and a log start never passes the end at any
-            // moment, so these two can only disagree when the broker's offsets are wrong.
-            // Offsets that make no sense (a negative log start, an end below it) are the
-            // broker's fault, reported as such: never read as "nothing to read".
-            if s.offset < 0 || end < s.offset {
-                return Err(PlanError::InvalidSnapshot {
-                    topic: s.topic.clone(),
-                    partition: s.partition,
-                    log_start: s.offset,
-                    end,
-                }
-                .into());
-            }
-            if let Some(u) = &self.until {
-                // Partitions that appeared after the start have nothing to read in this run.
-                end = end.min(u.get(&tp).copied().unwrap_or(s.offset));
-            }
-            let mut ps =
-                PartitionSnapshot::new(s.topic.clone(), s.partition, s.offset, end.max(s.offset));
-            if let Some(l) = found.remove(&tp) {
-                ps = ps.with_timestamp_lookup(l);
-            }
-            snap.push(ps);
+            snap.push(self.partition_snapshot(tp, s.offset, end, &mut found)?);
         }
+        for (tp, o) in known {
+            snap.push(self.partition_snapshot(tp, o.log_start, o.end, &mut found)?);
+        }
+        snap.sort_unstable_by(|a, b| {
+            (a.topic.as_str(), a.partition).cmp(&(b.topic.as_str(), b.partition))
+        });
         Ok(snap)
+    }
+
+    /// One partition's snapshot: its log `[log_start, end)` checked, its end held to the
+    /// stream's until, with its timestamp lookup's answer.
+    fn partition_snapshot(
+        &self,
+        tp: TopicPartition,
+        log_start: i64,
+        mut end: i64,
+        found: &mut BTreeMap<TopicPartition, TimestampLookup>,
+    ) -> Result<PartitionSnapshot, EngineError> {
+        // The end is asked after the start, and a log start never passes the end at any
+        // moment, so these two can only disagree when the broker's offsets are wrong.
+        // Offsets that make no sense (a negative log start, an end below it) are the
+        // broker's fault, reported as such: never read as "nothing to read".
+        if log_start < 0 || end < log_start {
+            return Err(PlanError::InvalidSnapshot {
+                topic: tp.topic.to_string(),
+                partition: tp.partition,
+                log_start,
+                end,
+            }
+            .into());
+        }
+        if let Some(u) = &self.until {
+            // Partitions that appeared after the start have nothing to read in this run.
+            end = end.min(u.get(&tp).copied().unwrap_or(log_start));
+        }
+        let mut ps = PartitionSnapshot::new(
+            tp.topic.clone(),
+            tp.partition,
+            log_start,
+            end.max(log_start),
+        );
+        if let Some(l) = found.remove(&tp) {
+            ps = ps.with_timestamp_lookup(l);
+        }
+        Ok(ps)
+    }
+
+    /// The shared name of topic `name` ([`Topics`]): keys built from it cost no allocation.
+    pub fn topic(&mut self, name: &str) -> Topic {
+        self.topics.get(name)
     }
 
     /// Whether a snapshot shows a partition's position outside its log (below the log start
@@ -956,13 +988,20 @@ impl StreamCore {
     /// KIP-516: the ids of the ranges' topics, as the stream last saw them (none for a
     /// broker without topic ids).
     fn topic_ids_of(&self, ranges: &[OffsetRange]) -> BTreeMap<String, [u8; 16]> {
-        ranges
-            .iter()
-            .filter_map(|r| {
-                let id = *self.topic_ids.get(&r.topic).filter(|id| **id != [0; 16])?;
-                Some((r.topic.clone(), id))
-            })
-            .collect()
+        let mut out = BTreeMap::new();
+        for r in ranges {
+            if out.contains_key(r.topic.as_str()) {
+                continue;
+            }
+            if let Some(id) = self
+                .topic_ids
+                .get(r.topic.as_str())
+                .filter(|id| **id != [0; 16])
+            {
+                out.insert(r.topic.to_string(), *id);
+            }
+        }
+        out
     }
 
     /// The partitions of `snap` to long-poll: those the planner has a position for that is

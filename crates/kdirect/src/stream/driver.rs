@@ -18,7 +18,7 @@ use kdirect_engine::plan::{
 };
 use kdirect_engine::retry::Budget;
 use kdirect_engine::{Error as EngineError, ErrorKind};
-use kdirect_proto::api::list_offsets::{OffsetSpec, PartitionOffset};
+use kdirect_proto::api::list_offsets::OffsetSpec;
 
 use super::core::{FetchPlan, Sizing, Step, StreamCore};
 use super::{Batch, Ending, StreamConfig};
@@ -252,7 +252,8 @@ impl Driver {
             for t in &topics {
                 for p in &view.topic(t)?.partitions {
                     if core.reads(t, p.partition) {
-                        parts.push(TopicPartition::new(*t, p.partition));
+                        let topic = core.topic(t);
+                        parts.push(TopicPartition::new(topic, p.partition));
                     }
                 }
             }
@@ -265,9 +266,9 @@ impl Driver {
         let ask: Vec<(String, i32)> = parts
             .iter()
             .filter(|tp| !known.contains_key(*tp))
-            .map(|tp| (tp.topic.clone(), tp.partition))
+            .map(|tp| (tp.topic.to_string(), tp.partition))
             .collect();
-        let (mut starts, mut ends) = if ask.is_empty() {
+        let (starts, ends) = if ask.is_empty() {
             (Vec::new(), Vec::new())
         } else {
             let starts = self
@@ -281,18 +282,6 @@ impl Driver {
             self.core().listed_ends(self.now(), &starts, &ends);
             (starts, ends)
         };
-        for (tp, o) in &known {
-            let listed = |offset| PartitionOffset {
-                topic: tp.topic.clone(),
-                partition: tp.partition,
-                error: kdirect_proto::ErrorCode::NONE,
-                offset,
-                timestamp: -1,
-                leader_epoch: -1,
-            };
-            starts.push(listed(o.log_start));
-            ends.push(listed(o.end));
-        }
         let lookups = self.core().timestamp_lookups(&parts);
         let mut found: BTreeMap<TopicPartition, TimestampLookup> = BTreeMap::new();
         // One ListOffsets round per distinct timestamp (usually one).
@@ -301,7 +290,7 @@ impl Driver {
             by_time
                 .entry(*ts)
                 .or_default()
-                .push((tp.topic.clone(), tp.partition));
+                .push((tp.topic.to_string(), tp.partition));
         }
         for (ts, ask) in by_time {
             for o in self
@@ -322,7 +311,7 @@ impl Driver {
             (Some(Ending::Timestamp(ts)), true) => {
                 let all: Vec<(String, i32)> = parts
                     .iter()
-                    .map(|tp| (tp.topic.clone(), tp.partition))
+                    .map(|tp| (tp.topic.to_string(), tp.partition))
                     .collect();
                 Some(
                     self.cluster
@@ -332,7 +321,7 @@ impl Driver {
             }
             _ => None,
         };
-        self.core().snapshot(starts, ends, found, at_time)
+        self.core().snapshot(starts, ends, known, found, at_time)
     }
 
     /// KIP-320: before planning, asks the leaders of partitions whose leader epoch moved since
@@ -466,7 +455,7 @@ impl Driver {
                         .unwrap_or_else(|| "the partition's leader".to_owned()),
                     node_id: node,
                 },
-                topic: stuck.topic.clone(),
+                topic: stuck.topic.to_string(),
                 partition: stuck.partition,
                 offset: stuck.from,
                 reason: format!(

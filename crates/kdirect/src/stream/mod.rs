@@ -1458,7 +1458,7 @@ impl DirectStream {
                 let mut assigned_topics: Vec<String> = joined
                     .partitions
                     .iter()
-                    .map(|tp| tp.topic.clone())
+                    .map(|tp| tp.topic.to_string())
                     .collect();
                 assigned_topics.dedup();
                 if assigned_topics.is_empty() {

@@ -508,6 +508,41 @@ fn ends_from_fetch_answers_plan_until_they_are_older_than_ends_max_age() {
     assert!(core.known_ends(ms(1030), &parts).is_empty());
 }
 
+/// A snapshot merges partitions ListOffsets answered with those whose ends recent answers
+/// gave, in (topic, partition) order, each checked alike.
+#[test]
+fn a_snapshot_merges_listed_and_known_ends_in_order() {
+    let mut core = core_with(config(DataLossPolicy::Fail));
+    let known = BTreeMap::from([(
+        TopicPartition::new("t", 0),
+        ObservedEnds {
+            log_start: 5,
+            end: 40,
+        },
+    )]);
+    let s = core
+        .snapshot(
+            offsets(&[("t", 1, 0)]),
+            offsets(&[("t", 1, 20)]),
+            known,
+            BTreeMap::new(),
+            None,
+        )
+        .unwrap();
+    assert_eq!(s, snap(&[("t", 0, 5, 40), ("t", 1, 0, 20)]));
+    let bad = BTreeMap::from([(
+        TopicPartition::new("t", 2),
+        ObservedEnds {
+            log_start: 50,
+            end: 40,
+        },
+    )]);
+    let e = core
+        .snapshot(Vec::new(), Vec::new(), bad, BTreeMap::new(), None)
+        .unwrap_err();
+    assert!(e.to_string().contains("t-2"), "{e}");
+}
+
 /// A ListOffsets answer with a partition's end at its position: caught up as of the answer,
 /// as after a batch read to the end. Without this, each trickle batch asked ListOffsets for
 /// every partition it did not read, and the asking forgot them again.
@@ -621,6 +656,7 @@ fn a_bounded_stream_resolves_its_ends_at_the_first_snapshot_and_stops_there() {
             offsets(&[("t", 1, 0), ("t", 0, 0)]),
             offsets(&[("t", 0, 30), ("t", 1, 20)]),
             BTreeMap::new(),
+            BTreeMap::new(),
             None,
         )
         .unwrap();
@@ -630,6 +666,7 @@ fn a_bounded_stream_resolves_its_ends_at_the_first_snapshot_and_stops_there() {
         .snapshot(
             offsets(&[("t", 0, 0), ("t", 1, 0)]),
             offsets(&[("t", 0, 90), ("t", 1, 90)]),
+            BTreeMap::new(),
             BTreeMap::new(),
             None,
         )
@@ -654,6 +691,7 @@ fn ending_offsets_must_name_every_partition_and_minus_one_is_latest() {
             offsets(&[("t", 0, 0)]),
             offsets(&[("t", 0, 30)]),
             BTreeMap::new(),
+            BTreeMap::new(),
             None,
         )
         .unwrap();
@@ -663,6 +701,7 @@ fn ending_offsets_must_name_every_partition_and_minus_one_is_latest() {
         .snapshot(
             offsets(&[("t", 0, 0), ("t", 1, 0)]),
             offsets(&[("t", 0, 30), ("t", 1, 5)]),
+            BTreeMap::new(),
             BTreeMap::new(),
             None,
         )
@@ -679,6 +718,7 @@ fn a_snapshot_pairs_each_start_with_its_own_partition_s_end() {
             offsets(&[("t", 0, 0), ("t", 1, 5), ("t", 2, 0)]),
             offsets(&[("t", 0, 30), ("t", 2, 50)]),
             BTreeMap::new(),
+            BTreeMap::new(),
             None,
         )
         .unwrap_err();
@@ -688,6 +728,7 @@ fn a_snapshot_pairs_each_start_with_its_own_partition_s_end() {
         .snapshot(
             offsets(&[("t", 0, 10)]),
             offsets(&[("t", 0, 5)]),
+            BTreeMap::new(),
             BTreeMap::new(),
             None,
         )
