@@ -19,7 +19,7 @@
 //! checksum (a wrapping sum of per-record CRC32C(key)+value, independent of order); the run
 //! fails if the clients disagree or if any client reads fewer records than were served.
 //! `floor` is the network floor (issue 35): the Fetch requests kdirect's defaults make, each
-//! answer read and dropped after stepping over its record batches' headers (no CRC, no
+//! answer read and dropped after framing its record batches' headers (no CRC, no
 //! record, no checksum; one request in flight per leader): kdirect's CPU above it is what
 //! decoding and delivering cost. It runs by default on the fake broker and on Kafka.
 //!
@@ -1399,12 +1399,13 @@ fn rdkafka_client(o: &Opts, crc: bool) -> Result<Sum, String> {
 /// request per leader for every partition not yet read to its end, `max.partition.fetch.bytes`
 /// 1 MiB, `fetch.max.bytes` 50 MiB) through kdirect's own connection, the answers read into
 /// memory and then dropped: the frame parsed down to each partition's record bytes (zero-copy,
-/// as kdirect's decoder does), the record batches' headers stepped over for their last offset
-/// and record count, and nothing else — no CRC, no record walk, no checksum. What kdirect's
+/// as kdirect's decoder does), the record batches framed by the decoder's batch walk (CRC off)
+/// for their last offset and record count, and nothing else — no CRC, no record walk, no checksum. What kdirect's
 /// CPU per record is above this is what decoding and delivering cost.
 fn floor_client(o: &Opts) -> Result<Sum, String> {
     use kdirect::engine::cluster::Cluster;
     use kdirect::engine::conn::ConnConfig;
+    use kdirect::engine::record::Batches;
     use kdirect::proto::api::fetch::{self, Fetch, FetchParams, PartitionFetch, TopicFetch};
     use kdirect::proto::api::list_offsets::OffsetSpec;
     use kdirect::proto::IsolationLevel;
@@ -1476,27 +1477,16 @@ fn floor_client(o: &Opts) -> Result<Sum, String> {
                     let Some(at) = pos.get_mut(&p.partition) else {
                         continue;
                     };
-                    // Whole record batches: base offset (8), length (4), ..., last offset delta
-                    // at 23, ..., record count at 57 (v2 batches, 61-byte header).
-                    let mut b: &[u8] = &p.records;
-                    while b.len() >= 61 {
-                        let int = |at: usize| {
-                            i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-                        };
-                        let base = i64::from_be_bytes(b[..8].try_into().unwrap_or_default());
-                        let len = usize::try_from(int(8))
-                            .unwrap_or(usize::MAX)
-                            .saturating_add(12);
-                        if len > b.len() {
-                            break;
-                        }
-                        let next = base + i64::from(int(23)) + 1;
+                    // Whole record batches, framed by the decoder's own batch walk without
+                    // the CRC: a header each, no record touched.
+                    for b in Batches::new(p.records.clone(), false) {
+                        let b = b.map_err(|e| e.to_string())?;
+                        let next = b.header().next_offset();
                         if next > *at {
-                            sum.records += u64::try_from(int(57)).unwrap_or(0);
-                            sum.bytes += len as u64;
+                            sum.records += u64::try_from(b.header().record_count).unwrap_or(0);
+                            sum.bytes += b.bytes().len() as u64;
                             *at = next;
                         }
-                        b = &b[len..];
                     }
                 }
             }
