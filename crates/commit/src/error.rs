@@ -318,6 +318,17 @@ pub enum StoreErrorKind {
         /// What is missing.
         reason: String,
     },
+    /// A store kept outside this crate (the Delta Lake table of `kdirect::sink::delta`, a
+    /// store of the user's own) failed; `source` is its library's error.
+    #[error("{store}: {what}: {source}")]
+    Backend {
+        /// The store (its `describe`).
+        store: String,
+        /// What was being done.
+        what: String,
+        /// The backend library's error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A name that cannot be used as a SQL identifier or a value out of range.
     #[error("invalid {what} '{value}': {reason}")]
     Invalid {

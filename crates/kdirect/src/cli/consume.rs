@@ -8,9 +8,12 @@ use std::time::{Duration, Instant};
 use kdirect::engine::plan::StartPolicy;
 use kdirect::proto::IsolationLevel;
 use kdirect::sink::cover::{Cover, Resumed};
+#[cfg(feature = "delta")]
+use kdirect::sink::delta::{DeltaOptions, DeltaSink};
 use kdirect::sink::parquet::{ParquetCompression, ParquetOptions, ParquetSink};
 use kdirect::sink::{BatchWriter, JsonLinesSink, LineFormat, Sink};
 use kdirect::stream::DirectStream;
+use kdirect::Batch;
 use kdirect::{parse_trigger, starting_offsets_json, Ending, Trigger};
 
 use super::common::ConnectArgs;
@@ -232,7 +235,11 @@ pub struct Args {
     /// Where the records go, exactly-once with no --store: `parquet:DIR`, one Parquet file per
     /// batch in Spark's Kafka schema (`DIR/part-<batchId>-000.parquet`, hidden until
     /// committed), its positions and file lists in `DIR/_kdirect_metadata` (a checkpoint
-    /// directory: a restart resumes from it). Local directories only. Replaces `--output`.
+    /// directory: a restart resumes from it); or `delta:PATH` (a build with the `delta`
+    /// feature), a Delta Lake table (created if missing) whose commits add each batch's
+    /// Parquet file and move its partitions' `txn` actions (kafka-delta-ingest's layout,
+    /// `<topic>-<partition>`, or `delta:PATH?app_id=ID` for `<ID>-<partition>`) in one Delta
+    /// transaction: the table is the store. Local directories only. Replaces `--output`.
     #[arg(long, value_name = "SPEC", conflicts_with_all = ["output", "output_dir", "sink_table", "store", "join", "join_group", "count"])]
     sink: Option<String>,
     /// `--sink parquet:`'s page compression: zstd (level 3), snappy or none.
@@ -243,14 +250,26 @@ pub struct Args {
     parquet_row_group_rows: usize,
 }
 
-/// `--sink parquet:DIR`: the sink (its log becomes the stream's store).
-fn open_sink(args: &Args) -> Result<Option<ParquetSink>, CliError> {
+/// A `--sink` that is its own offset store.
+#[derive(Debug)]
+enum TableSink {
+    Parquet(ParquetSink),
+    #[cfg(feature = "delta")]
+    Delta(DeltaSink),
+}
+
+/// `--sink parquet:DIR` or `--sink delta:PATH`: the sink (its log becomes the stream's store).
+async fn open_sink(args: &Args) -> Result<Option<TableSink>, CliError> {
     let Some(spec) = &args.sink else {
         return Ok(None);
     };
+    if let Some(path) = spec.strip_prefix("delta:") {
+        return open_delta(args, spec, path).await.map(Some);
+    }
     let Some(dir) = spec.strip_prefix("parquet:") else {
         return Err(CliError(format!(
-            "--sink '{spec}': the sinks are parquet:DIR (and --output-dir DIR for JSON lines)"
+            "--sink '{spec}': the sinks are parquet:DIR and delta:PATH (and --output-dir DIR for \
+             JSON lines)"
         )));
     };
     if dir.is_empty() {
@@ -267,7 +286,81 @@ fn open_sink(args: &Args) -> Result<Option<ParquetSink>, CliError> {
     let options = ParquetOptions::default()
         .compression(args.parquet_compression)
         .row_group_rows(args.parquet_row_group_rows);
-    Ok(Some(ParquetSink::open(dir, options)?))
+    Ok(Some(TableSink::Parquet(ParquetSink::open(dir, options)?)))
+}
+
+/// `--sink delta:PATH[?app_id=ID]`.
+#[cfg(feature = "delta")]
+async fn open_delta(args: &Args, spec: &str, path: &str) -> Result<TableSink, CliError> {
+    let (path, query) = path.split_once('?').unwrap_or((path, ""));
+    if path.is_empty() {
+        return Err(CliError(
+            "--sink delta: needs a table directory, e.g. delta:/data/events".into(),
+        ));
+    }
+    if path.contains("://") {
+        return Err(CliError(format!(
+            "--sink '{spec}': the Delta sink writes to local directories only for now (object \
+             stores are not done yet)"
+        )));
+    }
+    let mut options = DeltaOptions::default().parquet(
+        ParquetOptions::default()
+            .compression(args.parquet_compression)
+            .row_group_rows(args.parquet_row_group_rows),
+    );
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("app_id", id)) if !id.is_empty() => {
+                // One topic's positions under the given app id (kafka-delta-ingest's job is
+                // one topic per app id).
+                let [topic] = args.topic.as_slice() else {
+                    return Err(CliError(format!(
+                        "--sink '{spec}': app_id names one topic's positions; read one topic \
+                         (-t), or leave app_id out (each topic's own name is its app id)"
+                    )));
+                };
+                options = options.app_id(topic, id);
+            }
+            _ => {
+                return Err(CliError(format!(
+                    "--sink '{spec}': '{pair}' is not an option of the Delta sink (app_id=ID)"
+                )))
+            }
+        }
+    }
+    Ok(TableSink::Delta(DeltaSink::open(path, options).await?))
+}
+
+#[cfg(not(feature = "delta"))]
+async fn open_delta(_: &Args, spec: &str, _: &str) -> Result<TableSink, CliError> {
+    Err(CliError(format!(
+        "--sink '{spec}': this kdirect was built without the Delta sink (cargo feature `delta`)"
+    )))
+}
+
+/// Writes `batch` (each of its chunks) through `sink` into one writer and commits the writer:
+/// the Parquet sink places its file here, the Delta sink stages it for the store's commit.
+async fn write_to_sink<S: Sink>(
+    sink: &S,
+    stream: &mut DirectStream,
+    batch: &mut Batch,
+    stats: &mut Stats,
+) -> Result<(), CliError> {
+    let id = batch.id();
+    let fail = |e: kdirect::Error| CliError(format!("batch {id}: {e}"));
+    let mut file = sink.begin(id)?;
+    loop {
+        batch
+            .for_each_record(|_, r| stats.add(r.key(), r.value()))
+            .map_err(fail)?;
+        file.write(batch)?;
+        if !stream.next_chunk(batch).await.map_err(fail)? {
+            break;
+        }
+    }
+    file.commit()?;
+    Ok(())
 }
 
 fn parse_interval(s: &str) -> Result<Duration, String> {
@@ -493,10 +586,13 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
     if let Some(spec) = &args.store {
         builder = builder.group(&args.group).store_spec(spec);
     }
-    // --sink parquet:DIR keeps its own positions: its log is the store.
-    let parquet_sink = open_sink(&args)?;
-    if let Some(sink) = &parquet_sink {
-        builder = builder.store(sink.log());
+    // --sink parquet:DIR and delta:PATH keep their own positions: the log is the store.
+    let table_sink = open_sink(&args).await?;
+    match &table_sink {
+        Some(TableSink::Parquet(sink)) => builder = builder.store(sink.log()),
+        #[cfg(feature = "delta")]
+        Some(TableSink::Delta(sink)) => builder = builder.store(sink.log()),
+        None => {}
     }
     if args.join {
         let group = args.group.clone();
@@ -562,7 +658,7 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
     let mut durable: Option<File> = None;
     let mut cover: Option<Cover> = None;
     let mut out: Option<Box<dyn Write>> = match args.output.as_str() {
-        _ if file_sink.is_some() || sink_table.is_some() || parquet_sink.is_some() => None,
+        _ if file_sink.is_some() || sink_table.is_some() || table_sink.is_some() => None,
         "null" => None,
         "-" => Some(Box::new(BufWriter::with_capacity(
             1 << 20,
@@ -691,21 +787,20 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
                 .await
                 .map_err(fail)?;
             file.commit()?;
-        } else if let Some(sink) = &parquet_sink {
-            // Exactly-once by itself: the file is placed (visible) here, and the commit below
-            // lists it in the sink's log with the positions.
-            let mut file = sink.begin(batch.id())?;
-            // Each chunk into the one file.
-            loop {
-                batch
-                    .for_each_record(|_, r| stats.add(r.key(), r.value()))
-                    .map_err(fail)?;
-                file.write(&batch)?;
-                if !stream.next_chunk(&mut batch).await.map_err(fail)? {
-                    break;
+        } else if let Some(sink) = &table_sink {
+            // Exactly-once by itself. Parquet: the file is placed (visible) here, and the
+            // commit below lists it in the sink's log with the positions. Delta: the file is
+            // staged here, and the commit below is the one Delta commit of the file and the
+            // positions.
+            match sink {
+                TableSink::Parquet(s) => {
+                    write_to_sink(s, &mut stream, &mut batch, &mut stats).await?;
+                }
+                #[cfg(feature = "delta")]
+                TableSink::Delta(s) => {
+                    write_to_sink(s, &mut stream, &mut batch, &mut stats).await?;
                 }
             }
-            file.commit()?;
         } else {
             let limit = args.count.unwrap_or(u64::MAX);
             let walked = stream

@@ -129,6 +129,17 @@ pub enum SinkErrorKind {
         /// The parquet crate's error.
         source: ::parquet::errors::ParquetError,
     },
+    /// The Delta Lake library failed on the table.
+    #[cfg(feature = "delta")]
+    #[error("delta table {}: {what}: {source}", table.display())]
+    Delta {
+        /// The table's directory.
+        table: PathBuf,
+        /// What was being done (`open`, `create`, `load`, …).
+        what: &'static str,
+        /// delta-rs's error.
+        source: Box<deltalake_core::DeltaTableError>,
+    },
     /// A sink log file does not parse.
     #[error("corrupt sink log file {}: {reason}; nothing was overwritten — fix or remove the file", path.display())]
     Corrupt {

@@ -31,6 +31,10 @@
 //! - [`parquet`] (feature `parquet`): one Parquet file per batch, hidden until committed, with
 //!   its own commit log inside the directory that is also the stream's offset store, so the
 //!   directory alone is exactly-once (the CLI's `--sink parquet:DIR`).
+//! - [`delta`] (feature `delta`): a Delta Lake table (delta-rs), one Parquet data file per
+//!   batch, added in the same Delta commit that moves the batch's partitions' `txn` actions
+//!   (kafka-delta-ingest's layout), so the table is the stream's offset store and alone
+//!   exactly-once (the CLI's `--sink delta:PATH`).
 //!
 //! Local disks only for now: object stores and HDFS (which the checkpoint store already
 //! speaks) are not done for sinks yet.
@@ -42,6 +46,8 @@ use crate::Batch;
 #[cfg(feature = "arrow")]
 pub mod arrow;
 pub mod cover;
+#[cfg(feature = "delta")]
+pub mod delta;
 mod error;
 mod jsonl;
 #[cfg(feature = "parquet")]

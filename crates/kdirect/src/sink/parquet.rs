@@ -134,7 +134,18 @@ impl ParquetOptions {
         self
     }
 
-    fn properties(&self, batch_id: u64) -> WriterProperties {
+    /// The part of a data file's name that says its codec (`zstd.`, `snappy.`, none), as
+    /// Spark names its files (`part-….zstd.parquet`).
+    #[cfg(feature = "delta")]
+    pub(crate) fn file_suffix(&self) -> &'static str {
+        match self.compression {
+            ParquetCompression::Zstd => "zstd.",
+            ParquetCompression::Snappy => "snappy.",
+            ParquetCompression::None => "",
+        }
+    }
+
+    pub(crate) fn properties(&self, batch_id: u64) -> WriterProperties {
         let compression = match self.compression {
             ParquetCompression::Zstd => {
                 Compression::ZSTD(ZstdLevel::try_new(3).unwrap_or_default())

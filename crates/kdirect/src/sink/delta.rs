@@ -1,0 +1,948 @@
+//! The Delta Lake sink that is also the stream's offset store (feature `delta`,
+//! `kdirect consume --sink delta:PATH`): each batch's records become one Parquet data file,
+//! and the batch's Delta commit adds that file **and** sets each partition's position, so the
+//! data and the positions are one Delta transaction.
+//!
+//! ```text
+//! PATH/part-0000000007-<uuid>.zstd.parquet   batch 7's records (Spark's Kafka schema)
+//! PATH/_delta_log/00000000000000000008.json  protocol/metaData (version 0), then per batch:
+//!                                            add (its file), txn (one per partition),
+//!                                            commitInfo (STREAMING UPDATE, kdirect.batchId)
+//! ```
+//!
+//! The positions are kept as kafka-delta-ingest keeps them, so a table written by either can
+//! be continued by the other: one `txn` action per partition, `appId` = `<app id>-<partition>`
+//! (the app id is the topic's name unless [`DeltaOptions::app_id`] names one), `version` = the
+//! offset of the **last record written** (kafka-delta-ingest's `ValueBuffer::last_offset`; it
+//! seeks there on resume and skips offsets `<= version`), so kdirect's position (the next
+//! offset to read) is `version + 1`.
+//!
+//! The order for batch N, and what a crash at each step leaves:
+//!
+//! 1. [`Sink::begin`] + [`BatchWriter::write`]: the records go into `part-<N>-<uuid>.parquet`
+//!    in the table's directory. A file the Delta log does not list is not part of the table:
+//!    no Delta reader (delta-rs, Spark, Trino, DuckDB's delta extension) sees it. A crash
+//!    leaves an orphan file (Delta's `VACUUM` removes such files).
+//! 2. [`BatchWriter::commit`]: the file is finished and fsynced, and its `add` action is
+//!    staged with the sink (still invisible).
+//! 3. `DirectStream::commit` → [`DeltaLog::commit`]: the positions are read from the latest
+//!    snapshot and the batch is decided by the one commit rule ([`kdirect_commit::decide`]);
+//!    if it writes, one commit file `_delta_log/<version+1>.json` holds the `add` and the
+//!    `txn`s, created only if absent (put-if-absent: the log store's conditional put on
+//!    object stores, a hard link on a local disk). That is the one step that makes batch N
+//!    visible and moves its positions, together.
+//!
+//! A crash before step 3's commit file exists leaves nothing visible and the positions where
+//! they were: the restart reads the same positions from the `txn`s and reads the records
+//! again. A crash after it leaves the batch visible with its positions past it: the restart
+//! plans from there, so no record is written twice. Another writer that committed in
+//! between (two kdirect processes, or kafka-delta-ingest, on the same table and partitions)
+//! moved the `txn`s: the batch finds its partitions elsewhere and is refused with
+//! [`StoreErrorKind::Conflict`], and its file stays invisible. A commit that lost the race
+//! for the same table version (put-if-absent refused) reads the table again and decides
+//! again: it goes in after the winner only if the winner did not move its partitions.
+//!
+//! The store does not log plans (a restart re-plans from the `txn`s, as kafka-delta-ingest
+//! does), so it can be shared by the members of a consumer group, each committing its own
+//! partitions' `txn`s. Delta log checkpoints are written at the table's interval
+//! (`delta.checkpointInterval`, 100 by default) after a commit.
+//!
+//! Local paths only for now (delta-rs speaks S3, Azure and GCS; wiring its storage options
+//! into the CLI is not done yet).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use arrow_array::types::{TimestampMicrosecondType, TimestampMillisecondType};
+use arrow_array::{Array, ArrayRef, PrimitiveArray, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel as _;
+use deltalake_core::kernel::transaction::{CommitBuilder, CommitProperties, TransactionError};
+use deltalake_core::kernel::{Action, Add, StructType, Transaction};
+use deltalake_core::protocol::{DeltaOperation, OutputMode, SaveMode};
+use deltalake_core::{DeltaTable, DeltaTableBuilder, DeltaTableError};
+use kdirect_commit::{
+    decide, Capabilities, CommitContext, CommitDecision, CommitOutcome, Committed, OffsetStore,
+    PlannedBatch, Positions, StoreError, StoreErrorKind, Stored, StoredPosition, TopicPartition,
+};
+use parquet::arrow::ArrowWriter;
+use url::Url;
+
+use super::arrow::{kafka_schema, ArrowConverter};
+use super::parquet::ParquetOptions;
+use super::{BatchWriter, Sink, SinkCommit, SinkError, SinkErrorKind};
+use crate::Batch;
+
+/// The commit-info key that names the kdirect batch a Delta commit holds.
+pub const BATCH_ID_KEY: &str = "kdirect.batchId";
+
+/// How many times a commit that lost the race for a table version reads the table again and
+/// retries (each time deciding again: a winner that moved its partitions refuses it).
+const RACE_RETRIES: usize = 20;
+
+/// How the table is written.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct DeltaOptions {
+    /// The data files' Parquet settings (compression, row groups).
+    pub parquet: ParquetOptions,
+    /// The txn app id per topic (`<app id>-<partition>`); a topic not named uses its own name.
+    /// Give the kafka-delta-ingest job's `--app_id` to continue its table.
+    pub app_ids: BTreeMap<String, String>,
+}
+
+impl DeltaOptions {
+    /// With these Parquet settings for the data files.
+    pub fn parquet(mut self, parquet: ParquetOptions) -> Self {
+        self.parquet = parquet;
+        self
+    }
+
+    /// Topic `topic`'s positions under txn app id `app_id` (`<app_id>-<partition>`).
+    pub fn app_id(mut self, topic: impl Into<String>, app_id: impl Into<String>) -> Self {
+        self.app_ids.insert(topic.into(), app_id.into());
+        self
+    }
+
+    /// The txn app id prefix of `topic`.
+    fn prefix<'a>(&'a self, topic: &'a str) -> &'a str {
+        self.app_ids.get(topic).map_or(topic, String::as_str)
+    }
+
+    /// The txn app id of a partition: kafka-delta-ingest's `<app_id>-<partition>`.
+    pub fn txn_app_id(&self, tp: &TopicPartition) -> String {
+        format!("{}-{}", self.prefix(&tp.topic), tp.partition)
+    }
+
+    /// The partition a txn app id is for, among `topics` (every topic the app id can name
+    /// when `topics` is empty: a topic of its own name, or one [`app_id`](Self::app_id) maps).
+    fn partition_of(&self, app_id: &str, topics: &[String]) -> Option<TopicPartition> {
+        let (prefix, partition) = app_id.rsplit_once('-')?;
+        let partition: i32 = partition.parse().ok().filter(|p| *p >= 0)?;
+        let topic = if topics.is_empty() {
+            self.app_ids
+                .iter()
+                .find(|(_, a)| a.as_str() == prefix)
+                .map_or(prefix, |(t, _)| t.as_str())
+        } else {
+            topics.iter().find(|t| self.prefix(t) == prefix)?.as_str()
+        };
+        Some(TopicPartition::new(topic, partition))
+    }
+}
+
+/// The schema of the data files and the table: Spark's Kafka source schema
+/// ([`kafka_schema`]) with the timestamp in microseconds, Delta's `timestamp` type.
+pub fn delta_schema() -> SchemaRef {
+    static SCHEMA: std::sync::OnceLock<SchemaRef> = std::sync::OnceLock::new();
+    SCHEMA
+        .get_or_init(|| {
+            let fields: Vec<Field> = kafka_schema()
+                .fields()
+                .iter()
+                .map(|f| match f.data_type() {
+                    DataType::Timestamp(_, tz) => f
+                        .as_ref()
+                        .clone()
+                        .with_data_type(DataType::Timestamp(TimeUnit::Microsecond, tz.clone())),
+                    _ => f.as_ref().clone(),
+                })
+                .collect();
+            Arc::new(Schema::new(fields))
+        })
+        .clone()
+}
+
+/// `rb` (of [`kafka_schema`]) in [`delta_schema`]: the timestamp column in microseconds.
+fn to_delta(rb: &RecordBatch) -> Result<RecordBatch, arrow_schema::ArrowError> {
+    let mut columns: Vec<ArrayRef> = rb.columns().to_vec();
+    for (i, f) in rb.schema().fields().iter().enumerate() {
+        if let DataType::Timestamp(TimeUnit::Millisecond, tz) = f.data_type() {
+            let ms = columns[i]
+                .as_any()
+                .downcast_ref::<PrimitiveArray<TimestampMillisecondType>>()
+                .ok_or_else(|| {
+                    arrow_schema::ArrowError::CastError("timestamp column".to_owned())
+                })?;
+            let us: PrimitiveArray<TimestampMicrosecondType> = ms.unary(|v| v.saturating_mul(1000));
+            let us = match tz {
+                Some(tz) => us.with_timezone(tz.clone()),
+                None => us,
+            };
+            columns[i] = Arc::new(us);
+        }
+    }
+    RecordBatch::try_new(delta_schema(), columns)
+}
+
+/// The Delta sink; see the [module docs](self). Its [`log`](Self::log) is the stream's offset
+/// store.
+#[derive(Debug, Clone)]
+pub struct DeltaSink {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    dir: PathBuf,
+    table: tokio::sync::Mutex<DeltaTable>,
+    options: DeltaOptions,
+    /// Files finished by a writer and not yet committed, by batch id.
+    staged: Mutex<BTreeMap<u64, Vec<Add>>>,
+    /// What this process committed: each partition's position and the batch that wrote it
+    /// (what the commit rule needs to tell a retried commit from a conflict).
+    written: Mutex<BTreeMap<TopicPartition, (i64, u64)>>,
+    /// The highest batch id committed to the table, as far as this process knows.
+    last_batch: Mutex<Option<u64>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl DeltaSink {
+    /// Opens the table at `dir` (a local directory), creating the directory and the table
+    /// (version 0: Spark's Kafka source schema) if needed.
+    pub async fn open(
+        dir: impl Into<PathBuf>,
+        options: DeltaOptions,
+    ) -> Result<DeltaSink, SinkError> {
+        let dir = dir.into();
+        fs::create_dir_all(&dir).map_err(SinkError::io(&dir, "create directory", None))?;
+        let abs = fs::canonicalize(&dir).map_err(SinkError::io(&dir, "resolve", None))?;
+        let url = Url::from_directory_path(&abs).map_err(|()| {
+            SinkError::from(SinkErrorKind::Spec {
+                spec: dir.display().to_string(),
+                reason: "not a path a URL can name".to_owned(),
+            })
+        })?;
+        let delta = |what: &'static str| {
+            let dir = dir.clone();
+            move |source: DeltaTableError| -> SinkError {
+                SinkErrorKind::Delta {
+                    table: dir,
+                    what,
+                    source: Box::new(source),
+                }
+                .into()
+            }
+        };
+        let mut table = DeltaTableBuilder::from_url(url)
+            .and_then(|b| b.build())
+            .map_err(delta("open"))?;
+        let exists = table
+            .log_store()
+            .is_delta_table_location()
+            .await
+            .map_err(delta("look for the log of"))?;
+        if exists {
+            table.load().await.map_err(delta("load"))?;
+        } else {
+            let schema: StructType = delta_schema()
+                .as_ref()
+                .try_into_kernel()
+                .map_err(|e| delta("convert the schema of")(e.into()))?;
+            // Another writer creating it at the same time: Ignore loads theirs.
+            table = deltalake_core::operations::create::CreateBuilder::new()
+                .with_log_store(table.log_store())
+                .with_columns(schema.fields().cloned())
+                .with_save_mode(SaveMode::Ignore)
+                .with_table_name("kafka")
+                .with_comment("Kafka records in Spark's Kafka source schema, written by kdirect")
+                .await
+                .map_err(delta("create"))?;
+        }
+        let sink = DeltaSink {
+            inner: Arc::new(Inner {
+                dir,
+                table: tokio::sync::Mutex::new(table),
+                options,
+                staged: Mutex::new(BTreeMap::new()),
+                written: Mutex::new(BTreeMap::new()),
+                last_batch: Mutex::new(None),
+            }),
+        };
+        let last = sink.inner.scan_log().map_err(SinkError::from)?.last_batch;
+        *lock(&sink.inner.last_batch) = last;
+        Ok(sink)
+    }
+
+    /// The table's directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The table's log as the stream's offset store (`DirectStreamBuilder::store`): a
+    /// batch's commit is the Delta commit that adds its files and moves its partitions'
+    /// `txn`s. Its commit refuses a batch whose output was not written through this sink
+    /// first.
+    pub fn log(&self) -> DeltaLog {
+        DeltaLog {
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// The table's current version (after the last commit this process made or saw).
+    pub async fn version(&self) -> Option<i64> {
+        self.inner.table.lock().await.version()
+    }
+}
+
+/// What [`Inner::scan_log`] finds in `_delta_log`.
+#[derive(Debug, Default)]
+struct LogScan {
+    /// Every txn app id the log (its last checkpoint and the commits after it) holds.
+    app_ids: BTreeSet<String>,
+    /// The kdirect batch id of the newest commit that names one.
+    last_batch: Option<u64>,
+}
+
+impl Inner {
+    fn describe(&self) -> String {
+        format!("delta table {}", self.dir.display())
+    }
+
+    fn store_error(&self, what: &str, source: DeltaTableError) -> StoreError {
+        StoreErrorKind::Backend {
+            store: self.describe(),
+            what: what.to_owned(),
+            source: Box::new(source),
+        }
+        .into()
+    }
+
+    /// The txn app ids and the last kdirect batch id, from the log's files: delta-rs answers
+    /// for one app id at a time, and the store must find every partition's. Reads the last
+    /// checkpoint's `txn` column (if there is one) and every commit file after it; the batch
+    /// id from the newest commit file that has one.
+    fn scan_log(&self) -> Result<LogScan, StoreError> {
+        let log = self.dir.join("_delta_log");
+        let mut scan = LogScan::default();
+        let checkpoint: Option<i64> = match fs::read(log.join("_last_checkpoint")) {
+            Ok(text) => serde_json::from_slice::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| v.get("version").and_then(|v| v.as_i64())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io_err(&log.join("_last_checkpoint"), "read")(e)),
+        };
+        let mut commits: Vec<(i64, PathBuf)> = Vec::new();
+        for entry in fs::read_dir(&log).map_err(io_err(&log, "list"))? {
+            let entry = entry.map_err(io_err(&log, "list"))?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let Some(v) = name
+                .strip_suffix(".json")
+                .filter(|v| v.len() == 20)
+                .and_then(|v| v.parse::<i64>().ok())
+            else {
+                continue;
+            };
+            commits.push((v, entry.path()));
+        }
+        commits.sort_unstable();
+        if let Some(cp) = checkpoint {
+            self.checkpoint_app_ids(&log, cp, &mut scan.app_ids)?;
+        }
+        for (v, path) in commits.iter().rev() {
+            let needed_for_ids = checkpoint.is_none_or(|cp| *v > cp);
+            if !needed_for_ids && scan.last_batch.is_some() {
+                break;
+            }
+            let text = fs::read_to_string(path).map_err(io_err(path, "read"))?;
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                let Ok(action) = serde_json::from_str::<serde_json::Value>(line) else {
+                    continue;
+                };
+                if let Some(id) = action
+                    .get("txn")
+                    .and_then(|t| t.get("appId"))
+                    .and_then(|a| a.as_str())
+                {
+                    if needed_for_ids {
+                        scan.app_ids.insert(id.to_owned());
+                    }
+                }
+                if scan.last_batch.is_none() {
+                    scan.last_batch = action
+                        .get("commitInfo")
+                        .and_then(|c| c.get(BATCH_ID_KEY))
+                        .and_then(|b| b.as_u64());
+                }
+            }
+        }
+        Ok(scan)
+    }
+
+    /// The txn app ids of checkpoint `version` (single-file or multi-part, classic names).
+    fn checkpoint_app_ids(
+        &self,
+        log: &Path,
+        version: i64,
+        out: &mut BTreeSet<String>,
+    ) -> Result<(), StoreError> {
+        use arrow_array::cast::AsArray;
+        use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+        use parquet::arrow::ProjectionMask;
+
+        let prefix = format!("{version:020}.checkpoint");
+        let corrupt = |p: &Path, reason: String| -> StoreError {
+            StoreErrorKind::Corrupt {
+                path: p.to_owned(),
+                reason,
+            }
+            .into()
+        };
+        for entry in fs::read_dir(log).map_err(io_err(log, "list"))? {
+            let entry = entry.map_err(io_err(log, "list"))?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if !name.starts_with(&prefix) || !name.ends_with(".parquet") {
+                continue;
+            }
+            let path = entry.path();
+            let file = File::open(&path).map_err(io_err(&path, "open"))?;
+            let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+                .map_err(|e| corrupt(&path, e.to_string()))?;
+            let Some(txn) = builder
+                .parquet_schema()
+                .root_schema()
+                .get_fields()
+                .iter()
+                .position(|f| f.name() == "txn")
+            else {
+                continue;
+            };
+            let mask = ProjectionMask::roots(builder.parquet_schema(), [txn]);
+            let reader = builder
+                .with_projection(mask)
+                .build()
+                .map_err(|e| corrupt(&path, e.to_string()))?;
+            for rb in reader {
+                let rb = rb.map_err(|e| corrupt(&path, e.to_string()))?;
+                let Some(txn) = rb.column(0).as_struct_opt() else {
+                    continue;
+                };
+                let Some(ids) = txn
+                    .column_by_name("appId")
+                    .and_then(|c| c.as_string_opt::<i32>())
+                else {
+                    continue;
+                };
+                for i in 0..ids.len() {
+                    if txn.is_valid(i) && ids.is_valid(i) {
+                        out.insert(ids.value(i).to_owned());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The positions the table holds for `tps` (as of the table's loaded snapshot):
+    /// `version + 1` of each partition's txn.
+    async fn positions(
+        &self,
+        table: &DeltaTable,
+        tps: Vec<TopicPartition>,
+    ) -> Result<Positions, StoreError> {
+        let snapshot = table
+            .snapshot()
+            .map_err(|e| self.store_error("read the snapshot", e))?;
+        let log_store = table.log_store();
+        let mut out = Positions::new();
+        for tp in tps {
+            let app_id = self.options.txn_app_id(&tp);
+            let version = snapshot
+                .transaction_version(log_store.as_ref(), &app_id)
+                .await
+                .map_err(|e| self.store_error(&format!("read txn {app_id}"), e))?;
+            if let Some(v) = version {
+                out.insert(tp, v.saturating_add(1));
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn io_err(path: &Path, op: &'static str) -> impl FnOnce(std::io::Error) -> StoreError {
+    let path = path.to_owned();
+    move |source| StoreErrorKind::Io { path, op, source }.into()
+}
+
+impl Sink for DeltaSink {
+    type Writer = DeltaWriter;
+
+    fn describe(&self) -> String {
+        format!("delta sink {}", self.inner.dir.display())
+    }
+
+    fn begin(&self, batch_id: u64) -> Result<DeltaWriter, SinkError> {
+        Ok(DeltaWriter {
+            inner: self.inner.clone(),
+            batch_id,
+            file: None,
+            converter: ArrowConverter::new(),
+            rows: 0,
+        })
+    }
+
+    /// Whether batch `batch_id` is in the table: at or below the newest batch id a commit
+    /// of the table names (batches commit in order per writer).
+    fn is_committed(&self, batch_id: u64) -> Result<bool, SinkError> {
+        Ok(self.last_committed()?.is_some_and(|last| batch_id <= last))
+    }
+
+    fn last_committed(&self) -> Result<Option<u64>, SinkError> {
+        Ok(*lock(&self.inner.last_batch))
+    }
+}
+
+/// One batch's data file being written; invisible until the batch's Delta commit. Dropping
+/// it before its [`commit`](BatchWriter::commit) removes the file.
+#[derive(Debug)]
+pub struct DeltaWriter {
+    inner: Arc<Inner>,
+    batch_id: u64,
+    /// Created at the first record: a batch without records writes no file.
+    file: Option<Open>,
+    converter: ArrowConverter,
+    rows: u64,
+}
+
+struct Open {
+    writer: ArrowWriter<File>,
+    name: String,
+}
+
+impl std::fmt::Debug for Open {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Open")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DeltaWriter {
+    fn parquet_error(&self, name: &str) -> impl Fn(parquet::errors::ParquetError) -> SinkError {
+        let (batch_id, path) = (self.batch_id, self.inner.dir.join(name));
+        move |source| {
+            SinkErrorKind::Parquet {
+                batch_id,
+                path: path.clone(),
+                source,
+            }
+            .into()
+        }
+    }
+
+    fn append(&mut self, rb: &RecordBatch) -> Result<(), SinkError> {
+        let batch_id = self.batch_id;
+        let rb = to_delta(rb).map_err(|source| SinkErrorKind::Arrow { batch_id, source })?;
+        let open = match &mut self.file {
+            Some(open) => open,
+            None => {
+                let name = format!(
+                    "part-{batch_id:010}-{}.{}parquet",
+                    uuid::Uuid::new_v4(),
+                    self.inner.options.parquet.file_suffix()
+                );
+                let path = self.inner.dir.join(&name);
+                let file = File::options()
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)
+                    .map_err(SinkError::io(&path, "create", Some(batch_id)))?;
+                let props = self.inner.options.parquet.properties(batch_id);
+                match ArrowWriter::try_new(file, delta_schema(), Some(props)) {
+                    Ok(writer) => self.file.insert(Open { writer, name }),
+                    Err(e) => {
+                        let _ = fs::remove_file(&path);
+                        return Err(self.parquet_error(&name)(e));
+                    }
+                }
+            }
+        };
+        let row_group_bytes = self.inner.options.parquet.row_group_bytes;
+        let written = open.writer.write(&rb).and_then(|()| {
+            if open.writer.in_progress_size() >= row_group_bytes {
+                open.writer.flush()
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(source) = written {
+            return Err(SinkErrorKind::Parquet {
+                batch_id,
+                path: self.inner.dir.join(&open.name),
+                source,
+            }
+            .into());
+        }
+        self.rows += rb.num_rows() as u64;
+        Ok(())
+    }
+}
+
+impl BatchWriter for DeltaWriter {
+    fn write(&mut self, batch: &Batch) -> Result<(), SinkError> {
+        SinkError::check_batch(self.batch_id, batch.id())?;
+        let mut converter = std::mem::take(&mut self.converter);
+        let written = converter.convert(batch, |rb| self.append(&rb));
+        self.converter = converter;
+        written.map(|_| ())
+    }
+
+    fn records(&self) -> u64 {
+        self.rows
+    }
+
+    /// Finishes and fsyncs the file and stages its `add` action: the batch becomes visible
+    /// with its positions at the store's commit ([`DeltaLog::commit`]), not here.
+    fn commit(mut self) -> Result<SinkCommit, SinkError> {
+        let id = Some(self.batch_id);
+        let mut adds = Vec::new();
+        let mut files = Vec::new();
+        if let Some(Open { writer, name }) = self.file.take() {
+            let path = self.inner.dir.join(&name);
+            let closed = writer
+                .into_inner()
+                .map_err(self.parquet_error(&name))
+                .and_then(|f| {
+                    f.sync_all()
+                        .map_err(SinkError::io(&path, "fsync", id))
+                        .map(|()| f)
+                })
+                .and_then(|f| f.metadata().map_err(SinkError::io(&path, "look at", id)));
+            let meta = match closed {
+                Ok(m) => m,
+                Err(e) => {
+                    let _ = fs::remove_file(&path);
+                    return Err(e);
+                }
+            };
+            let modified = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_millis() as i64);
+            adds.push(Add {
+                path: name,
+                partition_values: HashMap::new(),
+                size: meta.len() as i64,
+                modification_time: modified,
+                data_change: true,
+                stats: Some(format!("{{\"numRecords\":{}}}", self.rows)),
+                tags: None,
+                deletion_vector: None,
+                base_row_id: None,
+                default_row_commit_version: None,
+                clustering_provider: None,
+            });
+            files.push(path);
+        }
+        let dir = &self.inner.dir;
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(SinkError::io(dir, "fsync directory", id))?;
+        lock(&self.inner.staged).insert(self.batch_id, adds);
+        Ok(SinkCommit {
+            batch_id: self.batch_id,
+            records: self.rows,
+            files,
+        })
+    }
+}
+
+impl Drop for DeltaWriter {
+    fn drop(&mut self) {
+        if let Some(open) = self.file.take() {
+            drop(open.writer);
+            let _ = fs::remove_file(self.inner.dir.join(&open.name));
+        }
+    }
+}
+
+/// The Delta table's log as an offset store; see [`DeltaSink::log`]. Positions are the
+/// tables's `txn` actions in kafka-delta-ingest's layout.
+#[derive(Debug, Clone)]
+pub struct DeltaLog {
+    inner: Arc<Inner>,
+}
+
+impl DeltaLog {
+    /// The app id the positions of `tp` are kept under (`<app id>-<partition>`).
+    pub fn txn_app_id(&self, tp: &TopicPartition) -> String {
+        self.inner.options.txn_app_id(tp)
+    }
+}
+
+impl OffsetStore for DeltaLog {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    /// An atomic compare-and-set (the commit rule over the snapshot, then a put-if-absent
+    /// commit file); no plan log, so a group's members can share the table. Not
+    /// `TRANSACTIONAL`: that flag promises the SQL transaction API; here the sink's staged
+    /// files ride in the store's commit instead.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ATOMIC_COMMIT
+    }
+
+    async fn load(&self, topics: &[String]) -> Result<Committed, StoreError> {
+        let mut table = self.inner.table.lock().await;
+        table
+            .update_state()
+            .await
+            .map_err(|e| self.inner.store_error("load", e))?;
+        let scan = self.inner.scan_log()?;
+        let tps: Vec<TopicPartition> = scan
+            .app_ids
+            .iter()
+            .filter_map(|a| self.inner.options.partition_of(a, topics))
+            .collect();
+        let positions = self.inner.positions(&table, tps).await?;
+        {
+            let mut last = lock(&self.inner.last_batch);
+            *last = (*last).max(scan.last_batch);
+        }
+        Ok(Committed {
+            batch_id: scan.last_batch,
+            positions,
+            ..Committed::default()
+        })
+    }
+
+    /// Nothing: the table keeps no plans (a restart re-plans from the `txn`s).
+    async fn log_plan(&self, _batch: &PlannedBatch) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn commit(
+        &self,
+        batch: &PlannedBatch,
+        _ctx: &CommitContext<'_>,
+    ) -> Result<CommitOutcome, StoreError> {
+        let inner = &self.inner;
+        let Some(adds) = lock(&inner.staged).remove(&batch.id) else {
+            // A retried commit of a batch this process committed: decided below as
+            // already committed; anything else was never written through the sink.
+            let mut table = inner.table.lock().await;
+            table
+                .update_state()
+                .await
+                .map_err(|e| inner.store_error("load", e))?;
+            return match self.decide(&table, batch).await? {
+                CommitDecision::AlreadyCommitted => Ok(CommitOutcome::AlreadyCommitted),
+                _ => Err(StoreErrorKind::Inconsistent {
+                    path: inner.dir.clone(),
+                    reason: format!(
+                        "batch {} is committed before its output: write it through the Delta \
+                         sink (begin, write, commit the writer) first",
+                        batch.id
+                    ),
+                }
+                .into()),
+            };
+        };
+        let outcome = self.commit_adds(batch, &adds).await;
+        if outcome.is_err() {
+            // Still staged: a retried commit takes them.
+            lock(&inner.staged).insert(batch.id, adds);
+        }
+        outcome
+    }
+
+    /// Sets positions in a Delta commit of `txn` actions alone (no data), as batch
+    /// `batch_id`.
+    async fn set_positions(&self, batch_id: u64, positions: &Positions) -> Result<(), StoreError> {
+        let inner = &self.inner;
+        let mut table = inner.table.lock().await;
+        table
+            .update_state()
+            .await
+            .map_err(|e| inner.store_error("load", e))?;
+        let actions = positions.iter().map(|(tp, &p)| self.txn(tp, p)).collect();
+        let version = self.try_commit(&table, batch_id, actions).await?;
+        table
+            .update_state()
+            .await
+            .map_err(|e| inner.store_error("load", e))?;
+        let _ = version;
+        Ok(())
+    }
+}
+
+impl DeltaLog {
+    fn txn(&self, tp: &TopicPartition, position: i64) -> Action {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        // kafka-delta-ingest's version: the last offset written, one below the position.
+        Action::Txn(Transaction::new_with_last_update(
+            self.txn_app_id(tp),
+            position - 1,
+            Some(now),
+        ))
+    }
+
+    /// The commit rule over the table's loaded snapshot.
+    async fn decide(
+        &self,
+        table: &DeltaTable,
+        batch: &PlannedBatch,
+    ) -> Result<CommitDecision, StoreError> {
+        let tps = batch.ranges.iter().map(|r| r.topic_partition()).collect();
+        let stored = self.inner.positions(table, tps).await?;
+        let written = lock(&self.inner.written);
+        let found: Vec<Option<StoredPosition>> = batch
+            .ranges
+            .iter()
+            .map(|r| {
+                let tp = r.topic_partition();
+                stored.get(&tp).map(|&position| StoredPosition {
+                    position,
+                    batch_id: written
+                        .get(&tp)
+                        .filter(|(p, _)| *p == position)
+                        .map(|(_, b)| *b),
+                })
+            })
+            .collect();
+        Ok(decide(batch, &found))
+    }
+
+    /// Decides and commits, reading the table again after a lost race.
+    async fn commit_adds(
+        &self,
+        batch: &PlannedBatch,
+        adds: &[Add],
+    ) -> Result<CommitOutcome, StoreError> {
+        let inner = &self.inner;
+        let mut table = inner.table.lock().await;
+        for _ in 0..RACE_RETRIES {
+            table
+                .update_state()
+                .await
+                .map_err(|e| inner.store_error("load", e))?;
+            match self.decide(&table, batch).await? {
+                CommitDecision::Write => {}
+                CommitDecision::AlreadyCommitted => return Ok(CommitOutcome::AlreadyCommitted),
+                CommitDecision::Conflict { index, stored } => {
+                    let r = &batch.ranges[index.min(batch.ranges.len().saturating_sub(1))];
+                    return Err(StoreErrorKind::Conflict {
+                        store: inner.describe(),
+                        topic: r.topic.clone(),
+                        partition: r.partition,
+                        expected_from: batch.expected_from(r),
+                        stored: Stored(stored),
+                    }
+                    .into());
+                }
+            }
+            let mut actions: Vec<Action> = adds.iter().cloned().map(Action::Add).collect();
+            actions.extend(
+                batch
+                    .ranges
+                    .iter()
+                    .filter(|r| batch.moves(r))
+                    .map(|r| self.txn(&r.topic_partition(), r.until)),
+            );
+            match self.try_commit(&table, batch.id, actions).await {
+                Ok(_) => {
+                    let mut written = lock(&inner.written);
+                    for r in batch.ranges.iter().filter(|r| batch.moves(r)) {
+                        written.insert(r.topic_partition(), (r.until, batch.id));
+                    }
+                    drop(written);
+                    let mut last = lock(&inner.last_batch);
+                    *last = Some(last.map_or(batch.id, |l| l.max(batch.id)));
+                    return Ok(CommitOutcome::Committed);
+                }
+                Err(RaceOr::Raced) => continue,
+                Err(RaceOr::Error(e)) => return Err(e),
+            }
+        }
+        Err(StoreErrorKind::Backend {
+            store: inner.describe(),
+            what: format!(
+                "commit batch {}: lost the race for the next table version {RACE_RETRIES} times",
+                batch.id
+            ),
+            source: "too many concurrent writers".into(),
+        }
+        .into())
+    }
+
+    /// One Delta commit of `actions` on top of the loaded snapshot, with no retry of
+    /// delta-rs's own (its conflict checker would let an append through after another
+    /// writer's; the caller decides again instead). `Err(Raced)` when another commit took
+    /// the version.
+    async fn try_commit(
+        &self,
+        table: &DeltaTable,
+        batch_id: u64,
+        actions: Vec<Action>,
+    ) -> Result<i64, RaceOr> {
+        let inner = &self.inner;
+        let snapshot = table
+            .snapshot()
+            .map_err(|e| RaceOr::Error(inner.store_error("read the snapshot", e)))?;
+        let op = DeltaOperation::StreamingUpdate {
+            output_mode: OutputMode::Append,
+            query_id: "kdirect".to_owned(),
+            epoch_id: i64::try_from(batch_id).unwrap_or(i64::MAX),
+        };
+        let mut meta = HashMap::new();
+        meta.insert(BATCH_ID_KEY.to_owned(), serde_json::Value::from(batch_id));
+        let prepared =
+            CommitBuilder::from(CommitProperties::default().with_create_checkpoint(true))
+                .with_actions(actions)
+                .with_app_metadata(meta)
+                .with_max_retries(0)
+                .build(Some(snapshot), table.log_store(), op)
+                .into_prepared_commit_future()
+                .await
+                .map_err(|e| RaceOr::Error(inner.store_error("prepare the commit", e)))?;
+        let post = match prepared.await {
+            Ok(post) => post,
+            Err(DeltaTableError::Transaction {
+                source: TransactionError::MaxCommitAttempts(_),
+            })
+            | Err(DeltaTableError::VersionAlreadyExists(_)) => return Err(RaceOr::Raced),
+            Err(e) => return Err(RaceOr::Error(inner.store_error("commit", e))),
+        };
+        let version = post.version;
+        // The commit file is in: the batch is committed whatever the checkpoint does.
+        if let Err(e) = post.await {
+            tracing::warn!(
+                "{}: version {version} committed; writing its checkpoint failed: {e}",
+                inner.describe()
+            );
+        }
+        Ok(version)
+    }
+}
+
+/// A commit that lost the race for its table version, or failed.
+#[derive(Debug)]
+enum RaceOr {
+    Raced,
+    Error(StoreError),
+}
+
+impl From<RaceOr> for StoreError {
+    fn from(r: RaceOr) -> StoreError {
+        match r {
+            RaceOr::Error(e) => e,
+            RaceOr::Raced => StoreErrorKind::Backend {
+                store: "delta table".to_owned(),
+                what: "commit".to_owned(),
+                source: "another writer committed the same table version".into(),
+            }
+            .into(),
+        }
+    }
+}
