@@ -526,3 +526,321 @@ mod parquet_sink {
         });
     }
 }
+
+#[cfg(feature = "delta")]
+mod delta_sink {
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    use ::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Int32Type, Int64Type};
+    use deltalake_core::kernel::transaction::{CommitBuilder, CommitProperties};
+    use deltalake_core::kernel::{Action, Transaction};
+    use deltalake_core::protocol::{DeltaOperation, OutputMode};
+    use deltalake_core::DeltaTableBuilder;
+    use kdirect_commit::{CommitContext, CommitOutcome, OffsetStore};
+
+    use super::*;
+    use crate::sink::delta::{DeltaOptions, DeltaSink};
+    use crate::sink::{BatchWriter, Sink};
+
+    /// The table as delta-rs (not kdirect's code) reads it: every (partition, offset) of the
+    /// files its snapshot lists, counted, and the txn version of `app_ids`.
+    async fn read_table(
+        dir: &Path,
+        app_ids: &[&str],
+    ) -> (BTreeMap<(i32, i64), u32>, Vec<Option<i64>>) {
+        let url = url::Url::from_directory_path(std::fs::canonicalize(dir).unwrap()).unwrap();
+        let table = DeltaTableBuilder::from_url(url)
+            .unwrap()
+            .load()
+            .await
+            .unwrap();
+        let mut rows = BTreeMap::new();
+        for uri in table.get_file_uris().unwrap() {
+            let path = url::Url::parse(&uri)
+                .ok()
+                .and_then(|u| u.to_file_path().ok())
+                .unwrap_or_else(|| uri.clone().into());
+            let reader =
+                ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path).unwrap())
+                    .unwrap()
+                    .build()
+                    .unwrap();
+            for rb in reader {
+                let rb = rb.unwrap();
+                let p = rb
+                    .column_by_name("partition")
+                    .unwrap()
+                    .as_primitive::<Int32Type>();
+                let o = rb
+                    .column_by_name("offset")
+                    .unwrap()
+                    .as_primitive::<Int64Type>();
+                for i in 0..rb.num_rows() {
+                    *rows.entry((p.value(i), o.value(i))).or_insert(0) += 1;
+                }
+            }
+        }
+        let snapshot = table.snapshot().unwrap();
+        let mut versions = Vec::new();
+        for a in app_ids {
+            versions.push(
+                snapshot
+                    .transaction_version(table.log_store().as_ref(), *a)
+                    .await
+                    .unwrap(),
+            );
+        }
+        (rows, versions)
+    }
+
+    fn once(per: i64) -> BTreeMap<(i32, i64), u32> {
+        (0..3)
+            .flat_map(|p| (0..per).map(move |o| ((p, o), 1)))
+            .collect()
+    }
+
+    async fn stream(fake: &FakeCluster, sink: &DeltaSink) -> DirectStream {
+        DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["t"])
+            .start(StartPolicy::Earliest)
+            .until_latest(true)
+            .max_offsets_per_trigger(20)
+            .store(sink.log())
+            .build()
+            .await
+            .unwrap()
+    }
+
+    /// Writes and commits batches until the stream ends or `limit` batches were committed;
+    /// the records written.
+    async fn run(s: &mut DirectStream, sink: &DeltaSink, limit: usize) -> u64 {
+        let mut records = 0;
+        for _ in 0..limit {
+            let Some(b) = s.next_batch().await.unwrap() else {
+                break;
+            };
+            let mut w = sink.begin(b.id()).unwrap();
+            w.write(&b).unwrap();
+            records += w.records();
+            w.commit().unwrap();
+            assert_eq!(s.commit(b).await.unwrap(), CommitOutcome::Committed);
+        }
+        records
+    }
+
+    /// Two batches, a stop, a resume from the table's txns to the end, a third run that finds
+    /// nothing new: every offset once, and each partition's txn version is its last offset
+    /// (kafka-delta-ingest's `version`, one below the next offset to read).
+    #[test]
+    fn round_trip_resume_and_a_rerun_adds_nothing() {
+        rt().block_on(async {
+            let fake = fake(30).await;
+            let dir = tempdir("delta-resume");
+            {
+                let sink = DeltaSink::open(&dir, DeltaOptions::default())
+                    .await
+                    .unwrap();
+                let mut s = stream(&fake, &sink).await;
+                assert!(run(&mut s, &sink, 2).await > 0);
+                assert_eq!(sink.last_committed().unwrap(), Some(1));
+            }
+            let sink = DeltaSink::open(&dir, DeltaOptions::default())
+                .await
+                .unwrap();
+            assert_eq!(sink.last_committed().unwrap(), Some(1));
+            let mut s = stream(&fake, &sink).await;
+            assert!(
+                !s.stored_positions().is_empty(),
+                "nothing resumed from the txns"
+            );
+            assert_eq!(s.next_batch_id(), 2);
+            run(&mut s, &sink, usize::MAX).await;
+            let (rows, versions) = read_table(&dir, &["t-0", "t-1", "t-2"]).await;
+            assert_eq!(rows, once(30));
+            assert_eq!(versions, vec![Some(29), Some(29), Some(29)]);
+            // A re-run: the positions are at the end, nothing is written.
+            drop(s);
+            let sink = DeltaSink::open(&dir, DeltaOptions::default())
+                .await
+                .unwrap();
+            let mut s = stream(&fake, &sink).await;
+            assert_eq!(run(&mut s, &sink, usize::MAX).await, 0);
+            assert_eq!(read_table(&dir, &[]).await.0, once(30));
+            let _ = std::fs::remove_dir_all(&dir);
+        });
+    }
+
+    /// A crash after the data file was written and staged but before the Delta commit: the
+    /// table shows nothing of the batch, and the restart reads it again — every offset once.
+    #[test]
+    fn a_crash_before_the_delta_commit_leaves_nothing_visible() {
+        rt().block_on(async {
+            let fake = fake(30).await;
+            let dir = tempdir("delta-crash");
+            let first = {
+                let sink = DeltaSink::open(&dir, DeltaOptions::default())
+                    .await
+                    .unwrap();
+                let mut s = stream(&fake, &sink).await;
+                let first = run(&mut s, &sink, 1).await;
+                let b = s.next_batch().await.unwrap().unwrap();
+                let mut w = sink.begin(b.id()).unwrap();
+                w.write(&b).unwrap();
+                let files = w.commit().unwrap().files;
+                assert_eq!(files.len(), 1);
+                assert!(files[0].exists());
+                // The crash: no stream commit.
+                first
+            };
+            let (rows, _) = read_table(&dir, &[]).await;
+            assert_eq!(rows.len() as u64, first, "only batch 0 is in the table");
+            assert!(rows.values().all(|n| *n == 1));
+            let sink = DeltaSink::open(&dir, DeltaOptions::default())
+                .await
+                .unwrap();
+            let mut s = stream(&fake, &sink).await;
+            run(&mut s, &sink, usize::MAX).await;
+            assert_eq!(read_table(&dir, &[]).await.0, once(30));
+            let _ = std::fs::remove_dir_all(&dir);
+        });
+    }
+
+    /// Two writers from the same positions: the first commits, the second finds the txns
+    /// moved and is refused (a conflict); its file stays out of the table. A retried commit
+    /// of a committed batch is `AlreadyCommitted`, not a second copy.
+    #[test]
+    fn a_second_writer_is_refused_and_a_retry_is_already_committed() {
+        rt().block_on(async {
+            let fake = fake(30).await;
+            let dir = tempdir("delta-conflict");
+            let a = DeltaSink::open(&dir, DeltaOptions::default())
+                .await
+                .unwrap();
+            let b = DeltaSink::open(&dir, DeltaOptions::default())
+                .await
+                .unwrap();
+            let mut sa = stream(&fake, &a).await;
+            let mut sb = stream(&fake, &b).await;
+            let ba = sa.next_batch().await.unwrap().unwrap();
+            let bb = sb.next_batch().await.unwrap().unwrap();
+            assert_eq!(ba.ranges(), bb.ranges());
+            let planned = ba.planned();
+            let mut w = a.begin(ba.id()).unwrap();
+            w.write(&ba).unwrap();
+            let first = w.records();
+            w.commit().unwrap();
+            assert_eq!(sa.commit(ba).await.unwrap(), CommitOutcome::Committed);
+            // The retry of the same commit (its answer lost): nothing written twice.
+            let again = a
+                .log()
+                .commit(&planned, &CommitContext::STANDALONE)
+                .await
+                .unwrap();
+            assert_eq!(again, CommitOutcome::AlreadyCommitted);
+            let mut w = b.begin(bb.id()).unwrap();
+            w.write(&bb).unwrap();
+            w.commit().unwrap();
+            let e = sb.commit(bb).await.unwrap_err();
+            assert!(
+                matches!(&e, crate::Error::Store(s) if s.is_conflict()),
+                "not a conflict: {e}"
+            );
+            let (rows, _) = read_table(&dir, &[]).await;
+            assert_eq!(rows.len() as u64, first);
+            assert!(rows.values().all(|n| *n == 1), "a row twice");
+            let _ = std::fs::remove_dir_all(&dir);
+        });
+    }
+
+    /// Two writers on different partitions of one table (a group's members): both commit,
+    /// the second after reading the first's commit.
+    #[test]
+    fn writers_of_different_partitions_both_commit() {
+        rt().block_on(async {
+            let fake = fake(30).await;
+            let dir = tempdir("delta-members");
+            let a = DeltaSink::open(&dir, DeltaOptions::default())
+                .await
+                .unwrap();
+            let b = DeltaSink::open(&dir, DeltaOptions::default())
+                .await
+                .unwrap();
+            let member = |sink: &DeltaSink, parts: Vec<i32>| {
+                DirectStream::builder()
+                    .bootstrap(&fake.bootstrap())
+                    .topics(&["t"])
+                    .partitions(parts)
+                    .start(StartPolicy::Earliest)
+                    .until_latest(true)
+                    .store(sink.log())
+                    .build()
+            };
+            let mut sa = member(&a, vec![0]).await.unwrap();
+            let mut sb = member(&b, vec![1, 2]).await.unwrap();
+            let ba = sa.next_batch().await.unwrap().unwrap();
+            let bb = sb.next_batch().await.unwrap().unwrap();
+            for (sink, s, batch) in [(&a, &mut sa, ba), (&b, &mut sb, bb)] {
+                let mut w = sink.begin(batch.id()).unwrap();
+                w.write(&batch).unwrap();
+                w.commit().unwrap();
+                assert_eq!(s.commit(batch).await.unwrap(), CommitOutcome::Committed);
+            }
+            let (rows, versions) = read_table(&dir, &["t-0", "t-1", "t-2"]).await;
+            assert_eq!(rows, once(30));
+            assert_eq!(versions, vec![Some(29), Some(29), Some(29)]);
+            let _ = std::fs::remove_dir_all(&dir);
+        });
+    }
+
+    /// A table another program (kafka-delta-ingest's layout, app id `job`) left at offset 9
+    /// of partition 1 (its txn version: the last offset written) is continued from offset 10.
+    #[test]
+    fn continues_a_table_with_kafka_delta_ingest_txns() {
+        rt().block_on(async {
+            let fake = fake(30).await;
+            let dir = tempdir("delta-kdi");
+            let options = DeltaOptions::default().app_id("t", "job");
+            let sink = DeltaSink::open(&dir, options.clone()).await.unwrap();
+            {
+                // The other program's commit: a txn alone, written with delta-rs.
+                let url =
+                    url::Url::from_directory_path(std::fs::canonicalize(&dir).unwrap()).unwrap();
+                let table = DeltaTableBuilder::from_url(url)
+                    .unwrap()
+                    .load()
+                    .await
+                    .unwrap();
+                CommitBuilder::from(CommitProperties::default())
+                    .with_actions(vec![Action::Txn(Transaction::new("job-1", 9))])
+                    .build(
+                        Some(table.snapshot().unwrap()),
+                        table.log_store(),
+                        DeltaOperation::StreamingUpdate {
+                            output_mode: OutputMode::Append,
+                            query_id: "kafka-delta-ingest".into(),
+                            epoch_id: 0,
+                        },
+                    )
+                    .await
+                    .unwrap();
+            }
+            let mut s = stream(&fake, &sink).await;
+            assert_eq!(
+                s.stored_positions()
+                    .get(&crate::TopicPartition::new("t", 1)),
+                Some(&10)
+            );
+            run(&mut s, &sink, usize::MAX).await;
+            let (rows, versions) = read_table(&dir, &["job-0", "job-1", "job-2", "t-0"]).await;
+            let mut want = once(30);
+            want.retain(|(p, o), _| *p != 1 || *o >= 10);
+            assert_eq!(rows, want);
+            assert_eq!(versions, vec![Some(29), Some(29), Some(29), None]);
+            let _ = std::fs::remove_dir_all(&dir);
+        });
+    }
+}
