@@ -91,12 +91,22 @@ pub struct DeltaOptions {
     /// The txn app id per topic (`<app id>-<partition>`); a topic not named uses its own name.
     /// Give the kafka-delta-ingest job's `--app_id` to continue its table.
     pub app_ids: BTreeMap<String, String>,
+    /// A table created by the sink: its `delta.checkpointInterval` (commits between Delta log
+    /// checkpoints; delta-rs's and Spark's default, 100, when not set). An existing table
+    /// keeps its own.
+    pub checkpoint_interval: Option<u32>,
 }
 
 impl DeltaOptions {
     /// With these Parquet settings for the data files.
     pub fn parquet(mut self, parquet: ParquetOptions) -> Self {
         self.parquet = parquet;
+        self
+    }
+
+    /// A table created by the sink checkpoints its log every `commits` commits (at least 1).
+    pub fn checkpoint_interval(mut self, commits: u32) -> Self {
+        self.checkpoint_interval = Some(commits.max(1));
         self
     }
 
@@ -245,7 +255,14 @@ impl DeltaSink {
                 .try_into_kernel()
                 .map_err(|e| delta("convert the schema of")(e.into()))?;
             // Another writer creating it at the same time: Ignore loads theirs.
-            table = deltalake_core::operations::create::CreateBuilder::new()
+            let mut create = deltalake_core::operations::create::CreateBuilder::new();
+            if let Some(n) = options.checkpoint_interval {
+                create = create.with_configuration_property(
+                    deltalake_core::TableProperty::CheckpointInterval,
+                    Some(n.to_string()),
+                );
+            }
+            table = create
                 .with_log_store(table.log_store())
                 .with_columns(schema.fields().cloned())
                 .with_save_mode(SaveMode::Ignore)

@@ -843,4 +843,98 @@ mod delta_sink {
             let _ = std::fs::remove_dir_all(&dir);
         });
     }
+
+    /// Log checkpoints every 2 commits, then the commit files before the last checkpoint
+    /// removed (as Delta's log cleanup does after the retention period; the checkpoint's own
+    /// version stays): the positions are still found (the checkpoint's txn column), and the
+    /// resumed run writes each offset once.
+    #[test]
+    fn resumes_from_a_checkpointed_log_without_its_old_commits() {
+        rt().block_on(async {
+            let fake = fake(30).await;
+            let dir = tempdir("delta-checkpoint");
+            let options = DeltaOptions::default().checkpoint_interval(2);
+            {
+                let sink = DeltaSink::open(&dir, options.clone()).await.unwrap();
+                let mut s = stream(&fake, &sink).await;
+                run(&mut s, &sink, 3).await;
+            }
+            let log = dir.join("_delta_log");
+            let last: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(log.join("_last_checkpoint")).unwrap())
+                    .unwrap();
+            let cp = last["version"].as_i64().unwrap();
+            assert!(cp >= 2, "no checkpoint: {last}");
+            for e in std::fs::read_dir(&log).unwrap() {
+                let name = e.unwrap().file_name().to_string_lossy().into_owned();
+                let v = name
+                    .strip_suffix(".json")
+                    .and_then(|v| v.parse::<i64>().ok());
+                if v.is_some_and(|v| v < cp) {
+                    std::fs::remove_file(log.join(&name)).unwrap();
+                }
+            }
+            let (before, versions) = read_table(&dir, &["t-0", "t-1", "t-2"]).await;
+            assert!(versions.iter().all(Option::is_some), "{versions:?}");
+            let sink = DeltaSink::open(&dir, options).await.unwrap();
+            let mut s = stream(&fake, &sink).await;
+            let stored: Vec<i64> = s.stored_positions().values().copied().collect();
+            let want: Vec<i64> = versions.iter().map(|v| v.unwrap() + 1).collect();
+            assert_eq!(stored, want);
+            let written = run(&mut s, &sink, usize::MAX).await;
+            assert_eq!(before.len() as u64 + written, 90);
+            assert_eq!(read_table(&dir, &[]).await.0, once(30));
+            let _ = std::fs::remove_dir_all(&dir);
+        });
+    }
+
+    /// Two writers of the same partitions committing the same batch at once (a race for the
+    /// same table version, or one reading the other's commit): exactly one is committed, the
+    /// other refused as a conflict; the table holds the batch once.
+    #[test]
+    fn concurrent_writers_of_the_same_partitions_one_wins() {
+        let rt = kdirect_test_support::rt();
+        rt.block_on(async {
+            let fake = fake(30).await;
+            let dir = tempdir("delta-race");
+            let a = DeltaSink::open(&dir, DeltaOptions::default())
+                .await
+                .unwrap();
+            let b = DeltaSink::open(&dir, DeltaOptions::default())
+                .await
+                .unwrap();
+            let mut sa = stream(&fake, &a).await;
+            let mut sb = stream(&fake, &b).await;
+            let ba = sa.next_batch().await.unwrap().unwrap();
+            let bb = sb.next_batch().await.unwrap().unwrap();
+            let mut records = 0;
+            for (sink, batch) in [(&a, &ba), (&b, &bb)] {
+                let mut w = sink.begin(batch.id()).unwrap();
+                w.write(batch).unwrap();
+                records = w.records();
+                w.commit().unwrap();
+            }
+            let (pa, pb) = (ba.planned(), bb.planned());
+            let (la, lb) = (a.log(), b.log());
+            let ctx = CommitContext::STANDALONE;
+            let (ra, rb) = tokio::join!(
+                tokio::spawn(async move { la.commit(&pa, &ctx).await }),
+                tokio::spawn(async move { lb.commit(&pb, &CommitContext::STANDALONE).await }),
+            );
+            let outcomes = [ra.unwrap(), rb.unwrap()];
+            let won = outcomes
+                .iter()
+                .filter(|r| matches!(r, Ok(CommitOutcome::Committed)))
+                .count();
+            let refused = outcomes
+                .iter()
+                .filter(|r| r.as_ref().is_err_and(|e| e.is_conflict()))
+                .count();
+            assert_eq!((won, refused), (1, 1), "{outcomes:?}");
+            let (rows, _) = read_table(&dir, &[]).await;
+            assert_eq!(rows.len() as u64, records);
+            assert!(rows.values().all(|n| *n == 1));
+            let _ = std::fs::remove_dir_all(&dir);
+        });
+    }
 }
