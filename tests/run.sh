@@ -32,4 +32,7 @@ trap 'exit 143' TERM
 # shellcheck source=tests/services.sh
 source tests/services.sh
 export KDIRECT_REQUIRE_SERVICES=1
-cargo test --workspace "$@"
+# With the Delta sink (feature `delta`, off by default): its unit tests and the CLI's
+# `--sink delta:` read back by the Python deltalake package. One build: the feature only adds
+# delta-rs's crates to the test build.
+cargo test --workspace --features kdirect/delta "$@"

@@ -240,13 +240,14 @@ s3.create_bucket(Bucket="kdirect-test")
 PY
 fi
 
-# --- pyarrow from PyPI: the independent reader of the Parquet sink's files (tests/it/lakehouse.rs
-# and kill.rs read them with pyarrow.dataset, which skips `_`/`.` names as Spark does) ---------
+# --- pyarrow and deltalake from PyPI: the independent readers of the Parquet sink's files
+# (tests/it/lakehouse.rs and kill.rs read them with pyarrow.dataset, which skips `_`/`.` names as
+# Spark does) and of the Delta sink's tables (lakehouse.rs, with delta-rs's Python binding) ----
 pyarrow_home="$here/../target/pyarrow"
-if ! "$pyarrow_home/bin/python" -c 'import pyarrow.dataset' 2>/dev/null; then
-  say "installing pyarrow 22.0.0 from PyPI into $pyarrow_home"
-  python3 -m venv "$pyarrow_home" >&2 || { apt_install python3-venv; python3 -m venv "$pyarrow_home" >&2; }
-  "$pyarrow_home/bin/pip" install -q 'pyarrow==22.0.0' >&2
+if ! "$pyarrow_home/bin/python" -c 'import pyarrow.dataset, deltalake' 2>/dev/null; then
+  say "installing pyarrow 22.0.0 and deltalake 1.6.6 from PyPI into $pyarrow_home"
+  [ -x "$pyarrow_home/bin/pip" ] || python3 -m venv "$pyarrow_home" >&2 || { apt_install python3-venv; python3 -m venv "$pyarrow_home" >&2; }
+  "$pyarrow_home/bin/pip" install -q 'pyarrow==22.0.0' 'deltalake==1.6.6' >&2
 fi
 
 # --- Azure Blob Storage's emulator: Azurite from npm (it keeps Put Blob's If-None-Match: *), on

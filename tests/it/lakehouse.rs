@@ -220,3 +220,204 @@ fn the_cli_writes_a_batch_larger_than_its_memory_as_one_parquet_file() {
     assert!(rows.values().all(|n| *n == 1));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// What delta-rs (not kdirect's code) reads from the Delta table at `dir`: every
+/// (partition, offset) of the files its snapshot lists, counted (the parquet crate reads them),
+/// and the txn version of each of `app_ids`.
+#[cfg(feature = "delta")]
+pub(crate) fn delta_rows(dir: &Path, app_ids: &[&str]) -> (Rows, Vec<Option<i64>>) {
+    use deltalake_core::DeltaTableBuilder;
+    crate::support::rt().block_on(async {
+        let url = url::Url::from_directory_path(std::fs::canonicalize(dir).unwrap()).unwrap();
+        let table = DeltaTableBuilder::from_url(url)
+            .unwrap()
+            .load()
+            .await
+            .unwrap();
+        let mut rows = Rows::new();
+        let uris: Vec<String> = table.get_file_uris().unwrap().collect();
+        for uri in uris {
+            let path = url::Url::parse(&uri)
+                .ok()
+                .and_then(|u| u.to_file_path().ok())
+                .unwrap_or_else(|| uri.clone().into());
+            let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{uri}: {e}"));
+            let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+                .unwrap()
+                .build()
+                .unwrap();
+            for rb in reader {
+                let rb = rb.unwrap();
+                let p = rb
+                    .column_by_name("partition")
+                    .unwrap()
+                    .as_primitive::<Int32Type>();
+                let o = rb
+                    .column_by_name("offset")
+                    .unwrap()
+                    .as_primitive::<Int64Type>();
+                for i in 0..rb.num_rows() {
+                    *rows.entry((p.value(i), o.value(i))).or_insert(0) += 1;
+                }
+            }
+        }
+        let snapshot = table.snapshot().unwrap();
+        let mut versions = Vec::new();
+        for a in app_ids {
+            versions.push(
+                snapshot
+                    .transaction_version(table.log_store().as_ref(), *a)
+                    .await
+                    .unwrap(),
+            );
+        }
+        (rows, versions)
+    })
+}
+
+/// The Python that reads Delta tables: `KDIRECT_TEST_PYARROW` (tests/services.sh's venv, which
+/// has `deltalake` and `pyarrow` from PyPI) or `python3`, if it imports both. `None` after a
+/// printed reason otherwise, or a failure under KDIRECT_REQUIRE_SERVICES=1.
+#[cfg(feature = "delta")]
+pub(crate) fn delta_python(test: &str) -> Option<String> {
+    let python = std::env::var("KDIRECT_TEST_PYARROW")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "python3".to_owned());
+    let ok = Command::new(&python)
+        .args(["-c", "import deltalake, pyarrow"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        return Some(python);
+    }
+    if std::env::var_os("KDIRECT_REQUIRE_SERVICES").is_some_and(|v| v == "1") {
+        panic!(
+            "{test}: {python} cannot import deltalake and pyarrow, and KDIRECT_REQUIRE_SERVICES=1 \
+             forbids skipping (tests/services.sh installs them into target/pyarrow)"
+        );
+    }
+    println!(
+        "skipping {test}: {python} cannot import deltalake and pyarrow (pip install deltalake \
+         pyarrow, or run tests/run.sh)"
+    );
+    None
+}
+
+/// What the Python `deltalake` package (delta-rs's Python binding, from PyPI) reads from the
+/// table at `dir`: the schema (one line per field), every (partition, offset) counted, and the
+/// txn version of each of `app_ids`.
+#[cfg(feature = "delta")]
+pub(crate) fn deltalake_rows(
+    python: &str,
+    dir: &Path,
+    app_ids: &[&str],
+) -> (String, Rows, Vec<Option<i64>>) {
+    let script = r#"
+import sys
+from deltalake import DeltaTable
+dt = DeltaTable(sys.argv[1])
+t = dt.to_pyarrow_table()
+for f in t.schema:
+    print("field", f.name, f.type)
+for p, o in zip(t.column("partition").to_pylist(), t.column("offset").to_pylist()):
+    print(p, o)
+for app in sys.argv[2:]:
+    print("txn", app, dt.transaction_version(app))
+"#;
+    let out = Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .arg(dir)
+        .args(app_ids)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "deltalake: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (mut schema, mut rows, mut txns) = (String::new(), Rows::new(), Vec::new());
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        if let Some(f) = line.strip_prefix("field ") {
+            schema.push_str(f);
+            schema.push('\n');
+        } else if let Some(t) = line.strip_prefix("txn ") {
+            let (_, v) = t.rsplit_once(' ').unwrap();
+            txns.push(v.parse().ok());
+        } else {
+            let (p, o) = line.split_once(' ').unwrap();
+            *rows
+                .entry((p.parse().unwrap(), o.parse().unwrap()))
+                .or_insert(0) += 1;
+        }
+    }
+    (schema, rows, txns)
+}
+
+/// `kdirect consume --sink delta:PATH` read back by the Python `deltalake` package: every
+/// offset once, Spark's Kafka schema (timestamp in microseconds, Delta's type), and each
+/// partition's txn (kafka-delta-ingest's `<topic>-<partition>`) at the last offset written.
+/// A second run adds nothing; a third, after more records, adds exactly those.
+#[cfg(feature = "delta")]
+#[test]
+fn deltalake_reads_the_delta_sink_every_offset_once() {
+    let test = "deltalake_reads_the_delta_sink_every_offset_once";
+    let fake = FakeCluster::builder().topic("dl", 2).start().unwrap();
+    let produce = |p: i32, from: i64, n: i64| {
+        let recs: Vec<FakeRecord> = (from..from + n)
+            .map(|i| {
+                FakeRecord::value(Bytes::from(format!("v{i}")))
+                    .with_key(Bytes::from(format!("k{i}")))
+                    .with_header("h", Some(Bytes::from("x")))
+                    .with_timestamp(1_700_000_000_000 + i)
+            })
+            .collect();
+        fake.append_records("dl", p, &recs, Codec::Zstd).unwrap();
+    };
+    produce(0, 0, 50);
+    produce(1, 0, 50);
+    let dir = tempdir("delta-cli");
+    let consume = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+            .args(["consume", "-b", &fake.bootstrap(), "-t", "dl"])
+            .args(["--until-latest", "--max-offsets-per-batch", "30", "--sink"])
+            .arg(format!("delta:{}", dir.display()))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    consume();
+    consume();
+    let once = |ends: [i64; 2]| -> Rows {
+        (0..2)
+            .flat_map(|p| (0..ends[p as usize]).map(move |o| ((p, o), 1)))
+            .collect()
+    };
+    assert_eq!(
+        delta_rows(&dir, &["dl-0", "dl-1"]),
+        (once([50, 50]), vec![Some(49), Some(49)])
+    );
+    let Some(python) = delta_python(test) else {
+        return;
+    };
+    let (schema, rows, txns) = deltalake_rows(&python, &dir, &["dl-0", "dl-1"]);
+    assert_eq!(rows, once([50, 50]));
+    assert_eq!(txns, [Some(49), Some(49)]);
+    assert_eq!(
+        schema,
+        "key binary\nvalue binary\ntopic string\npartition int32\noffset int64\n\
+         timestamp timestamp[us, tz=UTC]\ntimestampType int32\n\
+         headers list<element: struct<key: string not null, value: binary> not null>\n"
+    );
+    produce(0, 50, 10);
+    consume();
+    let (_, rows, txns) = deltalake_rows(&python, &dir, &["dl-0", "dl-1"]);
+    assert_eq!(rows, once([60, 50]));
+    assert_eq!(txns, [Some(59), Some(49)]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -10,8 +10,8 @@
 //!                                            commitInfo (STREAMING UPDATE, kdirect.batchId)
 //! ```
 //!
-//! The positions are kept as kafka-delta-ingest keeps them, so a table written by either can
-//! be continued by the other: one `txn` action per partition, `appId` = `<app id>-<partition>`
+//! The positions are kept as kafka-delta-ingest keeps them, so either program reads the
+//! other's positions (see below for the data's schema): one `txn` action per partition, `appId` = `<app id>-<partition>`
 //! (the app id is the topic's name unless [`DeltaOptions::app_id`] names one), `version` = the
 //! offset of the **last record written** (kafka-delta-ingest's `ValueBuffer::last_offset`; it
 //! seeks there on resume and skips offsets `<= version`), so kdirect's position (the next
@@ -46,6 +46,11 @@
 //! does), so it can be shared by the members of a consumer group, each committing its own
 //! partitions' `txn`s. Delta log checkpoints are written at the table's interval
 //! (`delta.checkpointInterval`, 100 by default) after a commit.
+//!
+//! A table that exists must have the schema the sink writes (Spark's Kafka source schema): a
+//! kafka-delta-ingest table, whose columns are its messages' JSON fields, is refused at
+//! [`DeltaSink::open`] (decoding values into columns is not done yet), so continuing one
+//! another program wrote means its positions, in a table of this schema.
 //!
 //! Local paths only for now (delta-rs speaks S3, Azure and GCS; wiring its storage options
 //! into the CLI is not done yet).
@@ -247,13 +252,37 @@ impl DeltaSink {
             .is_delta_table_location()
             .await
             .map_err(delta("look for the log of"))?;
+        let schema: StructType = delta_schema()
+            .as_ref()
+            .try_into_kernel()
+            .map_err(|e| delta("convert the schema of")(e.into()))?;
         if exists {
             table.load().await.map_err(delta("load"))?;
+            // The data files are Spark's Kafka source schema: a table of another schema
+            // (kafka-delta-ingest's tables hold the values' JSON fields as columns) is
+            // refused here, not at a reader's first scan.
+            let theirs = table
+                .snapshot()
+                .map_err(delta("read the schema of"))?
+                .schema();
+            let shape = |s: &StructType| -> Vec<(String, String)> {
+                s.fields()
+                    .map(|f| (f.name().to_owned(), format!("{:?}", f.data_type())))
+                    .collect()
+            };
+            if shape(&theirs) != shape(&schema) {
+                return Err(SinkErrorKind::Spec {
+                    spec: dir.display().to_string(),
+                    reason: format!(
+                        "the table's columns are {:?}, not Spark's Kafka source schema ({:?}) \
+                         that the Delta sink writes",
+                        theirs.fields().map(|f| f.name()).collect::<Vec<_>>(),
+                        schema.fields().map(|f| f.name()).collect::<Vec<_>>()
+                    ),
+                }
+                .into());
+            }
         } else {
-            let schema: StructType = delta_schema()
-                .as_ref()
-                .try_into_kernel()
-                .map_err(|e| delta("convert the schema of")(e.into()))?;
             // Another writer creating it at the same time: Ignore loads theirs.
             let mut create = deltalake_core::operations::create::CreateBuilder::new();
             if let Some(n) = options.checkpoint_interval {
@@ -682,7 +711,7 @@ impl Drop for DeltaWriter {
 }
 
 /// The Delta table's log as an offset store; see [`DeltaSink::log`]. Positions are the
-/// tables's `txn` actions in kafka-delta-ingest's layout.
+/// table's `txn` actions in kafka-delta-ingest's layout.
 #[derive(Debug, Clone)]
 pub struct DeltaLog {
     inner: Arc<Inner>,
@@ -773,7 +802,8 @@ impl OffsetStore for DeltaLog {
     }
 
     /// Sets positions in a Delta commit of `txn` actions alone (no data), as batch
-    /// `batch_id`.
+    /// `batch_id`, over whatever the table holds (no compare-and-set; a commit that loses the
+    /// race for its table version is an error, to be run again).
     async fn set_positions(&self, batch_id: u64, positions: &Positions) -> Result<(), StoreError> {
         let inner = &self.inner;
         let mut table = inner.table.lock().await;
@@ -782,13 +812,16 @@ impl OffsetStore for DeltaLog {
             .await
             .map_err(|e| inner.store_error("load", e))?;
         let actions = positions.iter().map(|(tp, &p)| self.txn(tp, p)).collect();
-        let version = self.try_commit(&table, batch_id, actions).await?;
-        table
-            .update_state()
-            .await
-            .map_err(|e| inner.store_error("load", e))?;
-        let _ = version;
-        Ok(())
+        match self.try_commit(&table, batch_id, actions).await {
+            Ok(_) => Ok(()),
+            Err(RaceOr::Error(e)) => Err(e),
+            Err(RaceOr::Raced) => Err(StoreErrorKind::Backend {
+                store: inner.describe(),
+                what: format!("set positions as batch {batch_id}"),
+                source: "another writer committed the same table version first".into(),
+            }
+            .into()),
+        }
     }
 }
 
@@ -867,6 +900,11 @@ impl DeltaLog {
                     .filter(|r| batch.moves(r))
                     .map(|r| self.txn(&r.topic_partition(), r.until)),
             );
+            if actions.is_empty() {
+                // Nothing read and no partition moved: no Delta commit (a caught-up stream
+                // would otherwise add an empty commit to the log per batch).
+                return Ok(CommitOutcome::Committed);
+            }
             match self.try_commit(&table, batch.id, actions).await {
                 Ok(_) => {
                     let mut written = lock(&inner.written);
@@ -948,18 +986,4 @@ impl DeltaLog {
 enum RaceOr {
     Raced,
     Error(StoreError),
-}
-
-impl From<RaceOr> for StoreError {
-    fn from(r: RaceOr) -> StoreError {
-        match r {
-            RaceOr::Error(e) => e,
-            RaceOr::Raced => StoreErrorKind::Backend {
-                store: "delta table".to_owned(),
-                what: "commit".to_owned(),
-                source: "another writer committed the same table version".into(),
-            }
-            .into(),
-        }
-    }
 }

@@ -36,6 +36,10 @@
 //!   (kafka-delta-ingest's layout), so the table is the stream's offset store and alone
 //!   exactly-once (the CLI's `--sink delta:PATH`).
 //!
+//! The Delta sink bends one line of this: its writer's `commit` finishes and stages the file,
+//! and the batch becomes visible in the store's commit (`DirectStream::commit`), the one Delta
+//! commit that also moves the positions — the sink's commit is the store's.
+//!
 //! Local disks only for now: object stores and HDFS (which the checkpoint store already
 //! speaks) are not done for sinks yet.
 

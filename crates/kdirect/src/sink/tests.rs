@@ -937,4 +937,39 @@ mod delta_sink {
             let _ = std::fs::remove_dir_all(&dir);
         });
     }
+
+    /// A table of another schema (kafka-delta-ingest's hold the values' JSON fields as
+    /// columns) is refused at open, naming its columns; nothing is written to it.
+    #[test]
+    fn a_table_of_another_schema_is_refused() {
+        rt().block_on(async {
+            let dir = tempdir("delta-schema");
+            std::fs::create_dir_all(&dir).unwrap();
+            let url = url::Url::from_directory_path(std::fs::canonicalize(&dir).unwrap()).unwrap();
+            let table = DeltaTableBuilder::from_url(url).unwrap().build().unwrap();
+            deltalake_core::operations::create::CreateBuilder::new()
+                .with_log_store(table.log_store())
+                .with_column(
+                    "id",
+                    deltalake_core::kernel::DataType::LONG,
+                    true,
+                    None,
+                )
+                .await
+                .unwrap();
+            let e = DeltaSink::open(&dir, DeltaOptions::default())
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(e.kind(), crate::SinkErrorKind::Spec { reason, .. } if reason.contains("\"id\"")),
+                "{e}"
+            );
+            let log: Vec<_> = std::fs::read_dir(dir.join("_delta_log"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(log.len(), 1, "{log:?}");
+            let _ = std::fs::remove_dir_all(&dir);
+        });
+    }
 }
