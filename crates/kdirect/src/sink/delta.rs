@@ -501,6 +501,18 @@ impl Inner {
         Ok(())
     }
 
+    /// Brings `table`'s snapshot to the latest version incrementally (the commit files after
+    /// it; `update_state` rebuilds it from the last checkpoint, a cost that grew with every
+    /// commit until the next checkpoint).
+    async fn refresh(&self, table: &mut DeltaTable) -> Result<(), StoreError> {
+        let log_store = table.log_store();
+        match table.state.as_mut() {
+            Some(state) => state.update(log_store.as_ref(), None).await,
+            None => table.update_state().await,
+        }
+        .map_err(|e| self.store_error("load", e))
+    }
+
     /// The positions the table holds for `tps` (as of the table's loaded snapshot):
     /// `version + 1` of each partition's txn.
     async fn positions(
@@ -860,10 +872,7 @@ impl OffsetStore for DeltaLog {
             // A retried commit of a batch this process committed: decided below as
             // already committed; anything else was never written through the sink.
             let mut table = inner.table.lock().await;
-            table
-                .update_state()
-                .await
-                .map_err(|e| inner.store_error("load", e))?;
+            inner.refresh(&mut table).await?;
             return match self.decide(&table, batch).await? {
                 CommitDecision::AlreadyCommitted => Ok(CommitOutcome::AlreadyCommitted),
                 _ => Err(StoreErrorKind::Inconsistent {
@@ -891,12 +900,9 @@ impl OffsetStore for DeltaLog {
     async fn set_positions(&self, batch_id: u64, positions: &Positions) -> Result<(), StoreError> {
         let inner = &self.inner;
         let mut table = inner.table.lock().await;
-        table
-            .update_state()
-            .await
-            .map_err(|e| inner.store_error("load", e))?;
+        inner.refresh(&mut table).await?;
         let actions = positions.iter().map(|(tp, &p)| self.txn(tp, p)).collect();
-        match self.try_commit(&table, batch_id, actions).await {
+        match self.try_commit(&mut table, batch_id, actions).await {
             Ok(_) => Ok(()),
             Err(RaceOr::Error(e)) => Err(e),
             Err(RaceOr::Raced) => Err(StoreErrorKind::Backend {
@@ -957,10 +963,7 @@ impl DeltaLog {
         let inner = &self.inner;
         let mut table = inner.table.lock().await;
         for _ in 0..RACE_RETRIES {
-            table
-                .update_state()
-                .await
-                .map_err(|e| inner.store_error("load", e))?;
+            inner.refresh(&mut table).await?;
             match self.decide(&table, batch).await? {
                 CommitDecision::Write => {}
                 CommitDecision::AlreadyCommitted => return Ok(CommitOutcome::AlreadyCommitted),
@@ -989,7 +992,7 @@ impl DeltaLog {
                 // would otherwise add an empty commit to the log per batch).
                 return Ok(CommitOutcome::Committed);
             }
-            match self.try_commit(&table, batch.id, actions).await {
+            match self.try_commit(&mut table, batch.id, actions).await {
                 Ok(_) => {
                     let mut written = lock(&inner.written);
                     for r in batch.ranges.iter().filter(|r| batch.moves(r)) {
@@ -1021,7 +1024,7 @@ impl DeltaLog {
     /// the version.
     async fn try_commit(
         &self,
-        table: &DeltaTable,
+        table: &mut DeltaTable,
         batch_id: u64,
         actions: Vec<Action>,
     ) -> Result<i64, RaceOr> {
@@ -1054,12 +1057,15 @@ impl DeltaLog {
             Err(e) => return Err(RaceOr::Error(inner.store_error("commit", e))),
         };
         let version = post.version;
-        // The commit file is in: the batch is committed whatever the checkpoint does.
-        if let Err(e) = post.await {
-            tracing::warn!(
+        // The commit file is in: the batch is committed whatever the checkpoint does. The
+        // snapshot after it is the table's (no re-read before the next commit unless another
+        // writer committed).
+        match post.await {
+            Ok(finalized) => table.state = Some(finalized.snapshot()),
+            Err(e) => tracing::warn!(
                 "{}: version {version} committed; writing its checkpoint failed: {e}",
                 inner.describe()
-            );
+            ),
         }
         Ok(version)
     }
