@@ -11,8 +11,9 @@
 //! ```
 //!
 //! The positions are kept as kafka-delta-ingest keeps them, so either program reads the
-//! other's positions (see below for the data's schema): one `txn` action per partition, `appId` = `<app id>-<partition>`
-//! (the app id is the topic's name unless [`DeltaOptions::app_id`] names one), `version` = the
+//! other's positions (see below for the data's schema): one `txn` action per partition,
+//! `appId` = `<app id>-<partition>` (the app id is the topic's name unless
+//! [`DeltaOptions::app_id`] names one), `version` = the
 //! offset of the **last record written** (kafka-delta-ingest's `ValueBuffer::last_offset`; it
 //! seeks there on resume and skips offsets `<= version`), so kdirect's position (the next
 //! offset to read) is `version + 1`.
@@ -25,12 +26,13 @@
 //!    leaves an orphan file (Delta's `VACUUM` removes such files).
 //! 2. [`BatchWriter::commit`]: the file is finished and fsynced, and its `add` action is
 //!    staged with the sink (still invisible).
-//! 3. `DirectStream::commit` → [`DeltaLog::commit`]: the positions are read from the latest
-//!    snapshot and the batch is decided by the one commit rule ([`kdirect_commit::decide`]);
-//!    if it writes, one commit file `_delta_log/<version+1>.json` holds the `add` and the
-//!    `txn`s, created only if absent (put-if-absent: the log store's conditional put on
-//!    object stores, a hard link on a local disk). That is the one step that makes batch N
-//!    visible and moves its positions, together.
+//! 3. `DirectStream::commit` → [`DeltaLog::commit`]: the table is brought to its latest
+//!    version, its partitions' `txn`s read, and the batch decided by the one commit rule
+//!    ([`kdirect_commit::decide`]); if it writes, one commit file
+//!    `_delta_log/<version+1>.json` holds the `add` and the `txn`s, created only if absent
+//!    (delta-rs's log store: object_store's create without overwrite, a conditional put on
+//!    object stores). That is the one step that makes batch N visible and moves its
+//!    positions, together.
 //!
 //! A crash before step 3's commit file exists leaves nothing visible and the positions where
 //! they were: the restart reads the same positions from the `txn`s and reads the records
