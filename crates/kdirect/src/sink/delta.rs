@@ -973,7 +973,7 @@ impl DeltaLog {
                     let r = &batch.ranges[index.min(batch.ranges.len().saturating_sub(1))];
                     return Err(StoreErrorKind::Conflict {
                         store: inner.describe(),
-                        topic: r.topic.clone(),
+                        topic: r.topic.to_string(),
                         partition: r.partition,
                         expected_from: batch.expected_from(r),
                         stored: Stored(stored),

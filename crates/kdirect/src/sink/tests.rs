@@ -746,7 +746,8 @@ mod delta_sink {
             w.commit().unwrap();
             let e = sb.commit(bb).await.unwrap_err();
             assert!(
-                matches!(&e, crate::Error::Store(s) if s.is_conflict()),
+                e.store()
+                    .is_some_and(kdirect_commit::StoreError::is_conflict),
                 "not a conflict: {e}"
             );
             let (rows, _) = read_table(&dir, &[]).await;
