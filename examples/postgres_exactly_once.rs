@@ -28,9 +28,9 @@ async fn main() -> Result<(), kdirect::Error> {
     while let Some(batch) = stream.next_batch().await? {
         // The batch's offsets are written first (compare-and-set), then the records, then both
         // commit together.
-        let mut tx = stream.begin(&batch).await?;
-        let rows = tx.insert_batch(&sink, &batch).await?;
-        stream.commit_transaction(batch, tx).await?;
+        let mut tx = stream.begin(batch).await?;
+        let rows = tx.insert_batch(&sink).await?;
+        stream.commit_transaction(tx).await?;
         println!("{rows} rows");
     }
     Ok(())

@@ -2,7 +2,8 @@
 //! standard Kafka tooling (`kafka-consumer-groups.sh`, librdkafka's `committed_offsets`) sees
 //! them.
 //!
-//! - FindCoordinator (key 10) finds the group's coordinator; its connection is cached.
+//! - FindCoordinator (key 10) finds the group's coordinator, reached over a connection of the
+//!   store's own ([`Coordinator`], the one the group members use).
 //! - OffsetCommit (key 8) under the committing member's identity (generation or member epoch,
 //!   member id, instance id: [`CommitContext::member`], read when each attempt is sent), or as
 //!   a standalone consumer — generation -1, empty member id — outside a group and for
@@ -13,7 +14,8 @@
 //! - OffsetFetch (key 9) reads positions and the batch id back.
 //! - `NOT_COORDINATOR`, `COORDINATOR_LOAD_IN_PROGRESS`, `COORDINATOR_NOT_AVAILABLE` (and a lost
 //!   connection or timeout) are retried: the coordinator is looked up again after a backoff
-//!   (100 ms doubling to 2 s, up to 10 attempts), as the Java client does.
+//!   (100 ms doubling to 2 s, with jitter) until `default.api.timeout.ms` has passed since the
+//!   first failure, as the Java client does ([`kdirect_engine::group::coordinator`]'s policy).
 //!
 //! **At-least-once.** Kafka has no compare-and-set on committed offsets. Before committing,
 //! this store reads the group's offsets (OffsetFetch) and refuses with a conflict if a
@@ -37,6 +39,7 @@ use std::time::Duration;
 
 use kdirect_engine::cluster::Cluster;
 use kdirect_engine::conn::BrokerConnection;
+use kdirect_engine::group::coordinator::{Attempt, Coordinator, GiveUp};
 use kdirect_engine::group::Generation;
 use kdirect_proto::api::offset_commit::{self, CommitEntry, Committer, OffsetCommit};
 use kdirect_proto::api::offset_fetch::{self, OffsetFetch};
@@ -46,9 +49,6 @@ use crate::{
     Capabilities, CommitContext, CommitOutcome, Committed, Epochs, OffsetStore, PlannedBatch,
     Positions, StoreError, StoreErrorKind, TopicIds, TopicPartition,
 };
-
-/// Attempts per operation before a retriable error is returned.
-const MAX_ATTEMPTS: u32 = 10;
 
 /// The prefix of kdirect's commit metadata; the batch id follows, then, after a space,
 /// `topicId=` and the topic's id in hex where it is known.
@@ -66,18 +66,23 @@ struct Fetched {
 /// Kafka group offsets as an [`OffsetStore`].
 #[derive(Debug)]
 pub struct KafkaGroupStore {
-    cluster: Arc<Cluster>,
     group: String,
-    coordinator: tokio::sync::Mutex<Option<BrokerConnection>>,
-    backoff: Duration,
+    coordinator: Coordinator,
 }
 
-/// Why one attempt failed.
-enum Attempt {
-    /// Look the coordinator up again and retry.
-    Retry(StoreError),
-    /// Give up.
-    Fatal(StoreError),
+impl GiveUp for StoreError {
+    /// An engine error (a lost connection, a coordinator that never came back) says how often
+    /// and for how long it was retried; an error code says itself.
+    fn gave_up(self, attempts: u32, elapsed: Duration) -> StoreError {
+        match self.into_kind() {
+            StoreErrorKind::Kafka { group, source } => StoreErrorKind::Kafka {
+                group,
+                source: source.gave_up(attempts, elapsed),
+            }
+            .into(),
+            other => other.into(),
+        }
+    }
 }
 
 /// STALE_MEMBER_EPOCH (KIP-848): the commit's member epoch is older than the member's.
@@ -108,16 +113,15 @@ impl KafkaGroupStore {
     /// The store for consumer group `group` on `cluster`.
     pub fn new(cluster: Arc<Cluster>, group: &str) -> KafkaGroupStore {
         KafkaGroupStore {
-            cluster,
             group: group.to_owned(),
-            coordinator: tokio::sync::Mutex::new(None),
-            backoff: Duration::from_millis(100),
+            coordinator: Coordinator::new(cluster, group),
         }
     }
 
-    /// The first backoff between retries (default 100 ms; doubles up to 2 s).
+    /// The first backoff between retries (default 100 ms; doubles up to 2 s, with jitter).
+    /// Retries go on until the cluster's `default.api.timeout.ms` has passed.
     pub fn with_backoff(mut self, backoff: Duration) -> Self {
-        self.backoff = backoff;
+        self.coordinator = self.coordinator.with_backoff(backoff);
         self
     }
 
@@ -145,7 +149,7 @@ impl KafkaGroupStore {
         .into()
     }
 
-    fn engine_attempt(&self, e: kdirect_engine::Error) -> Attempt {
+    fn engine_attempt(&self, e: kdirect_engine::Error) -> Attempt<StoreError> {
         if e.is_retriable() {
             Attempt::Retry(self.kafka_err(e))
         } else {
@@ -153,71 +157,24 @@ impl KafkaGroupStore {
         }
     }
 
-    /// The coordinator's connection, looked up if not cached.
-    async fn coordinator(&self) -> Result<BrokerConnection, Attempt> {
-        let mut cached = self.coordinator.lock().await;
-        if let Some(c) = cached.as_ref() {
-            if c.is_usable() {
-                return Ok(c.clone());
-            }
-        }
-        // FindCoordinator through any live connection: a broker that went down is closed and
-        // the next one asked on the retry (was: always the lowest node id of the cached
-        // metadata, so a stopped broker failed every attempt of a commit).
-        let (node_id, addr) = self
-            .cluster
-            .find_coordinator(&self.group)
-            .await
-            .map_err(|e| self.engine_attempt(e))?;
-        // A connection of the store's own: a broker answers one request per connection at a
-        // time, and the stream's connection to this broker may be holding a long-poll Fetch
-        // (fetch.max.wait.ms) that a commit must not wait behind.
-        let conn = BrokerConnection::connect(&addr, Some(node_id), self.cluster.config())
-            .await
-            .map_err(|e| self.engine_attempt(e))?;
-        *cached = Some(conn.clone());
-        Ok(conn)
-    }
-
-    async fn forget_coordinator(&self) {
-        *self.coordinator.lock().await = None;
-    }
-
     /// Runs `op` against the coordinator, retrying retriable failures with a fresh
-    /// coordinator lookup and exponential backoff.
-    async fn with_retry<T, F, Fut>(&self, mut op: F) -> Result<T, StoreError>
+    /// coordinator lookup and backoff ([`Coordinator::retry`]).
+    async fn with_retry<T, F, Fut>(&self, what: &str, op: F) -> Result<T, StoreError>
     where
         F: FnMut(BrokerConnection) -> Fut,
-        Fut: std::future::Future<Output = Result<T, Attempt>>,
+        Fut: std::future::Future<Output = Result<T, Attempt<StoreError>>>,
     {
-        let mut backoff = self.backoff;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let result = match self.coordinator().await {
-                Ok(conn) => op(conn).await,
-                Err(a) => Err(a),
-            };
-            match result {
-                Ok(v) => return Ok(v),
-                Err(Attempt::Fatal(e)) => return Err(e),
-                Err(Attempt::Retry(e)) => {
-                    if attempt >= MAX_ATTEMPTS {
-                        return Err(e);
-                    }
-                    self.forget_coordinator().await;
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                }
-            }
-        }
+        self.coordinator
+            .retry(what, |e| self.kafka_err(e), op)
+            .await
     }
 
     /// Partitions of `topics` from the cluster's metadata.
     async fn partitions(&self, topics: &[String]) -> Result<Vec<(String, Vec<i32>)>, StoreError> {
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
         let view = self
-            .cluster
+            .coordinator
+            .cluster()
             .ensure_topics(&names)
             .await
             .map_err(|e| self.kafka_err(e))?;
@@ -235,7 +192,7 @@ impl KafkaGroupStore {
     /// The group's committed offsets of `topics` (each with its partitions), with the batch id
     /// from the metadata.
     async fn fetch(&self, topics: &[(String, Vec<i32>)]) -> Result<Fetched, StoreError> {
-        self.with_retry(|conn| async move {
+        self.with_retry("reading the group's offsets", |conn| async move {
             let version = conn
                 .version::<OffsetFetch>()
                 .map_err(|e| self.engine_attempt(e))?;
@@ -341,7 +298,7 @@ impl KafkaGroupStore {
                 });
         }
         let topics: Vec<(&str, Vec<CommitEntry>)> = by_topic.into_iter().collect();
-        self.with_retry(|conn| {
+        self.with_retry("committing the group's offsets", |conn| {
             let topics = &topics;
             async move {
                 let generation = self.generation(ctx).map_err(Attempt::Fatal)?;
@@ -414,7 +371,8 @@ impl OffsetStore for KafkaGroupStore {
             // Every topic of the cluster: Kafka cannot list a group's topics without the group
             // APIs, and a null topic list in OffsetFetch is not answered alike by every broker.
             let view = self
-                .cluster
+                .coordinator
+                .cluster()
                 .refresh(None)
                 .await
                 .map_err(|e| self.kafka_err(e))?;

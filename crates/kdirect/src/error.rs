@@ -113,14 +113,6 @@ pub enum Misuse {
          output and call commit"
     )]
     NotTransactional,
-    /// A transaction committed with another batch than the one it was begun for.
-    #[error("the transaction of batch {transaction} cannot commit batch {batch}")]
-    OtherTransaction {
-        /// The batch the transaction was begun for.
-        transaction: u64,
-        /// The batch given to commit.
-        batch: u64,
-    },
 }
 
 impl Error {

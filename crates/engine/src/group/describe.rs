@@ -5,11 +5,11 @@
 //!
 //! A coordinator that is moving or loading (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE,
 //! COORDINATOR_LOAD_IN_PROGRESS) and lost connections are retried after a fresh lookup, with
-//! backoff, within `default.api.timeout.ms`. A group that does not exist is described as
+//! backoff, within `default.api.timeout.ms` ([`super::coordinator`]'s policy). A group that does not exist is described as
 //! `Dead` with no members at every version (v6 coordinators answer GROUP_ID_NOT_FOUND where
 //! older ones answered the state `Dead`).
 
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use kdirect_proto::api::describe_groups::{self, DescribeGroups, GroupDescription};
 use kdirect_proto::message::Api;
@@ -18,6 +18,7 @@ use kdirect_proto::{ErrorCode, ProtoError};
 use crate::cluster::Cluster;
 use crate::conn::BrokerConnection;
 use crate::error::{BrokerName, Error, ErrorKind};
+use crate::group::coordinator::{Attempt, Coordinator};
 
 /// GROUP_ID_NOT_FOUND (69): DescribeGroups v6's answer for a group that does not exist.
 const GROUP_ID_NOT_FOUND: ErrorCode = ErrorCode(69);
@@ -27,31 +28,29 @@ const GROUP_ID_NOT_FOUND: ErrorCode = ErrorCode(69);
 /// coordinator that speaks no DescribeGroups version kdirect does or an answer that does not
 /// describe the group, and the connection's own errors (which name the broker) once retries
 /// are exhausted.
-pub async fn describe_group(cluster: &Cluster, group: &str) -> Result<GroupDescription, Error> {
-    let retry_timeout = cluster.config().retry_timeout;
-    let started = Instant::now();
-    let mut attempts = 0u32;
-    loop {
-        match describe_once(cluster, group).await {
-            Ok(d) => return Ok(d),
-            Err(e) if retriable(&e) => {
-                attempts += 1;
-                if started.elapsed() >= retry_timeout {
-                    return Err(e.gave_up(attempts, started.elapsed()));
-                }
-                let wait = crate::retry::backoff(
-                    Duration::from_millis(100),
-                    attempts,
-                    Duration::from_secs(2),
-                );
-                tracing::debug!(group, attempt = attempts, "describing the group: {e}");
-                tokio::time::sleep(wait).await;
-            }
-            Err(e) => return Err(e),
-        }
-    }
+pub async fn describe_group(
+    cluster: &Arc<Cluster>,
+    group: &str,
+) -> Result<GroupDescription, Error> {
+    Coordinator::new(cluster.clone(), group)
+        .retry(
+            "describing the group",
+            |e| e,
+            |conn| async move {
+                describe_once(&conn, group).await.map_err(|e| {
+                    if retriable(&e) {
+                        Attempt::Retry(e)
+                    } else {
+                        Attempt::Fatal(e)
+                    }
+                })
+            },
+        )
+        .await
 }
 
+/// A group error's code decides (COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR), else the
+/// error's kind.
 fn retriable(e: &Error) -> bool {
     match e.kind() {
         ErrorKind::Group { code, .. } => code.is_retriable(),
@@ -59,16 +58,7 @@ fn retriable(e: &Error) -> bool {
     }
 }
 
-async fn describe_once(cluster: &Cluster, group: &str) -> Result<GroupDescription, Error> {
-    let (node, addr) = cluster.find_coordinator(group).await?;
-    let conn = match cluster.connection(node).await {
-        Ok(c) => c,
-        // The coordinator is not in this client's metadata yet: reach it by its address.
-        Err(e) if matches!(e.kind(), ErrorKind::UnknownBroker { .. }) => {
-            BrokerConnection::connect(&addr, Some(node), cluster.config()).await?
-        }
-        Err(e) => return Err(e),
-    };
+async fn describe_once(conn: &BrokerConnection, group: &str) -> Result<GroupDescription, Error> {
     let broker = conn.broker().clone();
     let in_group = |source: ProtoError| -> Error {
         ErrorKind::GroupProtocol {

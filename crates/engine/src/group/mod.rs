@@ -6,47 +6,56 @@
 //! that Kafka's tools list kdirect's members and a kdirect member and a Java `KafkaConsumer` can
 //! share one group.
 //!
-//! - [`assignor`]: `range` and `roundrobin`, as the Java client computes them, and
-//!   `cooperative-sticky` (KIP-429).
-//! - [`describe`]: a group's state and members as its coordinator describes them
-//!   (DescribeGroups), for `kdirect lag`.
-//! - [`membership`]: the member as a pure state machine (what each answer means).
-//! - [`member`]: the driver: a dedicated coordinator connection (JoinGroup is held by the
-//!   coordinator for up to the rebalance timeout, and a broker answers one request per
-//!   connection at a time, so it must not share the fetcher's), the join/sync loop, and a
-//!   heartbeat task that keeps the membership alive while the user processes a batch and
-//!   applies `max.poll.interval.ms` to how long a batch is held.
+//! The layout follows the protocols:
 //!
-//! The eager protocol by default: partitions are given up, all of them, when the member
-//! rejoins, which the stream does only between batches. A member whose only assignor is
-//! `cooperative-sticky` is cooperative (KIP-429): it keeps its partitions through the join,
-//! gives up only those the new assignment leaves out, and then joins again at once so the
-//! leader can hand them on.
-//!
-//! - [`consumer`]: KIP-848's member as a pure state machine (epochs, incremental heartbeats,
-//!   reconciliation of the target assignment by topic id, fencing, leave epochs).
-//! - [`consumer_member`]: its driver (the coordinator connection, the heartbeat task on the
-//!   coordinator's interval, `max.poll.interval.ms`).
+//! - [`classic`]: JoinGroup/SyncGroup/Heartbeat: its state machine ([`classic::state`]: what
+//!   each answer means), its driver ([`classic::driver`]: the join/sync loop and the heartbeat
+//!   task), and the client-side assignors ([`classic::assignor`]: `range` and `roundrobin`, as
+//!   the Java client computes them, and `cooperative-sticky`, KIP-429).
+//! - [`kip848`]: KIP-848's consumer protocol: its state machine ([`kip848::state`]: epochs,
+//!   incremental heartbeats, reconciliation of the target assignment by topic id, fencing,
+//!   leave epochs) and its driver ([`kip848::driver`]).
+//! - [`common`]: what both share: the member's [`State`], the commit identity
+//!   ([`Generation`]), [`Joined`], and the member's clocks ([`Liveness`]:
+//!   `max.poll.interval.ms` and the session), which each state machine reads with the time
+//!   passed in (`tick`), so both protocols apply the same timeout rules and their tests run
+//!   over virtual time.
+//! - [`coordinator`]: finding the group's coordinator, a connection of the caller's own to it,
+//!   and the one retry policy (by time, `default.api.timeout.ms`, with jittered backoff) used by
+//!   both members, [`describe_group`] and the `kafka` offset store.
 //! - [`GroupMember`]: either driver behind one API, picked by [`GroupConfig::protocol`]; the
 //!   stream and the `kafka` store use only it. Under KIP-848 a member is always incremental
 //!   (like cooperative-sticky): the stream's join reconciles, keeping what the new target
 //!   keeps, and the commit identity is the member epoch (OffsetCommit v9).
+//! - [`describe`]: a group's state and members as its coordinator describes them
+//!   (DescribeGroups), for `kdirect lag`.
+//!
+//! Both drivers have one shape: a dedicated coordinator connection (JoinGroup is held by the
+//! coordinator for up to the rebalance timeout, and a broker answers one request per
+//! connection at a time, so it must not share the fetcher's), a join the stream calls between
+//! batches, and a heartbeat task that keeps the membership alive while the user processes a
+//! batch and reads the clocks.
+//!
+//! Classic members are eager by default: partitions are given up, all of them, when the member
+//! rejoins, which the stream does only between batches. A member whose only assignor is
+//! `cooperative-sticky` is cooperative (KIP-429): it keeps its partitions through the join,
+//! gives up only those the new assignment leaves out, and then joins again at once so the
+//! leader can hand them on.
 
-pub mod assignor;
-pub mod consumer;
-pub mod consumer_member;
+pub mod classic;
+pub mod common;
+pub mod coordinator;
 pub mod describe;
-mod dispatch;
-pub mod member;
-pub mod membership;
+pub mod kip848;
+mod member;
 
 use std::time::Duration;
 
-pub use assignor::Assignor;
+pub use classic::assignor::Assignor;
+pub use common::{Generation, Joined, Liveness, State};
+pub use coordinator::Coordinator;
 pub use describe::describe_group;
-pub use dispatch::GroupMember;
-pub use member::Joined;
-pub use membership::Generation;
+pub use member::GroupMember;
 
 /// A member's settings, by the Java client's names.
 #[derive(Debug, Clone, PartialEq, Eq)]

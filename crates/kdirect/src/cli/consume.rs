@@ -744,7 +744,7 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
         let fail = |e: kdirect::Error| CliError(format!("batch {id}: {e}"));
         if let Some(sink) = &sink_table {
             // Exactly-once: records and offsets in one transaction.
-            let mut tx = match stream.begin(&batch).await {
+            let mut tx = match stream.begin(batch).await {
                 Err(e) if args.join && e.is_fenced() => {
                     note!("kdirect: {e}");
                     continue;
@@ -754,17 +754,17 @@ pub async fn run(mut args: Args) -> Result<ExitCode, CliError> {
             // Each chunk's rows go into the one transaction.
             loop {
                 if tx.is_open() {
-                    batch
+                    tx.batch()
                         .for_each_record(|_, r| stats.add(r.key(), r.value()))
                         .map_err(fail)?;
                 }
-                tx.insert_batch(sink, &batch).await?;
-                if !stream.next_chunk(&mut batch).await.map_err(fail)? {
+                tx.insert_batch(sink).await?;
+                if !stream.next_chunk(tx.batch_mut()).await.map_err(fail)? {
                     break;
                 }
             }
             stats.batches += 1;
-            match stream.commit_transaction(batch, tx).await {
+            match stream.commit_transaction(tx).await {
                 Err(e) if args.join && e.is_fenced() => note!("kdirect: {e}"),
                 r => {
                     r?;

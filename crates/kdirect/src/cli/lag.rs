@@ -220,7 +220,7 @@ async fn report(
 /// `--members`: one line per member of the group (none for an empty or dead group).
 async fn members_report(
     args: &Args,
-    cluster: &kdirect_engine::cluster::Cluster,
+    cluster: &std::sync::Arc<kdirect_engine::cluster::Cluster>,
 ) -> Result<(), CliError> {
     let g = describe_group(cluster, &args.store.group).await?;
     let members = if g.is_active() {

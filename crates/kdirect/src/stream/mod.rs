@@ -1247,6 +1247,15 @@ impl DirectStream {
     /// [committed](Self::commit) before the next is asked for ([`Misuse`] otherwise: a
     /// second logged plan over an uncommitted one would lose the first on a restart). After any
     /// error, drop the stream and build a new one: it resumes from the store.
+    ///
+    /// The order is `next_batch`, then [`commit`](Self::commit) (or [`done`](Self::done)
+    /// without a store, or `begin` then `commit_transaction` with a SQL store), then
+    /// `next_batch` again. Each step consumes the batch, and a SQL transaction owns the batch
+    /// it was begun for, so committing a batch twice, or with another batch's transaction,
+    /// does not compile. What stays a run-time check ([`Misuse`]), because a batch is an owned
+    /// value the caller may hand to another task while the stream waits: asking for the next
+    /// batch while one is uncommitted (`NotCommitted`), and going on after a chunked batch was
+    /// released before its last chunk (`Released`, `ChunksUnread`).
     pub async fn next_batch(&mut self) -> Result<Option<Batch>, Error> {
         if let Some((id, released)) = self.unfinished {
             return Err(if released {
@@ -1637,13 +1646,15 @@ impl DirectStream {
     }
 
     #[cfg(feature = "sql")]
-    /// Exactly-once with a SQL store: opens the transaction that commits `batch`. The batch's
-    /// offsets are written in it first (compare-and-set on each range's `from`; the rows stay
-    /// locked until it ends); put the results in the same transaction
-    /// ([`Transaction::insert_batch`], [`Transaction::sql`]), then
+    /// Exactly-once with a SQL store: opens the transaction that commits `batch`, which moves
+    /// into it (as sqlx's `Transaction` owns its connection), so that a transaction commits
+    /// exactly the batch it was begun for. The batch's offsets are written in it first
+    /// (compare-and-set on each range's `from`; the rows stay locked until it ends); put the
+    /// results in the same transaction ([`Transaction::insert_batch`], [`Transaction::sql`],
+    /// reading the records through [`Transaction::batch`]), then
     /// [`commit_transaction`](Self::commit_transaction) commits both at once. Dropping the
     /// transaction rolls everything back. [`Misuse`] when the store is not SQL.
-    pub async fn begin(&mut self, batch: &Batch) -> Result<Transaction, Error> {
+    pub async fn begin(&mut self, batch: Batch) -> Result<Transaction, Error> {
         let Some(sql) = self.sql_store() else {
             return Err(Misuse::NotTransactional.into());
         };
@@ -1656,33 +1667,20 @@ impl DirectStream {
                 return Err(e.into());
             }
         };
-        Ok(Transaction {
-            batch_id: batch.id,
-            tx,
-        })
+        Ok(Transaction { batch, tx })
     }
 
     #[cfg(feature = "sql")]
-    /// Commits `tx` (the batch's offsets and the caller's writes, together), then releases
+    /// Commits `tx` (its batch's offsets and the caller's writes, together), then releases
     /// the batch as [`commit`](Self::commit) does. [`CommitOutcome::AlreadyCommitted`] when
     /// another run had committed the batch already (the transaction held nothing).
-    pub async fn commit_transaction(
-        &mut self,
-        batch: Batch,
-        tx: Transaction,
-    ) -> Result<CommitOutcome, Error> {
-        if tx.batch_id != batch.id {
-            return Err(Misuse::OtherTransaction {
-                transaction: tx.batch_id,
-                batch: batch.id,
-            }
-            .into());
-        }
+    pub async fn commit_transaction(&mut self, tx: Transaction) -> Result<CommitOutcome, Error> {
+        let Transaction { batch, tx } = tx;
         Self::check_read(&batch, "committed")?;
         // A member past max.poll.interval.ms (or whose session expired) rolls back: the
         // transaction is dropped uncommitted.
         self.check_member(&batch)?;
-        let outcome = match tx.tx {
+        let outcome = match tx {
             Some(tx) => {
                 tx.commit().await?;
                 CommitOutcome::Committed
@@ -2024,16 +2022,28 @@ impl<E> From<EngineError> for Stop<E> {
 /// [`DirectStream::commit_transaction`]. Dropping it rolls back.
 #[derive(Debug)]
 pub struct Transaction {
-    batch_id: u64,
+    /// The batch it commits.
+    batch: Batch,
     /// `None`: the batch was committed before (by another run): nothing to write.
     tx: Option<SqlTxn>,
 }
 
 #[cfg(feature = "sql")]
 impl Transaction {
-    /// The batch this transaction commits.
+    /// The batch this transaction commits: its records, for the caller's writes.
+    pub fn batch(&self) -> &Batch {
+        &self.batch
+    }
+
+    /// The batch, to read its next chunk into ([`DirectStream::next_chunk`]): a chunked
+    /// batch's chunks all go into the one transaction.
+    pub fn batch_mut(&mut self) -> &mut Batch {
+        &mut self.batch
+    }
+
+    /// The id of the batch this transaction commits.
     pub fn batch_id(&self) -> u64 {
-        self.batch_id
+        self.batch.id
     }
 
     /// False when the batch was already committed by another run: skip the writes (they are
@@ -2049,14 +2059,15 @@ impl Transaction {
         self.tx.as_mut()
     }
 
-    /// Inserts every record of `batch` into the sink table `sink` (from
-    /// [`SqlStore::sink_table`]) inside this transaction; the records are copied out of the
-    /// fetch buffers for the insert. Returns the rows inserted (0 when not
-    /// [open](Self::is_open)).
-    pub async fn insert_batch(&mut self, sink: &SinkTable, batch: &Batch) -> Result<u64, Error> {
+    /// Inserts every record of the batch (its chunk read last, for a chunked batch) into the
+    /// sink table `sink` (from [`SqlStore::sink_table`]) inside this transaction; the records
+    /// are copied out of the fetch buffers for the insert. Returns the rows inserted (0 when
+    /// not [open](Self::is_open)).
+    pub async fn insert_batch(&mut self, sink: &SinkTable) -> Result<u64, Error> {
         let Some(tx) = self.tx.as_mut() else {
             return Ok(0);
         };
+        let batch = &self.batch;
         struct Row {
             range: usize,
             offset: i64,

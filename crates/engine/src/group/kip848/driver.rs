@@ -1,5 +1,5 @@
-//! The driver of a [`ConsumerMembership`] (KIP-848): the coordinator connection and the
-//! heartbeat task. [`ConsumerMember::join`] is what the stream calls between batches, as for
+//! The driver of a [`ConsumerMembership`] (KIP-848): the coordinator connection
+//! ([`Coordinator`]) and the heartbeat task. [`ConsumerMember::join`] is what the stream calls between batches, as for
 //! the classic protocol: the first time it joins (epoch 0, the full heartbeat); later it
 //! reconciles the target assignment the heartbeats brought (names the topic ids through a
 //! Metadata refresh, gives up what the target leaves out, takes the rest) and acknowledges the
@@ -16,18 +16,14 @@ use kdirect_proto::{ErrorCode, ProtoError};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::consumer::{Beat, ConsumerMembership, NextHeartbeat, TopicId};
-use super::member::{code_error, fault_error, lock, Joined};
-use super::membership::{Fault, Generation, State};
-use super::GroupConfig;
+use super::state::{Beat, ConsumerMembership, NextHeartbeat, TopicId};
 use crate::cluster::Cluster;
 use crate::conn::BrokerConnection;
 use crate::error::{BrokerName, Error, ErrorKind};
+use crate::group::common::{code_error, fault_error, lock, Fault, Generation, Joined, State, Tick};
+use crate::group::coordinator::{Attempt, Coordinator};
+use crate::group::GroupConfig;
 use crate::plan::TopicPartition;
-
-/// The heartbeat interval until the coordinator says (its default,
-/// `group.consumer.heartbeat.interval.ms`).
-const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
 
 /// A member of a KIP-848 consumer group: see the module docs. Dropping it stops its
 /// heartbeats; call [`leave`](Self::leave) first to hand its partitions over at once.
@@ -39,18 +35,13 @@ pub struct ConsumerMember {
 
 #[derive(Debug)]
 struct Inner {
-    cluster: Arc<Cluster>,
     state: Mutex<ConsumerMembership>,
-    coordinator: tokio::sync::Mutex<Option<BrokerConnection>>,
+    coordinator: Coordinator,
     /// One heartbeat at a time (the join's and the task's), in the order they are built.
     beating: tokio::sync::Mutex<()>,
     /// Bumped whenever the member comes to need the stream's join (a target assignment to
     /// reconcile, lost partitions, a fatal answer).
     changed: watch::Sender<u64>,
-    /// Since when the user holds a batch (`max.poll.interval.ms` runs from here).
-    holding_since: Mutex<Option<Instant>>,
-    /// The last heartbeat the coordinator answered.
-    last_answer: Mutex<Instant>,
     /// An answer no rejoin fixes.
     fatal: Mutex<Option<(BrokerName, Fault)>>,
 }
@@ -89,13 +80,10 @@ impl ConsumerMember {
         config.validate().map_err(ErrorKind::Config)?;
         let (changed, _) = watch::channel(0);
         let inner = Arc::new(Inner {
-            cluster,
+            coordinator: Coordinator::new(cluster, &config.group),
             state: Mutex::new(ConsumerMembership::new(config, new_member_id())),
-            coordinator: tokio::sync::Mutex::new(None),
             beating: tokio::sync::Mutex::new(()),
             changed,
-            holding_since: Mutex::new(None),
-            last_answer: Mutex::new(Instant::now()),
             fatal: Mutex::new(None),
         });
         let heartbeat = crate::io::spawn(heartbeats(Arc::downgrade(&inner)));
@@ -157,12 +145,12 @@ impl ConsumerMember {
 
     /// The user was handed a batch: `max.poll.interval.ms` starts.
     pub fn handed_out(&self) {
-        *lock(&self.inner.holding_since) = Some(Instant::now());
+        lock(&self.inner.state).handed_out(Instant::now());
     }
 
     /// The user asked for the next batch: it holds none.
     pub fn polling(&self) {
-        *lock(&self.inner.holding_since) = None;
+        lock(&self.inner.state).polling();
     }
 
     /// A heartbeat answer that no rejoin fixes, as an error.
@@ -188,35 +176,30 @@ impl ConsumerMember {
         let inner = &self.inner;
         let group = inner.group();
         lock(&inner.state).subscribe(topics);
-        let retry_timeout = inner.cluster.config().retry_timeout;
-        let started = Instant::now();
-        let mut attempts = 0u32;
-        while !lock(&inner.state).in_group() {
-            let e = match beat(inner).await {
-                Ok(_) if lock(&inner.state).in_group() => break,
-                // Lost at epoch 0 (the coordinator forgot the member as it joined): again,
-                // with backoff.
-                Ok(b) => Error::from(ErrorKind::Task {
-                    what: "joining the group",
-                    reason: format!("group '{group}': the join heartbeat's answer meant {b:?}"),
-                }),
-                // Coordinator errors (retriable codes) and lost connections.
-                Err(e) if e.is_retriable() => e,
-                Err(e) => return Err(e),
-            };
-            attempts += 1;
-            if started.elapsed() >= retry_timeout {
-                return Err(e.gave_up(attempts, started.elapsed()));
-            }
-            let wait =
-                crate::retry::backoff(Duration::from_millis(100), attempts, Duration::from_secs(2));
-            tracing::warn!(
-                group = group.as_str(),
-                attempt = attempts,
-                "joining the group: {e}; retrying in {} ms",
-                wait.as_millis()
-            );
-            tokio::time::sleep(wait).await;
+        if !lock(&inner.state).in_group() {
+            let group = group.as_str();
+            inner
+                .coordinator
+                .retry(
+                    "joining the group",
+                    |e| e,
+                    |conn| async move {
+                        match beat_on(inner, &conn).await {
+                            Ok(_) if lock(&inner.state).in_group() => Ok(()),
+                            // Lost at epoch 0 (the coordinator forgot the member as it joined):
+                            // again, with backoff.
+                            Ok(b) => Err(Attempt::Retry(Error::from(ErrorKind::Task {
+                                what: "joining the group",
+                                reason: format!(
+                                    "group '{group}': the join heartbeat's answer meant {b:?}"
+                                ),
+                            }))),
+                            // Coordinator errors (retriable codes) and lost connections retry.
+                            Err(e) => Err(Attempt::of(e)),
+                        }
+                    },
+                )
+                .await?;
         }
         if lock(&inner.state).next_heartbeat().topics.is_some() {
             // A changed subscription: tell the coordinator now, not at the next interval.
@@ -226,7 +209,7 @@ impl ConsumerMember {
         }
         // Name the target's topic ids (the subscribed topics' metadata).
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-        let view = inner.cluster.refresh(Some(&names)).await?;
+        let view = inner.coordinator.cluster().refresh(Some(&names)).await?;
         let ids: BTreeMap<TopicId, String> = view
             .topics
             .values()
@@ -283,21 +266,6 @@ impl Drop for ConsumerMember {
     }
 }
 
-/// The coordinator's connection (the member's own).
-async fn coordinator(inner: &Inner) -> Result<BrokerConnection, Error> {
-    let mut cached = inner.coordinator.lock().await;
-    if let Some(c) = cached.as_ref() {
-        if c.is_usable() {
-            return Ok(c.clone());
-        }
-    }
-    let group = inner.group();
-    let (node, addr) = inner.cluster.find_coordinator(&group).await?;
-    let conn = BrokerConnection::connect(&addr, Some(node), inner.cluster.config()).await?;
-    *cached = Some(conn.clone());
-    Ok(conn)
-}
-
 /// The negotiated version, or one clear line for a broker without the consumer protocol.
 fn version(inner: &Inner, conn: &BrokerConnection) -> Result<i16, Error> {
     let ours = ConsumerGroupHeartbeat::VERSIONS;
@@ -342,10 +310,15 @@ fn params<'a>(group: &'a str, hb: &'a NextHeartbeat, member_id: &'a str) -> Hear
 /// [`ConsumerMember::fatal`] and returned as an error; a coordinator error or a transient
 /// code is returned as a retriable [`ErrorKind::Broker`] error.
 async fn beat(inner: &Inner) -> Result<Beat, Error> {
+    let conn = inner.coordinator.connection().await?;
+    beat_on(inner, &conn).await
+}
+
+/// [`beat`] on `conn`, the coordinator's connection.
+async fn beat_on(inner: &Inner, conn: &BrokerConnection) -> Result<Beat, Error> {
     let _one = inner.beating.lock().await;
     let group = inner.group();
-    let conn = coordinator(inner).await?;
-    let version = version(inner, &conn)?;
+    let version = version(inner, conn)?;
     let (hb, member_id) = {
         let s = lock(&inner.state);
         let hb = s.next_heartbeat();
@@ -365,7 +338,7 @@ async fn beat(inner: &Inner) -> Result<Beat, Error> {
         Ok(r) => r,
         Err(e) => {
             lock(&inner.state).heartbeat_failed();
-            *inner.coordinator.lock().await = None;
+            inner.coordinator.forget().await;
             return Err(e);
         }
     };
@@ -374,7 +347,7 @@ async fn beat(inner: &Inner) -> Result<Beat, Error> {
     match step {
         Ok(b) => {
             if !matches!(b, Beat::FindCoordinator | Beat::Retry) {
-                *lock(&inner.last_answer) = Instant::now();
+                lock(&inner.state).answered(Instant::now());
             }
             match b {
                 Beat::Reconcile => inner.wake(),
@@ -389,7 +362,7 @@ async fn beat(inner: &Inner) -> Result<Beat, Error> {
                 }
                 Beat::FindCoordinator | Beat::Retry => {
                     if b == Beat::FindCoordinator {
-                        *inner.coordinator.lock().await = None;
+                        inner.coordinator.forget().await;
                     }
                     // A coordinator error or a transient code: retriable.
                     return Err(code_error(
@@ -419,7 +392,7 @@ async fn beat(inner: &Inner) -> Result<Beat, Error> {
 async fn send_leave(inner: &Inner, hb: &NextHeartbeat) -> Result<(), Error> {
     let _one = inner.beating.lock().await;
     let group = inner.group();
-    let conn = coordinator(inner).await?;
+    let conn = inner.coordinator.connection().await?;
     let version = version(inner, &conn)?;
     let req = consumer_group_heartbeat::request(&params(&group, hb, &hb.member_id), version);
     let resp = conn
@@ -457,11 +430,7 @@ async fn heartbeats(inner: Weak<Inner>) {
         let (interval, max_poll) = match inner.upgrade() {
             Some(i) => {
                 let s = lock(&i.state);
-                (
-                    s.interval_ms()
-                        .map_or(DEFAULT_INTERVAL, Duration::from_millis),
-                    s.config().max_poll_interval,
-                )
+                (s.interval(), s.config().max_poll_interval)
             }
             None => return,
         };
@@ -477,36 +446,29 @@ async fn heartbeats(inner: Weak<Inner>) {
         if !in_group {
             continue;
         }
-        let held = *lock(&inner.holding_since);
-        if held.is_some_and(|since| since.elapsed() > config.max_poll_interval) {
-            let leave = lock(&inner.state).poll_expired();
-            inner.wake();
-            if let Some(hb) = leave {
-                tracing::warn!(
-                    group = config.group.as_str(),
-                    member = hb.member_id.as_str(),
-                    "a batch was held longer than max.poll.interval.ms ({} ms): leaving the \
-                     group; its commit will be refused",
-                    config.max_poll_interval.as_millis()
-                );
-                if let Err(e) = send_leave(&inner, &hb).await {
-                    tracing::warn!(group = config.group.as_str(), "leaving heartbeat: {e}");
+        let tick = lock(&inner.state).tick(Instant::now());
+        match tick {
+            Tick::Alive => {}
+            Tick::PollExpired { leave } => {
+                inner.wake();
+                if let Some(hb) = leave {
+                    tracing::warn!(
+                        group = config.group.as_str(),
+                        member = hb.member_id.as_str(),
+                        "a batch was held longer than max.poll.interval.ms ({} ms): leaving \
+                         the group; its commit will be refused",
+                        config.max_poll_interval.as_millis()
+                    );
+                    if let Err(e) = send_leave(&inner, &hb).await {
+                        tracing::warn!(group = config.group.as_str(), "leaving heartbeat: {e}");
+                    }
                 }
+                continue;
             }
-            continue;
-        }
-        // The coordinator's session timeout decides (group.consumer.session.timeout.ms); the
-        // member gives its partitions up by itself once no heartbeat was answered for
-        // session.timeout.ms, and never within three of the coordinator's intervals.
-        let silent = lock(&inner.last_answer).elapsed();
-        let deadline = config.session_timeout.max(interval * 3);
-        if silent > deadline {
-            lock(&inner.state).lose(format!(
-                "no heartbeat was answered for {} ms",
-                deadline.as_millis()
-            ));
-            inner.wake();
-            continue;
+            Tick::SessionExpired(_) => {
+                inner.wake();
+                continue;
+            }
         }
         if last_beat.elapsed() < interval {
             continue;

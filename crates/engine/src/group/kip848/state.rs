@@ -1,6 +1,7 @@
 //! The member's side of KIP-848's consumer group protocol (`group.protocol=consumer`) as a pure
-//! state machine: which heartbeat to send next and what an answer means, without sockets or
-//! clocks (the driver in [`super::consumer_member`] owns those).
+//! state machine: which heartbeat to send next, what an answer means and when its clocks
+//! expire, without sockets or a clock of its own (the time is passed in; the driver in
+//! [`super::driver`] owns the connection and the timer).
 //!
 //! The coordinator computes the assignment (its `uniform` or `range` assignor) and hands each
 //! member its *target* by topic id in a ConsumerGroupHeartbeat answer. The member reconciles:
@@ -20,15 +21,20 @@
 //! -1 even when static, so that the partitions move on.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
 
 use kdirect_proto::api::consumer_group_heartbeat::{
     HeartbeatView, JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH,
 };
 use kdirect_proto::ErrorCode;
 
-use super::membership::{Fault, Generation, State};
-use super::GroupConfig;
+use crate::group::common::{Expired, Fault, Generation, Liveness, State, Tick};
+use crate::group::GroupConfig;
 use crate::plan::TopicPartition;
+
+/// The heartbeat interval until the coordinator says (its default,
+/// `group.consumer.heartbeat.interval.ms`).
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
 
 /// A topic id, as Metadata and ConsumerGroupHeartbeat carry it.
 pub type TopicId = [u8; 16];
@@ -106,6 +112,7 @@ pub struct ConsumerMembership {
     interval_ms: i32,
     /// Whether the coordinator answered with the member id (at v0 the first join sends none).
     id_confirmed: bool,
+    liveness: Liveness,
 }
 
 fn is_coordinator_error(code: ErrorCode) -> bool {
@@ -171,6 +178,7 @@ impl ConsumerMembership {
             sent_owned: None,
             interval_ms: 0,
             id_confirmed: false,
+            liveness: Liveness::new(),
         }
     }
 
@@ -203,6 +211,12 @@ impl ConsumerMembership {
     /// The coordinator's heartbeat interval, once it said.
     pub fn interval_ms(&self) -> Option<u64> {
         u64::try_from(self.interval_ms).ok().filter(|&ms| ms > 0)
+    }
+
+    /// The heartbeat interval: the coordinator's, or [`DEFAULT_INTERVAL`] until it said.
+    pub fn interval(&self) -> Duration {
+        self.interval_ms()
+            .map_or(DEFAULT_INTERVAL, Duration::from_millis)
     }
 
     /// The partitions the member owns (reconciled).
@@ -417,6 +431,50 @@ impl ConsumerMembership {
             self.config.max_poll_interval.as_millis()
         ));
         Some(leave)
+    }
+
+    /// The user was handed a batch at `now`: `max.poll.interval.ms` starts.
+    pub fn handed_out(&mut self, now: Instant) {
+        self.liveness.handed_out(now);
+    }
+
+    /// The user asked for the next batch: it holds none.
+    pub fn polling(&mut self) {
+        self.liveness.polling();
+    }
+
+    /// The coordinator answered a heartbeat at `now`: the session runs from here.
+    pub fn answered(&mut self, now: Instant) {
+        self.liveness.answered(now);
+    }
+
+    /// Reads the member's clocks at `now` (the driver does, more often than heartbeats go):
+    /// a batch held past `max.poll.interval.ms` leaves the group with epoch -1
+    /// ([`poll_expired`](Self::poll_expired): the heartbeat to send); no heartbeat answered
+    /// for `session.timeout.ms` — never less than three of the coordinator's intervals, since
+    /// the coordinator's own session (`group.consumer.session.timeout.ms`) decides — gives the
+    /// partitions up.
+    pub fn tick(&mut self, now: Instant) -> Tick<NextHeartbeat> {
+        if !self.in_group() {
+            return Tick::Alive;
+        }
+        let session = self.config.session_timeout.max(self.interval() * 3);
+        match self
+            .liveness
+            .expired(now, self.config.max_poll_interval, session)
+        {
+            None => Tick::Alive,
+            Some(Expired::Poll) => Tick::PollExpired {
+                leave: self.poll_expired(),
+            },
+            Some(Expired::Session(d)) => {
+                self.lose(format!(
+                    "no heartbeat was answered for {} ms",
+                    d.as_millis()
+                ));
+                Tick::SessionExpired(d)
+            }
+        }
     }
 
     /// The member leaves the group: the heartbeat to send (if it was in it), and the member is
@@ -716,6 +774,41 @@ mod tests {
         assert!(why.contains("max.poll.interval.ms"), "{why}");
         m.subscribe(&["a".to_owned()]);
         assert_eq!(m.next_heartbeat().member_epoch, 0);
+    }
+
+    // The clocks over virtual time: a batch held past max.poll.interval.ms (60 s here) leaves
+    // with epoch -1 once; the session deadline is session.timeout.ms (45 s), never under three
+    // of the coordinator's intervals.
+    #[test]
+    fn the_clocks_leave_on_a_held_batch_and_give_up_on_a_silent_coordinator() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut m = joined();
+        m.answered(t0);
+        m.handed_out(t0);
+        m.answered(t0 + ms(60_000));
+        assert_eq!(m.tick(t0 + ms(60_000)), Tick::Alive);
+        let Tick::PollExpired { leave: Some(hb) } = m.tick(t0 + ms(60_001)) else {
+            panic!("{:?}", m.state())
+        };
+        assert_eq!(hb.member_epoch, -1);
+        assert_eq!(m.tick(t0 + ms(60_001)), Tick::Alive);
+
+        let mut m = joined();
+        m.answered(t0);
+        assert_eq!(m.tick(t0 + ms(45_000)), Tick::Alive);
+        assert_eq!(m.tick(t0 + ms(45_001)), Tick::SessionExpired(ms(45_000)));
+        assert!(m.generation().is_none() && m.needs_join());
+
+        // A coordinator interval of 20 s: the member waits three of them (60 s).
+        let mut m = joined();
+        let hb = m.next_heartbeat();
+        let mut slow = ok(3, None);
+        slow.heartbeat_interval_ms = 20_000;
+        m.on_heartbeat(&hb, &slow).unwrap();
+        m.answered(t0);
+        assert_eq!(m.tick(t0 + ms(59_000)), Tick::Alive);
+        assert_eq!(m.tick(t0 + ms(60_001)), Tick::SessionExpired(ms(60_000)));
     }
 
     #[test]

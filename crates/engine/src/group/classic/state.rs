@@ -1,9 +1,10 @@
-//! The member's side of the classic group protocol as a pure state machine: what to send next
-//! and what an answer means, without sockets or clocks (the driver in [`super::member`] owns
-//! those). Kafka protocol guide, "The Consumer Group Protocol"; KIP-345 (static membership),
+//! The member's side of the classic group protocol as a pure state machine: what to send next,
+//! what an answer means and when its clocks expire, without sockets or a clock of its own (the
+//! time is passed in; the driver in [`super::driver`] owns the connection and the timer). Kafka protocol guide, "The Consumer Group Protocol"; KIP-345 (static membership),
 //! KIP-394 (MEMBER_ID_REQUIRED).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
 
 use bytes::Bytes;
 use kdirect_proto::api::consumer_protocol::{Assignment, Subscription};
@@ -12,29 +13,14 @@ use kdirect_proto::api::sync_group::SyncView;
 use kdirect_proto::ErrorCode;
 
 use super::assignor::{Assignor, MemberSubscription};
-use super::GroupConfig;
+use crate::group::common::{Expired, Liveness, Tick};
+pub use crate::group::common::{Fault, Generation, State};
+use crate::group::GroupConfig;
 use crate::plan::TopicPartition;
 
 /// The subscription and assignment version kdirect writes (the Java client's current one; a
 /// member of an older client reads the fields it knows and ignores the rest).
 pub const CONSUMER_PROTOCOL_VERSION: i16 = 3;
-
-/// Where the member stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum State {
-    /// Not in a generation (never joined, or left).
-    Unjoined,
-    /// In a generation with an assignment.
-    Stable,
-    /// In a generation whose coordinator asked everyone to join again (a member joined or
-    /// left, the subscription changed): the assignment is still ours, and commits under it
-    /// are still accepted, until the member rejoins.
-    RejoinRequested,
-    /// The generation is over for this member (its session expired, it held a batch past
-    /// `max.poll.interval.ms`, the coordinator forgot it): its partitions may be someone
-    /// else's already. Nothing may be committed under it.
-    Lost(String),
-}
 
 /// What to do after a JoinGroup answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,26 +64,6 @@ pub enum Beat {
     FindCoordinator,
 }
 
-/// An answer that no rejoin fixes, with its code and the coordinator's message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fault {
-    /// The error code.
-    pub code: ErrorCode,
-    /// What the member could not read, when it is a decoding problem rather than a code.
-    pub detail: Option<String>,
-}
-
-/// The identity a commit is made under (OffsetCommit's generation and member ids).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Generation {
-    /// The generation id.
-    pub generation_id: i32,
-    /// This member's id.
-    pub member_id: String,
-    /// `group.instance.id`, if static.
-    pub instance_id: Option<String>,
-}
-
 /// One member's view of its group.
 #[derive(Debug, Clone)]
 pub struct Membership {
@@ -108,6 +74,7 @@ pub struct Membership {
     leader: bool,
     assigned: BTreeSet<TopicPartition>,
     state: State,
+    liveness: Liveness,
 }
 
 fn is_coordinator_error(code: ErrorCode) -> bool {
@@ -128,6 +95,7 @@ impl Membership {
             leader: false,
             assigned: BTreeSet::new(),
             state: State::Unjoined,
+            liveness: Liveness::new(),
         }
     }
 
@@ -420,6 +388,53 @@ impl Membership {
         }
     }
 
+    /// The user was handed a batch at `now`: `max.poll.interval.ms` starts.
+    pub fn handed_out(&mut self, now: Instant) {
+        self.liveness.handed_out(now);
+    }
+
+    /// The user asked for the next batch: it holds none.
+    pub fn polling(&mut self) {
+        self.liveness.polling();
+    }
+
+    /// The coordinator answered at `now` (a heartbeat, the end of a join): the session runs
+    /// from here.
+    pub fn answered(&mut self, now: Instant) {
+        self.liveness.answered(now);
+    }
+
+    /// Reads the member's clocks at `now` (the driver does, every heartbeat interval, outside
+    /// a join): a batch held past `max.poll.interval.ms` ends the generation for this member
+    /// ([`poll_expired`](Self::poll_expired); the generation to leave with LeaveGroup, unless
+    /// static), and so does no heartbeat answered for `session.timeout.ms` (the coordinator
+    /// has dropped the member by then).
+    pub fn tick(&mut self, now: Instant) -> Tick<Generation> {
+        let Some(generation) = self.generation() else {
+            return Tick::Alive;
+        };
+        let c = &self.config;
+        match self
+            .liveness
+            .expired(now, c.max_poll_interval, c.session_timeout)
+        {
+            None => Tick::Alive,
+            Some(Expired::Poll) => {
+                self.poll_expired();
+                Tick::PollExpired {
+                    leave: generation.instance_id.is_none().then_some(generation),
+                }
+            }
+            Some(Expired::Session(d)) => {
+                self.lose(format!(
+                    "no heartbeat was answered for session.timeout.ms ({} ms)",
+                    d.as_millis()
+                ));
+                Tick::SessionExpired(d)
+            }
+        }
+    }
+
     /// The member left the group (LeaveGroup sent, or about to be).
     pub fn left(&mut self) {
         self.assigned.clear();
@@ -656,6 +671,71 @@ mod tests {
         };
         assert!(why.contains("max.poll.interval.ms"), "{why}");
         assert_eq!(m.generation(), None);
+    }
+
+    /// A member in generation 1 whose join was answered at `t0`.
+    fn stable_at(c: GroupConfig, t0: Instant) -> Membership {
+        let mut m = Membership::new(c);
+        m.on_join(&join_ok("m", "x", 1, &[])).unwrap();
+        m.on_sync(&SyncView {
+            error: ErrorCode::NONE,
+            protocol_name: None,
+            assignment: Bytes::new(),
+        })
+        .unwrap();
+        m.answered(t0);
+        m
+    }
+
+    // max.poll.interval.ms, over virtual time: a batch held past it leaves the generation once
+    // (a dynamic member with LeaveGroup, a static one silently), and only while it is held.
+    #[test]
+    fn holding_a_batch_past_max_poll_interval_leaves_the_generation_once() {
+        let t0 = Instant::now();
+        let poll = config().max_poll_interval;
+        let mut m = stable_at(config(), t0);
+        m.handed_out(t0);
+        // Heartbeats answered all along: the session never expires here.
+        m.answered(t0 + poll);
+        assert_eq!(m.tick(t0 + poll), Tick::Alive);
+        let late = t0 + poll + std::time::Duration::from_millis(1);
+        let Tick::PollExpired { leave: Some(g) } = m.tick(late) else {
+            panic!("{:?}", m.state())
+        };
+        assert_eq!((g.generation_id, g.member_id.as_str()), (1, "m"));
+        assert!(matches!(m.state(), State::Lost(why) if why.contains("max.poll.interval.ms")));
+        // Said once: the generation is over, nothing more to leave.
+        assert_eq!(m.tick(late), Tick::Alive);
+
+        // Asking for the next batch in time stops the clock.
+        let mut m = stable_at(config(), t0);
+        m.handed_out(t0);
+        m.polling();
+        m.answered(t0 + poll * 2);
+        assert_eq!(m.tick(t0 + poll * 2), Tick::Alive);
+
+        // A static member leaves its generation without LeaveGroup (KIP-345).
+        let mut c = config();
+        c.instance_id = Some("i-1".to_owned());
+        let mut m = stable_at(c, t0);
+        m.handed_out(t0);
+        assert_eq!(m.tick(late), Tick::PollExpired { leave: None });
+    }
+
+    #[test]
+    fn no_answer_for_session_timeout_loses_the_generation() {
+        let t0 = Instant::now();
+        let session = config().session_timeout;
+        let mut m = stable_at(config(), t0);
+        assert_eq!(m.tick(t0 + session), Tick::Alive);
+        assert_eq!(
+            m.tick(t0 + session + std::time::Duration::from_millis(1)),
+            Tick::SessionExpired(session)
+        );
+        assert!(matches!(m.state(), State::Lost(why) if why.contains("session.timeout.ms")));
+        // Before the first join nothing runs.
+        let mut fresh = Membership::new(config());
+        assert_eq!(fresh.tick(t0 + session * 100), Tick::Alive);
     }
 
     #[test]
