@@ -126,3 +126,34 @@ fn a_reset_planned_executed_and_resumed_from() {
         assert_eq!(after.positions[&tp(0)], 1);
     });
 }
+
+/// `Admin::lag`, what `kdirect lag` prints: a checkpoint's positions against each
+/// partition's log, with the retention margin; and `describe_group` on a broker without
+/// DescribeGroups (the fake broker) is an error naming the group, not a panic or a hang.
+#[test]
+fn lag_of_a_store_against_the_log() {
+    rt().block_on(async {
+        let fake = cluster().await;
+        let admin = Admin::connect(&fake.bootstrap(), &[]).await.unwrap();
+        let dir = tempdir("admin-lag");
+        let store = CheckpointStore::open(&dir, 10).unwrap();
+        // adm-0 read to 4 of 10; adm-2 at 5, below its log start 12 (retention ate 7 unread
+        // offsets); adm-1 never committed.
+        let set = kdirect::Positions::from([(tp(0), 4), (tp(2), 5)]);
+        kdirect::admin::set_positions(&store, &set).await.unwrap();
+        let lag = admin
+            .lag(&store, &["adm".into()], IsolationLevel::ReadUncommitted)
+            .await
+            .unwrap();
+        assert_eq!(lag.partitions.len(), 3);
+        assert_eq!(lag.partitions[&tp(0)].lag(), Some(6));
+        assert_eq!(lag.partitions[&tp(1)].committed, None);
+        assert_eq!(lag.partitions[&tp(2)].lag(), Some(25));
+        assert_eq!(lag.total(), Some(31));
+        assert_eq!(lag.without_position(), 1);
+        assert_eq!(lag.lost(), 7);
+        assert_eq!(lag.batch_id, Some(0));
+        let e = admin.describe_group("adm-g").await.unwrap_err().to_string();
+        assert!(e.contains("adm-g") && e.contains("DescribeGroups"), "{e}");
+    });
+}

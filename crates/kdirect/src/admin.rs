@@ -1,8 +1,9 @@
 //! Administration through the library: what `kdirect offsets` and `kdirect lag` do, for an
 //! embedder — each partition's log bounds as a map, positions reset with
 //! `kafka-consumer-groups`' vocabulary ([`ResetTo`]), positions checked against the log
-//! ([`inside_log`]), and positions written to any store as the batch after its last
-//! ([`set_positions`]).
+//! ([`inside_log`]), positions written to any store as the batch after its last
+//! ([`set_positions`]), a store's lag against the log ([`Admin::lag`]) and a group's members
+//! ([`Admin::describe_group`]).
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), kdirect::Error> {
@@ -26,10 +27,74 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use kdirect_commit::{Committed, OffsetStore, Positions};
 use kdirect_engine::cluster::Cluster;
 use kdirect_engine::plan::TopicPartition;
+use kdirect_proto::api::describe_groups::GroupDescription;
 use kdirect_proto::api::list_offsets::OffsetSpec;
 use kdirect_proto::IsolationLevel;
 
 use crate::{DirectStream, Error};
+
+/// One partition's lag, as `kafka-consumer-groups --describe` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionLag {
+    /// The position the store holds (`None`: none committed).
+    pub committed: Option<i64>,
+    /// The partition's log.
+    pub log: LogBounds,
+}
+
+impl PartitionLag {
+    /// Records between the committed position and the log end (never below 0); `None`
+    /// without a committed position (not 0: nothing is known).
+    pub fn lag(&self) -> Option<i64> {
+        self.committed.map(|c| (self.log.end - c).max(0))
+    }
+
+    /// Offsets between the log start and the committed position: how many records retention
+    /// may still remove before it eats unread data (negative: it already removed that many).
+    pub fn margin(&self) -> Option<i64> {
+        self.committed.map(|c| c - self.log.start)
+    }
+}
+
+/// A store's positions against the log, partition by partition ([`Admin::lag`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lag {
+    /// The last batch id the store committed.
+    pub batch_id: Option<u64>,
+    /// Every partition of the topics asked for.
+    pub partitions: BTreeMap<TopicPartition, PartitionLag>,
+}
+
+impl Lag {
+    /// The sum of the known lags; `None` when no partition has a committed position.
+    pub fn total(&self) -> Option<i64> {
+        let known: Vec<i64> = self.partitions.values().filter_map(|p| p.lag()).collect();
+        (!known.is_empty()).then(|| known.iter().sum())
+    }
+
+    /// How many partitions have no committed position.
+    pub fn without_position(&self) -> usize {
+        self.partitions
+            .values()
+            .filter(|p| p.committed.is_none())
+            .count()
+    }
+
+    /// The smallest retention margin ([`PartitionLag::margin`]).
+    pub fn min_margin(&self) -> Option<i64> {
+        self.partitions.values().filter_map(|p| p.margin()).min()
+    }
+
+    /// Offsets retention removed below committed positions, summed (0: none lost).
+    pub fn lost(&self) -> i64 {
+        self.partitions
+            .values()
+            .filter_map(|p| p.margin())
+            .filter(|m| *m < 0)
+            .map(|m| -m)
+            .sum()
+    }
+}
 
 /// A connection to a cluster for administration (no stream, no group membership).
 #[derive(Clone)]
@@ -251,6 +316,20 @@ pub fn reset_positions(
     out
 }
 
+/// The lag of `committed` over `bounds` (every partition of `bounds`).
+pub fn lag_of(committed: &Committed, bounds: BTreeMap<TopicPartition, LogBounds>) -> Lag {
+    Lag {
+        batch_id: committed.batch_id,
+        partitions: bounds
+            .into_iter()
+            .map(|(tp, log)| {
+                let committed = committed.positions.get(&tp).copied();
+                (tp, PartitionLag { committed, log })
+            })
+            .collect(),
+    }
+}
+
 impl Admin {
     /// Connects to `bootstrap` (`HOST:PORT[,HOST:PORT…]`) with `settings` by the names a
     /// stream takes ([`DirectStreamBuilder::set`](crate::DirectStreamBuilder::set): `security.protocol`, `sasl.*`, `ssl.*`,
@@ -303,6 +382,28 @@ impl Admin {
             }
         }
         Ok(out)
+    }
+
+    /// `store`'s positions for `topics` against each partition's log (what `kdirect lag`
+    /// prints): every partition the cluster has for `topics`, with the committed position where
+    /// the store holds one. `isolation` picks the end: the high watermark, or the last stable
+    /// offset under read_committed.
+    pub async fn lag<S: OffsetStore>(
+        &self,
+        store: &S,
+        topics: &[String],
+        isolation: IsolationLevel,
+    ) -> Result<Lag, Error> {
+        let committed = store.load(topics).await?;
+        let bounds = self.log_bounds(topics, isolation).await?;
+        Ok(lag_of(&committed, bounds))
+    }
+
+    /// Consumer group `group` as its coordinator describes it (DescribeGroups): state,
+    /// protocol, members with their client ids, hosts and partitions. Read-only: describing
+    /// never joins the group. A group that does not exist is `Dead` with no members.
+    pub async fn describe_group(&self, group: &str) -> Result<GroupDescription, Error> {
+        Ok(kdirect_engine::group::describe_group(&self.cluster, group).await?)
     }
 
     /// For each partition, the first offset whose record's timestamp is at or after `ms`
@@ -451,6 +552,38 @@ mod tests {
         assert_eq!(r(ResetTo::Current), current);
         let file = Positions::from([(tp(1), 0)]);
         assert_eq!(r(ResetTo::Positions(file.clone())), file);
+    }
+
+    #[test]
+    fn lag_is_unknown_without_a_position_and_says_what_retention_ate() {
+        let committed = Committed {
+            batch_id: Some(3),
+            // t-0 behind by 60; t-2 below the log start (5 offsets lost), caught up with the
+            // end; t-1 without a position.
+            positions: Positions::from([(tp(0), 40), (tp(2), 45)]),
+            ..Committed::default()
+        };
+        let lag = lag_of(&committed, bounds());
+        assert_eq!(lag.batch_id, Some(3));
+        let p0 = lag.partitions[&tp(0)];
+        assert_eq!((p0.lag(), p0.margin()), (Some(60), Some(30)));
+        assert_eq!(lag.partitions[&tp(1)].lag(), None);
+        assert_eq!(lag.partitions[&tp(2)].lag(), Some(15));
+        assert_eq!(lag.total(), Some(75));
+        assert_eq!(lag.without_position(), 1);
+        assert_eq!((lag.min_margin(), lag.lost()), (Some(-5), 5));
+        // Nothing committed anywhere: no total (not 0).
+        let none = lag_of(&Committed::default(), bounds());
+        assert_eq!((none.total(), none.without_position()), (None, 3));
+        // A position past the end (a truncated log) is no negative lag.
+        let past = lag_of(
+            &Committed {
+                positions: Positions::from([(tp(1), 9)]),
+                ..Committed::default()
+            },
+            bounds(),
+        );
+        assert_eq!(past.total(), Some(0));
     }
 
     #[test]

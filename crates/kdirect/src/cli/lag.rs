@@ -6,13 +6,12 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::process::ExitCode;
 
+use kdirect::admin::Admin;
 use kdirect_commit::OffsetStore;
-use kdirect_engine::group::describe_group;
 use kdirect_proto::api::describe_groups::{GroupDescription, MemberDescription};
 use kdirect_proto::IsolationLevel;
 use serde_json::{json, Value};
 
-use super::common::log_bounds;
 use super::offsets::parse_isolation;
 use super::store::StoreArgs;
 use super::CliError;
@@ -46,24 +45,12 @@ pub struct Args {
     members: bool,
 }
 
-/// One partition's line.
-struct Row {
-    topic: String,
-    partition: i32,
-    committed: Option<i64>,
-    log_start: i64,
-    end: i64,
-    lag: Option<i64>,
-    /// Offsets between the log start and the committed position: how many records retention
-    /// may still remove before it eats unread data (negative: it already did).
-    margin: Option<i64>,
-}
-
 pub async fn run(args: Args) -> Result<ExitCode, CliError> {
     let cluster = args.store.require_cluster("lag").await?;
+    let admin = Admin::from_cluster(cluster.clone());
     if args.members {
         loop {
-            members_report(&args, &cluster).await?;
+            members_report(&args, &admin).await?;
             let Some(secs) = args.watch else {
                 return Ok(ExitCode::SUCCESS);
             };
@@ -75,7 +62,7 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
         .open_existing(&args.store.store, Some(cluster.clone()))
         .await?;
     loop {
-        report(&args, &cluster, &store).await?;
+        report(&args, &admin, &store).await?;
         let Some(secs) = args.watch else {
             return Ok(ExitCode::SUCCESS);
         };
@@ -85,14 +72,13 @@ pub async fn run(args: Args) -> Result<ExitCode, CliError> {
 
 async fn report(
     args: &Args,
-    cluster: &std::sync::Arc<kdirect_engine::cluster::Cluster>,
+    admin: &Admin,
     store: &kdirect_commit::AnyStore,
 ) -> Result<(), CliError> {
-    let committed = store.load(&args.topic).await?;
-    let bounds = log_bounds(cluster, &args.topic, args.isolation).await?;
+    let lag = admin.lag(store, &args.topic, args.isolation).await?;
     // The group's members, if it has any: a lag report without them is still worth printing,
     // so a failure to describe the group is said on stderr (and in the JSON), not fatal.
-    let described = describe_group(cluster, &args.store.group).await;
+    let described = admin.describe_group(&args.store.group).await;
     let members_error = described.as_ref().err().map(|e| {
         let e = e.to_string();
         if e.contains(&format!("group '{}'", args.store.group)) {
@@ -115,33 +101,17 @@ async fn report(
     let group = described.ok();
     let active = group.as_ref().filter(|g| g.is_active());
     let owners = active.map(owners).unwrap_or_default();
-    let rows: Vec<Row> = bounds
-        .iter()
-        .map(|(tp, log)| {
-            let committed = committed.positions.get(tp).copied();
-            Row {
-                topic: tp.topic.to_string(),
-                partition: tp.partition,
-                committed,
-                log_start: log.start,
-                end: log.end,
-                lag: committed.map(|c| (log.end - c).max(0)),
-                margin: committed.map(|c| c - log.start),
-            }
-        })
-        .collect();
     // Unknown when no partition has a committed position (not 0: nothing is known); the sum
     // over the known ones otherwise, with how many are unknown said beside it.
-    let unknown = rows.iter().filter(|r| r.lag.is_none()).count();
-    let total: Option<i64> =
-        (unknown < rows.len()).then(|| rows.iter().filter_map(|r| r.lag).sum());
-    let min_margin = rows.iter().filter_map(|r| r.margin).min();
+    let unknown = lag.without_position();
+    let total = lag.total();
+    let min_margin = lag.min_margin();
     let mut out = crate::cli::report_out();
     if args.json {
         let doc = json!({
             "store": store.describe(),
             "group": args.store.group,
-            "batch_id": committed.batch_id,
+            "batch_id": lag.batch_id,
             "total_lag": total,
             "partitions_without_position": unknown,
             "min_retention_margin": min_margin,
@@ -149,12 +119,12 @@ async fn report(
             "protocol": active.map(|g| g.protocol.as_str()),
             "members": active.map_or_else(Vec::new, |g| sorted(g).into_iter().map(member_json).collect()),
             "members_error": members_error,
-            "partitions": rows.iter().map(|r| {
-                let owner = owners.get(&(r.topic.as_str(), r.partition));
+            "partitions": lag.partitions.iter().map(|(tp, r)| {
+                let owner = owners.get(&(&*tp.topic, tp.partition));
                 json!({
-                    "topic": r.topic, "partition": r.partition, "committed": r.committed,
-                    "log_start": r.log_start, "end": r.end, "lag": r.lag,
-                    "retention_margin": r.margin,
+                    "topic": &*tp.topic, "partition": tp.partition, "committed": r.committed,
+                    "log_start": r.log.start, "end": r.log.end, "lag": r.lag(),
+                    "retention_margin": r.margin(),
                     "consumer_id": owner.map(|m| m.member_id.as_str()),
                     "host": owner.map(|m| m.client_host.as_str()),
                     "client_id": owner.map(|m| m.client_id.as_str()),
@@ -172,20 +142,20 @@ async fn report(
         }
         writeln!(out)?;
         let dash = |v: Option<i64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
-        for r in &rows {
+        for (tp, r) in &lag.partitions {
             write!(
                 out,
                 "{}\t{}\t{}\t{}\t{}\t{}\t{}",
-                r.topic,
-                r.partition,
+                tp.topic,
+                tp.partition,
                 dash(r.committed),
-                r.log_start,
-                r.end,
-                dash(r.lag),
-                dash(r.margin)
+                r.log.start,
+                r.log.end,
+                dash(r.lag()),
+                dash(r.margin())
             )?;
             if active.is_some() {
-                match owners.get(&(r.topic.as_str(), r.partition)) {
+                match owners.get(&(&*tp.topic, tp.partition)) {
                     Some(m) => {
                         write!(out, "\t{}\t{}\t{}", m.member_id, m.client_host, m.client_id)?
                     }
@@ -218,11 +188,8 @@ async fn report(
 }
 
 /// `--members`: one line per member of the group (none for an empty or dead group).
-async fn members_report(
-    args: &Args,
-    cluster: &std::sync::Arc<kdirect_engine::cluster::Cluster>,
-) -> Result<(), CliError> {
-    let g = describe_group(cluster, &args.store.group).await?;
+async fn members_report(args: &Args, admin: &Admin) -> Result<(), CliError> {
+    let g = admin.describe_group(&args.store.group).await?;
     let members = if g.is_active() {
         sorted(&g)
     } else {
