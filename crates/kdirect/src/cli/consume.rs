@@ -961,6 +961,7 @@ fn report_rebalance(group: &str, r: &kdirect::Rebalance) {
     };
     match r {
         kdirect::Rebalance::Revoked { partitions } => {
+            super::metrics::revoked(partitions);
             note!("kdirect: group {group}: revoked {}", list(partitions));
         }
         kdirect::Rebalance::Assigned {
@@ -968,11 +969,15 @@ fn report_rebalance(group: &str, r: &kdirect::Rebalance) {
             member_id,
             leader,
             partitions,
-        } => note!(
-            "kdirect: group {group}: generation {generation}, member {member_id}{}: assigned {}",
-            if *leader { " (leader)" } else { "" },
-            list(partitions)
-        ),
+        } => {
+            super::metrics::assigned(partitions);
+            note!(
+                "kdirect: group {group}: generation {generation}, member {member_id}{}: \
+                 assigned {}",
+                if *leader { " (leader)" } else { "" },
+                list(partitions)
+            )
+        }
         _ => {}
     }
 }

@@ -8,11 +8,17 @@
 //! bytes, writes time out as well, and `--metrics-allow` limits which addresses may scrape.
 //! (The exporter's own listener had none of these, and ran on the CLI's one runtime thread:
 //! slow clients could exhaust file descriptors and stall broker I/O.)
+//!
+//! A partition the group revoked stops being served (its `kdirect_partition_*` series), until
+//! it is assigned again: the `metrics` facade cannot unregister a series, so without this a
+//! member kept reporting the last position and lag of every partition it ever owned, which
+//! a dashboard summing lag over members counts twice.
 
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
@@ -25,6 +31,56 @@ pub const MAX_CONNECTIONS: usize = 16;
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest request head read.
 pub const MAX_HEAD: usize = 8 << 10;
+
+/// Partitions whose series are not served: revoked, not assigned again since.
+static GONE: Mutex<BTreeSet<(String, i32)>> = Mutex::new(BTreeSet::new());
+
+/// The group revoked `partitions`: their series are no longer served.
+pub fn revoked<'a>(partitions: impl IntoIterator<Item = &'a kdirect::TopicPartition>) {
+    let mut gone = GONE.lock().unwrap_or_else(PoisonError::into_inner);
+    gone.extend(
+        partitions
+            .into_iter()
+            .map(|tp| (tp.topic.to_string(), tp.partition)),
+    );
+}
+
+/// The group assigned `partitions`: their series are served again.
+pub fn assigned<'a>(partitions: impl IntoIterator<Item = &'a kdirect::TopicPartition>) {
+    let mut gone = GONE.lock().unwrap_or_else(PoisonError::into_inner);
+    for tp in partitions {
+        gone.remove(&(tp.topic.to_string(), tp.partition));
+    }
+}
+
+/// The exposition `text` without the per-partition samples of the partitions in `gone`.
+fn without(text: &str, gone: &BTreeSet<(String, i32)>) -> String {
+    if gone.is_empty() {
+        return text.to_owned();
+    }
+    let label = |line: &str, name: &str| -> Option<String> {
+        let at = line.find(&format!("{name}=\""))? + name.len() + 2;
+        let rest = line.get(at..)?;
+        Some(rest.get(..rest.find('"')?)?.to_owned())
+    };
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let dropped = line.starts_with("kdirect_partition_")
+            && label(line, "topic")
+                .zip(label(line, "partition").and_then(|p| p.parse::<i32>().ok()))
+                .is_some_and(|tp| gone.contains(&tp));
+        if !dropped {
+            out.push_str(line);
+        }
+    }
+    out
+}
+
+/// What `GET /metrics` answers: the recorder's text without the revoked partitions.
+fn exposition(handle: &PrometheusHandle) -> String {
+    let gone = GONE.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    without(&handle.render(), &gone)
+}
 
 /// Which peers may scrape: addresses or networks (`10.0.0.0/8`, `::1`).
 #[derive(Debug, Clone, Default)]
@@ -168,7 +224,7 @@ fn answer(conn: &mut TcpStream, handle: &PrometheusHandle) -> std::io::Result<()
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = path.split('?').next().unwrap_or("");
     match (method, path) {
-        ("GET", "/metrics" | "/") => respond(conn, "200 OK", &handle.render()),
+        ("GET", "/metrics" | "/") => respond(conn, "200 OK", &exposition(handle)),
         ("GET", _) => respond(conn, "404 Not Found", "GET /metrics\n"),
         _ => respond(conn, "405 Method Not Allowed", "GET /metrics\n"),
     }
@@ -199,6 +255,29 @@ fn respond(conn: &mut TcpStream, status: &str, body: &str) -> std::io::Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_revoked_partition_is_not_served_until_assigned_again() {
+        let text = "# TYPE kdirect_partition_lag gauge\n\
+                    kdirect_partition_lag{topic=\"t\",partition=\"0\"} 5\n\
+                    kdirect_partition_lag{topic=\"t\",partition=\"1\"} 7\n\
+                    kdirect_partition_lag{topic=\"t2\",partition=\"1\"} 9\n\
+                    kdirect_batches_total 3\n";
+        let gone = BTreeSet::from([("t".to_owned(), 1)]);
+        assert_eq!(
+            without(text, &gone),
+            "# TYPE kdirect_partition_lag gauge\n\
+             kdirect_partition_lag{topic=\"t\",partition=\"0\"} 5\n\
+             kdirect_partition_lag{topic=\"t2\",partition=\"1\"} 9\n\
+             kdirect_batches_total 3\n"
+        );
+        assert_eq!(without(text, &BTreeSet::new()), text);
+        let t1 = kdirect::TopicPartition::new("t", 1);
+        revoked([&t1]);
+        assert!(GONE.lock().unwrap().contains(&("t".to_owned(), 1)));
+        assigned([&t1]);
+        assert!(!GONE.lock().unwrap().contains(&("t".to_owned(), 1)));
+    }
 
     #[test]
     fn the_allow_list_takes_addresses_and_networks() {
