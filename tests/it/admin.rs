@@ -157,3 +157,31 @@ fn lag_of_a_store_against_the_log() {
         assert!(e.contains("adm-g") && e.contains("DescribeGroups"), "{e}");
     });
 }
+
+/// `admin::migrate`, what `kdirect offsets migrate` does: a checkpoint's positions copied into
+/// another store, continuing its batch ids when the destination is empty, and its own after
+/// that; a source without positions writes nothing.
+#[test]
+fn migrate_copies_positions_and_continues_batch_ids() {
+    rt().block_on(async {
+        let (a, b) = (tempdir("admin-migrate-a"), tempdir("admin-migrate-b"));
+        let from = CheckpointStore::open(&a, 10).unwrap();
+        let to = CheckpointStore::open(&b, 10).unwrap();
+        let empty = kdirect::admin::migrate(&from, &to, &[]).await.unwrap();
+        assert!(empty.positions.is_empty());
+        assert_eq!(to.load(&[]).await.unwrap().batch_id, None, "nothing written");
+        for n in [3, 5, 8] {
+            let set = kdirect::Positions::from([(tp(0), n), (tp(1), n * 2)]);
+            kdirect::admin::set_positions(&from, &set).await.unwrap();
+        }
+        let m = kdirect::admin::migrate(&from, &to, &[]).await.unwrap();
+        assert_eq!(m.batch_id, 2, "continues the source's ids (its last was 2)");
+        let got = to.load(&[]).await.unwrap();
+        assert_eq!(got.positions, kdirect::Positions::from([(tp(0), 8), (tp(1), 16)]));
+        assert_eq!(got.batch_id, Some(2));
+        // Again: the destination has its own ids now.
+        let again = kdirect::admin::migrate(&from, &to, &[]).await.unwrap();
+        assert_eq!(again.batch_id, 3);
+        assert_eq!(again.before.positions, got.positions);
+    });
+}

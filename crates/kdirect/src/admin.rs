@@ -2,7 +2,7 @@
 //! embedder — each partition's log bounds as a map, positions reset with
 //! `kafka-consumer-groups`' vocabulary ([`ResetTo`]), positions checked against the log
 //! ([`inside_log`]), positions written to any store as the batch after its last
-//! ([`set_positions`]), a store's lag against the log ([`Admin::lag`]) and a group's members
+//! ([`set_positions`]), positions copied from one store to another ([`migrate`]), a store's lag against the log ([`Admin::lag`]) and a group's members
 //! ([`Admin::describe_group`]).
 //!
 //! ```no_run
@@ -284,6 +284,44 @@ pub async fn set_positions<S: OffsetStore>(
         .set_positions(batch_id_for(&before, None), positions)
         .await?;
     Ok(before)
+}
+
+/// What [`migrate`] copied.
+#[derive(Debug, Clone)]
+pub struct Migrated {
+    /// The positions copied (empty: the source held none, and nothing was written).
+    pub positions: Positions,
+    /// The batch id they were written under in the destination.
+    pub batch_id: u64,
+    /// What the destination held before.
+    pub before: Committed,
+    /// A batch the source had logged and not committed: its committed positions were copied,
+    /// and a stream on the destination re-plans from them.
+    pub source_pending: Option<u64>,
+}
+
+/// Copies `from`'s committed positions for `topics` (every topic it holds when empty) into
+/// `to` (any two stores: a checkpoint into Kafka group offsets, ZooKeeper into PostgreSQL),
+/// as the batch after `to`'s last; an empty destination continues `from`'s batch ids, so a
+/// stream moved to it goes on with the next batch. Nothing is written when `from` holds no
+/// position. Administration: no stream may be running on either store.
+pub async fn migrate<A: OffsetStore, B: OffsetStore>(
+    from: &A,
+    to: &B,
+    topics: &[String],
+) -> Result<Migrated, Error> {
+    let src = from.load(topics).await?;
+    let before = to.load(topics).await?;
+    let batch_id = batch_id_for(&before, Some(src.batch_id.unwrap_or(0)));
+    if !src.positions.is_empty() {
+        to.set_positions(batch_id, &src.positions).await?;
+    }
+    Ok(Migrated {
+        positions: src.positions,
+        batch_id,
+        before,
+        source_pending: src.pending.map(|p| p.id),
+    })
 }
 
 /// The positions `to` names, from the partitions' logs (`bounds`), what the store holds

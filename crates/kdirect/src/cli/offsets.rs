@@ -709,8 +709,8 @@ mod store_cmd {
             .open_existing(&args.store.store, cluster.clone())
             .await?;
         let to = args.store.open(&args.to, cluster).await?;
-        let src = from.load(&topics(&args.topic)).await?;
-        if src.positions.is_empty() {
+        let m = kdirect::admin::migrate(&from, &to, &topics(&args.topic)).await?;
+        if m.positions.is_empty() {
             return Err(CliError(format!(
                 "{} holds no positions for group '{}'{}",
                 from.describe(),
@@ -721,24 +721,20 @@ mod store_cmd {
                     .unwrap_or_default()
             )));
         }
-        if let Some(p) = &src.pending {
+        if let Some(id) = m.source_pending {
             eprintln!(
-                "note: batch {} is logged but not committed in {}; the committed positions are \
-                 copied, and the stream re-plans from them",
-                p.id,
+                "note: batch {id} is logged but not committed in {}; the committed positions \
+                 were copied, and the stream re-plans from them",
                 from.describe()
             );
         }
-        let dest = to.load(&topics(&args.topic)).await?;
-        // An empty destination continues the source's batch ids; otherwise its own.
-        let batch_id = kdirect::admin::batch_id_for(&dest, Some(src.batch_id.unwrap_or(0)));
-        to.set_positions(batch_id, &src.positions).await?;
-        report_written(&dest, &src.positions)?;
+        report_written(&m.before, &m.positions)?;
         eprintln!(
-            "copied {} positions from {} to {} (batch {batch_id})",
-            src.positions.len(),
+            "copied {} positions from {} to {} (batch {})",
+            m.positions.len(),
             from.describe(),
-            to.describe()
+            to.describe(),
+            m.batch_id
         );
         Ok(ExitCode::SUCCESS)
     }
