@@ -169,7 +169,11 @@ fn migrate_copies_positions_and_continues_batch_ids() {
         let to = CheckpointStore::open(&b, 10).unwrap();
         let empty = kdirect::admin::migrate(&from, &to, &[]).await.unwrap();
         assert!(empty.positions.is_empty());
-        assert_eq!(to.load(&[]).await.unwrap().batch_id, None, "nothing written");
+        assert_eq!(
+            to.load(&[]).await.unwrap().batch_id,
+            None,
+            "nothing written"
+        );
         for n in [3, 5, 8] {
             let set = kdirect::Positions::from([(tp(0), n), (tp(1), n * 2)]);
             kdirect::admin::set_positions(&from, &set).await.unwrap();
@@ -177,7 +181,10 @@ fn migrate_copies_positions_and_continues_batch_ids() {
         let m = kdirect::admin::migrate(&from, &to, &[]).await.unwrap();
         assert_eq!(m.batch_id, 2, "continues the source's ids (its last was 2)");
         let got = to.load(&[]).await.unwrap();
-        assert_eq!(got.positions, kdirect::Positions::from([(tp(0), 8), (tp(1), 16)]));
+        assert_eq!(
+            got.positions,
+            kdirect::Positions::from([(tp(0), 8), (tp(1), 16)])
+        );
         assert_eq!(got.batch_id, Some(2));
         // Again: the destination has its own ids now.
         let again = kdirect::admin::migrate(&from, &to, &[]).await.unwrap();

@@ -22,7 +22,7 @@
 //! next request is a full one under epoch 0, which closes the broker's old session and opens a
 //! new one, as the Java client's `FetchSessionHandler` does.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use kdirect_proto::api::fetch::{
@@ -51,13 +51,16 @@ struct Ends {
     log_start_offset: i64,
 }
 
+/// A partition in a session: its topic's index in [`IncrementalSession::names`] and its
+/// number. Copy, so that the session's maps are read and written without building a key
+/// `String` per partition per request (they were: a third of a trickle batch's allocations).
+type Key = (u32, i32);
+
 /// The request in flight, remembered until its answer.
 #[derive(Debug)]
 struct Pending {
     /// Whether it was a full request (epoch 0 or -1).
     full: bool,
-    /// Every partition it wanted, as the session holds them once it is answered.
-    wanted: HashMap<(String, i32), Asked>,
 }
 
 /// The request a session sends for a set of wanted partitions.
@@ -89,11 +92,29 @@ pub(crate) struct IncrementalSession {
     /// The epoch of the next request: 0 opens a session (closing `id`'s, if any), 1 and on are
     /// the open session's incremental requests.
     epoch: i32,
+    /// The topics of the keys below, by index (cleared with them).
+    names: Vec<String>,
     /// The partitions in the broker's session and what each was last asked with.
-    asked: HashMap<(String, i32), Asked>,
+    asked: HashMap<Key, Asked>,
     /// The ends of each partition in the session, as its last listing answer gave them.
-    ends: HashMap<(String, i32), Ends>,
+    ends: HashMap<Key, Ends>,
+    /// Every partition the request in flight wanted, as the session holds them once it is
+    /// answered (swapped with `asked` then, so both keep their allocations).
+    wanted: HashMap<Key, Asked>,
+    /// The partitions an answer listed (kept for its allocation).
+    listed: HashSet<Key>,
     pending: Option<Pending>,
+}
+
+/// The index of `name` in `names`, added if new.
+fn key_of(names: &mut Vec<String>, name: &str) -> u32 {
+    match names.iter().position(|n| n == name) {
+        Some(i) => i as u32,
+        None => {
+            names.push(name.to_owned());
+            (names.len() - 1) as u32
+        }
+    }
 }
 
 impl IncrementalSession {
@@ -105,12 +126,13 @@ impl IncrementalSession {
 
     /// The request that fetches `wanted` (every partition, full) in this session.
     pub(crate) fn prepare(&mut self, wanted: &[TopicFetch]) -> SessionRequest {
-        let mut want: HashMap<(String, i32), Asked> =
-            HashMap::with_capacity(wanted.iter().map(|t| t.partitions.len()).sum());
+        let mut want = std::mem::take(&mut self.wanted);
+        want.clear();
         for t in wanted {
+            let topic = key_of(&mut self.names, &t.name);
             for p in &t.partitions {
                 want.insert(
-                    (t.name.clone(), p.partition),
+                    (topic, p.partition),
                     Asked {
                         topic_id: t.id,
                         fetch: *p,
@@ -140,11 +162,12 @@ impl IncrementalSession {
             let topics: Vec<TopicFetch> = wanted
                 .iter()
                 .filter_map(|t| {
+                    let topic = key_of(&mut self.names, &t.name);
                     let changed: Vec<PartitionFetch> = t
                         .partitions
                         .iter()
                         .filter(|p| {
-                            self.asked.get(&(t.name.clone(), p.partition))
+                            self.asked.get(&(topic, p.partition))
                                 != Some(&Asked {
                                     topic_id: t.id,
                                     fetch: **p,
@@ -160,11 +183,12 @@ impl IncrementalSession {
                 })
                 .collect();
             let mut gone: BTreeMap<&str, TopicForget> = BTreeMap::new();
-            for ((topic, partition), a) in &self.asked {
-                if !want.contains_key(&(topic.clone(), *partition)) {
-                    gone.entry(topic)
+            for (key @ (topic, partition), a) in &self.asked {
+                if !want.contains_key(key) {
+                    let name = self.names.get(*topic as usize).map_or("", String::as_str);
+                    gone.entry(name)
                         .or_insert_with(|| TopicForget {
-                            name: topic.clone(),
+                            name: name.to_owned(),
                             id: a.topic_id,
                             partitions: Vec::new(),
                         })
@@ -185,7 +209,8 @@ impl IncrementalSession {
                 forgotten,
             }
         };
-        self.pending = Some(Pending { full, wanted: want });
+        self.wanted = want;
+        self.pending = Some(Pending { full });
         req
     }
 
@@ -229,9 +254,13 @@ impl IncrementalSession {
                 self.epoch + 1
             };
         }
+        let mut listed = std::mem::take(&mut self.listed);
+        listed.clear();
         for p in &view.partitions {
+            let key = (key_of(&mut self.names, &p.topic), p.partition);
+            listed.insert(key);
             self.ends.insert(
-                (p.topic.clone(), p.partition),
+                key,
                 Ends {
                     high_watermark: p.high_watermark,
                     last_stable_offset: p.last_stable_offset,
@@ -240,14 +269,9 @@ impl IncrementalSession {
             );
         }
         if !pending.full && self.id != 0 {
-            let listed: std::collections::HashSet<(&str, i32)> = view
-                .partitions
-                .iter()
-                .map(|p| (p.topic.as_str(), p.partition))
-                .collect();
             let mut left_out: Vec<FetchedPartition> = Vec::new();
-            for key @ (topic, partition) in pending.wanted.keys() {
-                if listed.contains(&(topic.as_str(), *partition)) {
+            for key @ (topic, partition) in self.wanted.keys() {
+                if listed.contains(key) {
                     continue;
                 }
                 // Left out: no records and the ends of the session's last answer listing it.
@@ -259,6 +283,9 @@ impl IncrementalSession {
                 if e.high_watermark < 0 {
                     continue;
                 }
+                let Some(topic) = self.names.get(*topic as usize) else {
+                    continue;
+                };
                 left_out.push(FetchedPartition {
                     topic: topic.clone(),
                     partition: *partition,
@@ -276,12 +303,16 @@ impl IncrementalSession {
             left_out.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
             view.partitions.extend(left_out);
         }
+        self.listed = listed;
         if self.id == 0 {
             self.asked.clear();
             self.ends.clear();
+            self.wanted.clear();
+            self.names.clear();
         } else {
-            self.ends.retain(|k, _| pending.wanted.contains_key(k));
-            self.asked = pending.wanted;
+            let wanted = &self.wanted;
+            self.ends.retain(|k, _| wanted.contains_key(k));
+            std::mem::swap(&mut self.asked, &mut self.wanted);
         }
         Completed::Answer
     }
@@ -294,6 +325,8 @@ impl IncrementalSession {
         self.pending = None;
         self.asked.clear();
         self.ends.clear();
+        self.wanted.clear();
+        self.names.clear();
     }
 }
 
