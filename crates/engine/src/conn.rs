@@ -361,7 +361,9 @@ impl BrokerConnection {
             }
             _ => security,
         };
-        let mut auth = Authenticator::new(security, crate::sasl::random_nonce()).map_err(&fail)?;
+        let host = crate::tls::host_of(&broker.addr);
+        let mut auth =
+            Authenticator::new(security, crate::sasl::random_nonce(), host).map_err(&fail)?;
         let started = tokio::time::Instant::now();
         // v0 sends the tokens unframed; kdirect speaks only the framed v1 (Kafka 1.0+).
         let handshake_version = self.version::<SaslHandshake>().ok().filter(|v| *v >= 1);
@@ -401,9 +403,17 @@ impl BrokerConnection {
                 .into());
             }
         }
-        let mut token = auth.start();
-        // PLAIN and OAUTHBEARER take one round, SCRAM two; anything longer is a broker bug.
-        for _ in 0..4 {
+        let limit = config.request_timeout;
+        let mut token = match sasl_step(&mut auth, limit, |a| a.start()).await {
+            Ok(token) => token,
+            Err(problem) => {
+                self.close("SASL exchange failed");
+                return Err(fail(problem));
+            }
+        };
+        // PLAIN and OAUTHBEARER take one round, SCRAM two, GSSAPI three; anything longer is
+        // a broker bug.
+        for _ in 0..5 {
             let resp = self
                 .request_at::<SaslAuthenticate>(&sasl_authenticate::request(token), av)
                 .await?;
@@ -422,7 +432,8 @@ impl BrokerConnection {
                 self.sasl_session_lifetime = Some(lifetime);
                 self.renew_at = Some(started + lifetime.mul_f64(0.85));
             }
-            match auth.next(&resp.auth_bytes) {
+            let answer = resp.auth_bytes.to_vec();
+            match sasl_step(&mut auth, limit, move |a| a.next(&answer)).await {
                 Ok(Step::Send(next)) => token = next,
                 Ok(Step::Done) => return Ok(self),
                 Err(problem) => {
@@ -433,7 +444,7 @@ impl BrokerConnection {
         }
         self.close("SASL exchange did not end");
         Err(fail(SaslProblem::Protocol(
-            "the SASL exchange did not end after 4 rounds".to_owned(),
+            "the SASL exchange did not end after 5 rounds".to_owned(),
         )))
     }
 
@@ -1082,6 +1093,50 @@ async fn read_loop<R: AsyncRead + Unpin>(
 
 /// `connect.timeout` ran out before `what` was done: a (retriable) connect error naming the
 /// broker and the timeout.
+/// One step of a SASL exchange: in place, or on a blocking thread for a mechanism that may
+/// block (GSSAPI's library reads files and asks the KDC), within `limit`
+/// (`request.timeout.ms`: a KDC that does not answer fails the connection, as a broker
+/// would).
+async fn sasl_step<T: Send + 'static>(
+    auth: &mut Authenticator,
+    limit: Duration,
+    step: impl FnOnce(&mut Authenticator) -> Result<T, SaslProblem> + Send + 'static,
+) -> Result<T, SaslProblem> {
+    if !auth.may_block() {
+        return step(auth);
+    }
+    // The exchange moves to the blocking thread and back; a step that does not come back
+    // in time leaves it there (the library call cannot be interrupted), and the
+    // connection fails.
+    let placeholder = Authenticator::done();
+    let mut moved = std::mem::replace(auth, placeholder);
+    let task = tokio::task::spawn_blocking(move || {
+        let result = step(&mut moved);
+        (moved, result)
+    });
+    match tokio::time::timeout(limit, task).await {
+        Ok(Ok((back, result))) => {
+            *auth = back;
+            result
+        }
+        Ok(Err(e)) => Err(SaslProblem::Protocol(format!(
+            "the SASL step on a blocking thread failed: {e}"
+        ))),
+        Err(_) => Err(SaslProblem::Kerberos(crate::error::KerberosProblem {
+            failure: crate::error::KerberosFailure::KdcUnreachable,
+            step: "gss_init_sec_context",
+            principal: None,
+            major: 0,
+            minor: 0,
+            status: format!(
+                "the GSSAPI library did not finish within request.timeout.ms ({} ms): a \
+                 KDC that does not answer?",
+                limit.as_millis()
+            ),
+        })),
+    }
+}
+
 fn timed_out(broker: &BrokerName, what: &str, after: Duration) -> Error {
     ErrorKind::Connect {
         broker: broker.clone(),

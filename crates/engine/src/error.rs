@@ -663,7 +663,126 @@ pub enum SaslProblem {
     /// The OAUTHBEARER token callback gave no token; its own words.
     #[error("the OAUTHBEARER token callback failed: {0}")]
     TokenCallback(String),
+    /// GSSAPI (Kerberos): the system's GSSAPI library, the KDC or the broker's answer failed
+    /// the exchange (see [`KerberosProblem`]).
+    #[error("{0}")]
+    Kerberos(KerberosProblem),
 }
+
+/// What failed in a Kerberos (SASL/GSSAPI) authentication: which step, the GSSAPI library's
+/// own words for the major and minor status (`gss_display_status`), and what that most
+/// likely means ([`KerberosFailure`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KerberosProblem {
+    /// What the failure most likely means.
+    pub failure: KerberosFailure,
+    /// What kdirect was doing: the GSSAPI call (`gss_acquire_cred`, `gss_init_sec_context`,
+    /// `gss_unwrap`, ...) or the RFC 4752 step.
+    pub step: &'static str,
+    /// The principal concerned: the client's (`sasl.kerberos.principal`, or the ticket cache's
+    /// default) for credential failures, the broker's service (`kafka@host`) for the rest.
+    pub principal: Option<String>,
+    /// The GSS major status (0 when the failure is not the library's).
+    pub major: u32,
+    /// The mechanism's minor status: for MIT Kerberos, a `krb5_error_code` such as
+    /// `KRB5KRB_AP_ERR_SKEW` (-1765328347) as an unsigned number.
+    pub minor: u32,
+    /// The library's text for both (`gss_display_status`), or kdirect's own.
+    pub status: String,
+}
+
+/// The usual Kerberos failures, each with what to do about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KerberosFailure {
+    /// The GSSAPI library could not be loaded (`libgssapi_krb5.so.2`).
+    Library,
+    /// No credentials: no ticket cache (`KRB5CCNAME`), an empty one, or none for the principal.
+    NoCredentials,
+    /// The keytab holds no key for `sasl.kerberos.principal`, or cannot be read.
+    Keytab,
+    /// The KDC does not know the client principal.
+    UnknownClient,
+    /// The KDC does not know the broker's service principal (`sasl.kerberos.service.name` /
+    /// host).
+    UnknownService,
+    /// The ticket (or the ticket-granting ticket in the cache) has expired.
+    Expired,
+    /// The clocks of this host and the KDC (or the broker) differ by more than the allowed
+    /// skew (`clockskew`, 5 minutes by default).
+    ClockSkew,
+    /// The key or password was refused (pre-authentication failed; a stale keytab).
+    WrongKey,
+    /// No KDC could be reached for the realm, or none is configured.
+    KdcUnreachable,
+    /// The broker's GSSAPI messages are not what RFC 4752 says (bad token, security layer
+    /// offer, no mutual authentication).
+    Protocol,
+    /// Anything else the library reported.
+    Other,
+}
+
+impl KerberosFailure {
+    /// What to check, for the message.
+    fn hint(self) -> &'static str {
+        match self {
+            Self::Library => "the system's GSSAPI library could not be loaded",
+            Self::NoCredentials => {
+                "no Kerberos credentials: run kinit (the ticket cache is KRB5CCNAME or \
+                 krb5.conf's default), or set sasl.kerberos.keytab and sasl.kerberos.principal"
+            }
+            Self::Keytab => {
+                "the keytab has no key for this principal (check sasl.kerberos.principal \
+                 against `klist -k` of sasl.kerberos.keytab)"
+            }
+            Self::UnknownClient => {
+                "the KDC does not know this client principal (check sasl.kerberos.principal)"
+            }
+            Self::UnknownService => {
+                "the KDC does not know the broker's service principal (check \
+                 sasl.kerberos.service.name and that the broker's host name is the one in its \
+                 principal)"
+            }
+            Self::Expired => "the Kerberos ticket has expired: run kinit again (or use a keytab)",
+            Self::ClockSkew => {
+                "this host's clock and the KDC's (or the broker's) differ by more than the \
+                 allowed skew: synchronise the clocks (NTP)"
+            }
+            Self::WrongKey => {
+                "the KDC refused the key or password (pre-authentication failed: a keytab \
+                 older than the principal's current key?)"
+            }
+            Self::KdcUnreachable => {
+                "no KDC could be reached for the realm (check krb5.conf's [realms] and \
+                 KRB5_CONFIG)"
+            }
+            Self::Protocol => "the broker's GSSAPI exchange is not what RFC 4752 says",
+            Self::Other => "Kerberos authentication failed",
+        }
+    }
+}
+
+impl fmt::Display for KerberosProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.failure.hint())?;
+        if let Some(p) = &self.principal {
+            write!(f, " [{p}]")?;
+        }
+        write!(f, ": {}: {}", self.step, self.status)?;
+        if self.major != 0 || self.minor != 0 {
+            // The minor status as MIT's krb5_error_code prints it (signed).
+            write!(
+                f,
+                " (GSS major 0x{:08x}, minor {})",
+                self.major, self.minor as i32
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for KerberosProblem {}
 
 #[cfg(test)]
 mod security_tests {

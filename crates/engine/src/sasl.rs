@@ -8,9 +8,13 @@
 //!   the server's signature, which is verified: a broker that does not hold the password
 //!   cannot forge it.
 //! - `OAUTHBEARER` (RFC 7628, KIP-255): one message with a static bearer token.
+//! - `GSSAPI` (Kerberos V5, RFC 4752; feature `gssapi`): the security-context tokens, then
+//!   the security-layer offer and answer ([`gssapi`]). Its steps call the system's GSSAPI
+//!   library, which may talk to the KDC: [`Authenticator::may_block`] says so, and the
+//!   connection runs them on a blocking thread.
 //!
-//! Nothing here reads a clock or a socket; the nonce comes in from the caller (random in
-//! production, fixed in the RFC test vector).
+//! Nothing here reads a clock or a socket (GSSAPI's library does, behind its trait); the
+//! nonce comes in from the caller (random in production, fixed in the RFC test vector).
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
@@ -19,6 +23,8 @@ use sha2::{Digest, Sha256, Sha512};
 
 use crate::error::SaslProblem;
 use crate::security::{SaslMechanism, Security};
+
+pub mod gssapi;
 
 /// The most PBKDF2 iterations accepted from a broker: Kafka's own limit
 /// (`ScramMechanism.maxIterations`), so a hostile server cannot make the client spin.
@@ -46,6 +52,8 @@ enum State {
     /// PLAIN or OAUTHBEARER: one message, then done.
     Single(Option<Vec<u8>>),
     Scram(Scram),
+    /// GSSAPI: tickets, no secret of its own in memory (the library holds the keys).
+    Gssapi(gssapi::Exchange),
 }
 
 impl std::fmt::Debug for State {
@@ -56,14 +64,20 @@ impl std::fmt::Debug for State {
                 .field(&m.as_ref().map(|_| "<redacted>"))
                 .finish(),
             State::Scram(s) => f.debug_tuple("Scram").field(s).finish(),
+            State::Gssapi(g) => g.fmt(f),
         }
     }
 }
 
 impl Authenticator {
-    /// The exchange for `security`'s mechanism (which [`Security::check`] validated), with
-    /// `nonce` for SCRAM (printable ASCII without commas; see [`random_nonce`]).
-    pub fn new(security: &Security, nonce: String) -> Result<Authenticator, SaslProblem> {
+    /// The exchange for `security`'s mechanism (which [`Security::check`] validated) with the
+    /// broker at `host` (GSSAPI's service principal is `sasl.kerberos.service.name@host`),
+    /// with `nonce` for SCRAM (printable ASCII without commas; see [`random_nonce`]).
+    pub fn new(
+        security: &Security,
+        nonce: String,
+        host: &str,
+    ) -> Result<Authenticator, SaslProblem> {
         let missing = |what: &str| SaslProblem::Protocol(format!("{what} is not set"));
         let mechanism = security
             .sasl_mechanism
@@ -106,16 +120,38 @@ impl Authenticator {
                 };
                 State::Scram(Scram::new(hash, user()?, password()?, nonce))
             }
+            SaslMechanism::Gssapi => {
+                let service = security
+                    .sasl_kerberos_service_name
+                    .as_deref()
+                    .ok_or_else(|| missing("sasl.kerberos.service.name"))?;
+                State::Gssapi(gssapi_exchange(security, service, host)?)
+            }
         };
         Ok(Authenticator { state })
     }
 
+    /// An exchange that is over (sends nothing more): what stands in for one while a step
+    /// of it runs elsewhere.
+    pub(crate) fn done() -> Authenticator {
+        Authenticator {
+            state: State::Single(None),
+        }
+    }
+
+    /// Whether [`start`](Self::start) and [`next`](Self::next) may block the thread: GSSAPI's
+    /// library reads files and may ask the KDC for tickets.
+    pub fn may_block(&self) -> bool {
+        matches!(self.state, State::Gssapi(_))
+    }
+
     /// The first token to send.
-    pub fn start(&mut self) -> Vec<u8> {
-        match &mut self.state {
+    pub fn start(&mut self) -> Result<Vec<u8>, SaslProblem> {
+        Ok(match &mut self.state {
             State::Single(msg) => msg.take().unwrap_or_default(),
             State::Scram(s) => s.client_first(),
-        }
+            State::Gssapi(g) => g.start()?,
+        })
     }
 
     /// Takes the broker's answer to the last token: the next token, or done.
@@ -123,8 +159,32 @@ impl Authenticator {
         match &mut self.state {
             State::Single(_) => Ok(Step::Done),
             State::Scram(s) => s.next(answer),
+            State::Gssapi(g) => g.next(answer),
         }
     }
+}
+
+/// GSSAPI with the system's library.
+#[cfg(feature = "gssapi")]
+fn gssapi_exchange(
+    security: &Security,
+    service: &str,
+    host: &str,
+) -> Result<gssapi::Exchange, SaslProblem> {
+    Ok(gssapi::system(
+        service,
+        host,
+        security.sasl_kerberos_principal.as_deref(),
+        security.sasl_kerberos_keytab.as_deref(),
+    ))
+}
+
+/// A build without the `gssapi` feature (which [`Security::check`] already refuses).
+#[cfg(not(feature = "gssapi"))]
+fn gssapi_exchange(_: &Security, _: &str, _: &str) -> Result<gssapi::Exchange, SaslProblem> {
+    Err(SaslProblem::Protocol(
+        "sasl.mechanism=GSSAPI: kdirect was built without the `gssapi` feature".to_owned(),
+    ))
 }
 
 /// 24 random bytes as base64: a SCRAM client nonce.
@@ -336,8 +396,8 @@ mod tests {
     #[test]
     fn scram_sha_256_matches_rfc_7677() {
         let s = security("SCRAM-SHA-256", "user", "pencil");
-        let mut a = Authenticator::new(&s, "rOprNGfwEbeRWgbNEkqO".to_owned()).unwrap();
-        assert_eq!(a.start(), b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO");
+        let mut a = Authenticator::new(&s, "rOprNGfwEbeRWgbNEkqO".to_owned(), "broker").unwrap();
+        assert_eq!(a.start().unwrap(), b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO");
         let server_first = b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,\
 s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
         let Step::Send(client_final) = a.next(server_first).unwrap() else {
@@ -383,8 +443,8 @@ p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
     #[test]
     fn scram_refuses_a_forged_signature_and_hostile_parameters() {
         let s = security("SCRAM-SHA-256", "user", "pencil");
-        let mut a = Authenticator::new(&s, "rOprNGfwEbeRWgbNEkqO".to_owned()).unwrap();
-        a.start();
+        let mut a = Authenticator::new(&s, "rOprNGfwEbeRWgbNEkqO".to_owned(), "broker").unwrap();
+        a.start().unwrap();
         a.next(b"r=rOprNGfwEbeRWgbNEkqOxyz,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")
             .unwrap();
         let wrong = B64.encode([0u8; 32]);
@@ -402,8 +462,9 @@ p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
             b"m=ext,r=x,s=AAAA,i=4096",
             b"",
         ] {
-            let mut a = Authenticator::new(&s, "rOprNGfwEbeRWgbNEkqO".to_owned()).unwrap();
-            a.start();
+            let mut a =
+                Authenticator::new(&s, "rOprNGfwEbeRWgbNEkqO".to_owned(), "broker").unwrap();
+            a.start().unwrap();
             let e = a.next(hostile).unwrap_err();
             assert!(matches!(e, SaslProblem::Protocol(_)), "{hostile:?}: {e:?}");
         }
@@ -416,8 +477,9 @@ p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
     fn scram_iteration_counts_outside_kafkas_bounds_are_a_typed_error() {
         let s = security("SCRAM-SHA-256", "user", "pencil");
         let first = |i: &str| {
-            let mut a = Authenticator::new(&s, "rOprNGfwEbeRWgbNEkqO".to_owned()).unwrap();
-            a.start();
+            let mut a =
+                Authenticator::new(&s, "rOprNGfwEbeRWgbNEkqO".to_owned(), "broker").unwrap();
+            a.start().unwrap();
             a.next(format!("r=rOprNGfwEbeRWgbNEkqOx,s=AAAA,i={i}").as_bytes())
         };
         for i in [16_385u32, 1_000_000, u32::MAX, 4095, 1] {
@@ -434,15 +496,20 @@ p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
     /// (as the bytes of the one message the exchange holds).
     #[test]
     fn debug_shows_no_credentials() {
-        let plain =
-            Authenticator::new(&security("PLAIN", "alice", "hunter2"), String::new()).unwrap();
+        let plain = Authenticator::new(
+            &security("PLAIN", "alice", "hunter2"),
+            String::new(),
+            "broker",
+        )
+        .unwrap();
         let mut s = Security::default();
         s.set("sasl.mechanism", "OAUTHBEARER").unwrap();
         s.set("sasl.oauthbearer.token", "tok3n.s3cret").unwrap();
-        let oauth = Authenticator::new(&s, String::new()).unwrap();
+        let oauth = Authenticator::new(&s, String::new(), "broker").unwrap();
         let scram = Authenticator::new(
             &security("SCRAM-SHA-512", "alice", "hunter2"),
             "nonce".to_owned(),
+            "broker",
         )
         .unwrap();
         for a in [plain, oauth, scram] {
@@ -461,8 +528,8 @@ p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
     #[test]
     fn scram_sha_512_proof_verifies_on_the_server_side() {
         let s = security("SCRAM-SHA-512", "a=b,c", "secret");
-        let mut a = Authenticator::new(&s, "clientnonce".to_owned()).unwrap();
-        let first = String::from_utf8(a.start()).unwrap();
+        let mut a = Authenticator::new(&s, "clientnonce".to_owned(), "broker").unwrap();
+        let first = String::from_utf8(a.start().unwrap()).unwrap();
         assert_eq!(first, "n,,n=a=3Db=2Cc,r=clientnonce");
         let salt = b"0123456789abcdef";
         let server_first = format!("r=clientnonceSERVER,s={},i=4096", B64.encode(salt));
@@ -492,14 +559,15 @@ p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
 
     #[test]
     fn plain_and_oauthbearer_are_one_message() {
-        let mut a = Authenticator::new(&security("PLAIN", "alice", "pw"), String::new()).unwrap();
-        assert_eq!(a.start(), b"\0alice\0pw");
+        let mut a =
+            Authenticator::new(&security("PLAIN", "alice", "pw"), String::new(), "broker").unwrap();
+        assert_eq!(a.start().unwrap(), b"\0alice\0pw");
         assert_eq!(a.next(b""), Ok(Step::Done));
         let mut s = Security::default();
         s.set("sasl.mechanism", "OAUTHBEARER").unwrap();
         s.set("sasl.oauthbearer.token", "t.o.k").unwrap();
-        let mut a = Authenticator::new(&s, String::new()).unwrap();
-        assert_eq!(a.start(), b"n,,\x01auth=Bearer t.o.k\x01\x01");
+        let mut a = Authenticator::new(&s, String::new(), "broker").unwrap();
+        assert_eq!(a.start().unwrap(), b"n,,\x01auth=Bearer t.o.k\x01\x01");
     }
 
     #[test]

@@ -73,6 +73,11 @@ pub enum SaslMechanism {
     ScramSha512,
     /// `OAUTHBEARER` (RFC 7628, KIP-255) with a static token (`sasl.oauthbearer.token`).
     OAuthBearer,
+    /// `GSSAPI` (Kerberos V5, RFC 4752): a ticket from the default ticket cache
+    /// (`KRB5CCNAME`) or from `sasl.kerberos.keytab`, for the broker's service principal
+    /// `sasl.kerberos.service.name`/host. Only with the `gssapi` feature, which loads the
+    /// system's GSSAPI library (`libgssapi_krb5.so.2`) when the first GSSAPI connection opens.
+    Gssapi,
 }
 
 impl SaslMechanism {
@@ -83,6 +88,7 @@ impl SaslMechanism {
             "SCRAM-SHA-256" => Self::ScramSha256,
             "SCRAM-SHA-512" => Self::ScramSha512,
             "OAUTHBEARER" => Self::OAuthBearer,
+            "GSSAPI" => Self::Gssapi,
             _ => return None,
         })
     }
@@ -94,6 +100,7 @@ impl SaslMechanism {
             Self::ScramSha256 => "SCRAM-SHA-256",
             Self::ScramSha512 => "SCRAM-SHA-512",
             Self::OAuthBearer => "OAUTHBEARER",
+            Self::Gssapi => "GSSAPI",
         }
     }
 }
@@ -168,7 +175,8 @@ impl Eq for TokenProvider {}
 pub struct Security {
     /// `security.protocol`.
     pub protocol: SecurityProtocol,
-    /// `sasl.mechanism`; required with `SASL_*` (kdirect has no GSSAPI, the Java default).
+    /// `sasl.mechanism`; required with `SASL_*` (GSSAPI, the Java client's default, only
+    /// with the `gssapi` feature).
     pub sasl_mechanism: Option<SaslMechanism>,
     /// `sasl.username` (PLAIN and SCRAM).
     pub sasl_username: Option<String>,
@@ -179,6 +187,17 @@ pub struct Security {
     /// An OAUTHBEARER token callback, asked for a fresh token on every new connection (it
     /// takes precedence over `sasl.oauthbearer.token`).
     pub sasl_oauthbearer_token_provider: Option<TokenProvider>,
+    /// `sasl.kerberos.service.name` (GSSAPI): the primary of the brokers' Kerberos principal,
+    /// `kafka` in `kafka/broker1.example.com@REALM`; required, as in the Java client.
+    pub sasl_kerberos_service_name: Option<String>,
+    /// `sasl.kerberos.keytab` (GSSAPI, librdkafka's name): log in as
+    /// `sasl.kerberos.principal` with this keytab instead of using the ticket cache. The
+    /// tickets are kept in memory, in this process only; the ticket cache is not touched.
+    pub sasl_kerberos_keytab: Option<PathBuf>,
+    /// `sasl.kerberos.principal` (GSSAPI, librdkafka's name): the client's principal
+    /// (`alice@EXAMPLE.COM`); required with a keytab. Without one, the ticket cache must hold
+    /// this principal's tickets (by default: whichever principal the cache holds).
+    pub sasl_kerberos_principal: Option<String>,
     /// `ssl.ca.location`: a PEM file of CA certificates to trust instead of the built-in
     /// roots (Mozilla's, from `webpki-roots`).
     pub ssl_ca_location: Option<PathBuf>,
@@ -214,6 +233,9 @@ pub const KEYS: &[&str] = &[
     "sasl.username",
     "sasl.password",
     "sasl.oauthbearer.token",
+    "sasl.kerberos.service.name",
+    "sasl.kerberos.keytab",
+    "sasl.kerberos.principal",
     "ssl.ca.location",
     "ssl.certificate.location",
     "ssl.key.location",
@@ -283,13 +305,24 @@ impl Security {
                     .ok_or_else(|| bad("PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"))?;
             }
             "sasl.mechanism" => {
-                self.sasl_mechanism = Some(SaslMechanism::parse(value).ok_or_else(|| {
-                    bad("PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (no GSSAPI)")
-                })?);
+                let m = SaslMechanism::parse(value).ok_or_else(|| {
+                    bad("PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or GSSAPI")
+                })?;
+                if m == SaslMechanism::Gssapi && !GSSAPI_BUILT {
+                    return Err(ErrorKind::Config(GSSAPI_NOT_BUILT.to_owned()).into());
+                }
+                self.sasl_mechanism = Some(m);
             }
             "sasl.username" => self.sasl_username = Some(value.to_owned()),
             "sasl.password" => self.sasl_password = Some(Secret::new(value)),
             "sasl.oauthbearer.token" => self.sasl_oauthbearer_token = Some(Secret::new(value)),
+            "sasl.kerberos.service.name" => {
+                self.sasl_kerberos_service_name = (!value.is_empty()).then(|| value.to_owned())
+            }
+            "sasl.kerberos.keytab" => self.sasl_kerberos_keytab = path(value),
+            "sasl.kerberos.principal" => {
+                self.sasl_kerberos_principal = (!value.is_empty()).then(|| value.to_owned())
+            }
             "ssl.ca.location" => self.ssl_ca_location = path(value),
             "ssl.certificate.location" => self.ssl_certificate_location = path(value),
             "ssl.key.location" => self.ssl_key_location = path(value),
@@ -313,14 +346,18 @@ impl Security {
     pub fn check(&self) -> Result<(), Error> {
         let config = |m: String| -> Error { ErrorKind::Config(m).into() };
         let p = self.protocol.as_str();
+        if self.sasl_mechanism == Some(SaslMechanism::Gssapi) && !GSSAPI_BUILT {
+            return Err(config(GSSAPI_NOT_BUILT.to_owned()));
+        }
         if self.protocol.sasl() {
             let Some(m) = self.sasl_mechanism else {
                 return Err(config(format!(
                     "security.protocol={p} needs sasl.mechanism (PLAIN, SCRAM-SHA-256, \
-                     SCRAM-SHA-512 or OAUTHBEARER)"
+                     SCRAM-SHA-512, OAUTHBEARER or GSSAPI)"
                 )));
             };
             match m {
+                SaslMechanism::Gssapi => self.check_gssapi()?,
                 SaslMechanism::OAuthBearer => {
                     if self.sasl_oauthbearer_token.is_none()
                         && self.sasl_oauthbearer_token_provider.is_none()
@@ -346,6 +383,44 @@ impl Security {
             return Err(config(
                 "ssl.certificate.location and ssl.key.location go together (mutual TLS)".to_owned(),
             ));
+        }
+        Ok(())
+    }
+}
+
+/// Whether this build speaks GSSAPI (the `gssapi` feature).
+const GSSAPI_BUILT: bool = cfg!(feature = "gssapi");
+
+/// The error for `sasl.mechanism=GSSAPI` in a build without it.
+const GSSAPI_NOT_BUILT: &str = "sasl.mechanism=GSSAPI (Kerberos) needs kdirect built with the \
+     `gssapi` feature (cargo build --features kdirect/gssapi; it loads the system's GSSAPI \
+     library, libgssapi_krb5.so.2 from MIT Kerberos, when a GSSAPI connection opens)";
+
+impl Security {
+    /// GSSAPI's settings: the service name, and a keytab goes with its principal.
+    fn check_gssapi(&self) -> Result<(), Error> {
+        let config = |m: &str| -> Error { ErrorKind::Config(m.to_owned()).into() };
+        if self.sasl_kerberos_service_name.is_none() {
+            return Err(config(
+                "sasl.mechanism=GSSAPI needs sasl.kerberos.service.name: the primary of the \
+                 brokers' Kerberos principal (`kafka` for kafka/HOST@REALM), as the broker's \
+                 sasl.kerberos.service.name says",
+            ));
+        }
+        if let Some(keytab) = &self.sasl_kerberos_keytab {
+            if self.sasl_kerberos_principal.is_none() {
+                return Err(config(
+                    "sasl.kerberos.keytab needs sasl.kerberos.principal: the client principal \
+                     to log in as with it (`klist -k KEYTAB` lists those it holds)",
+                ));
+            }
+            if let Err(e) = std::fs::metadata(keytab) {
+                return Err(ErrorKind::Config(format!(
+                    "sasl.kerberos.keytab: {}: {e}",
+                    keytab.display()
+                ))
+                .into());
+            }
         }
         Ok(())
     }
@@ -454,7 +529,7 @@ mod tests {
             e.contains("security.protocol") && e.contains("SASL_SSL"),
             "{e}"
         );
-        let e = s.set("sasl.mechanism", "GSSAPI").unwrap_err().to_string();
+        let e = s.set("sasl.mechanism", "KERBEROS").unwrap_err().to_string();
         assert!(e.contains("GSSAPI"), "{e}");
         s.set("security.protocol", "SASL_PLAINTEXT").unwrap();
         let e = s.check().unwrap_err().to_string();
@@ -467,5 +542,55 @@ mod tests {
         s.set("ssl.certificate.location", "/c.pem").unwrap();
         let e = s.check().unwrap_err().to_string();
         assert!(e.contains("ssl.key.location"), "{e}");
+    }
+
+    /// Without the `gssapi` feature, GSSAPI is a configuration error that says which feature
+    /// to build with, whether set by name or in the struct.
+    #[cfg(not(feature = "gssapi"))]
+    #[test]
+    fn gssapi_without_the_feature_names_the_feature() {
+        let mut s = Security::default();
+        let e = s.set("sasl.mechanism", "GSSAPI").unwrap_err().to_string();
+        assert!(
+            e.contains("`gssapi` feature") && e.contains("--features kdirect/gssapi"),
+            "{e}"
+        );
+        s.protocol = SecurityProtocol::SaslPlaintext;
+        s.sasl_mechanism = Some(SaslMechanism::Gssapi);
+        s.sasl_kerberos_service_name = Some("kafka".to_owned());
+        let e = s.check().unwrap_err().to_string();
+        assert!(e.contains("`gssapi` feature"), "{e}");
+    }
+
+    /// GSSAPI's settings: the service name is required (as in the Java client), a keytab
+    /// needs its principal and must exist; the ticket cache needs neither.
+    #[cfg(feature = "gssapi")]
+    #[test]
+    fn gssapi_settings_are_checked() {
+        let mut s = Security::default();
+        s.set("security.protocol", "SASL_PLAINTEXT").unwrap();
+        s.set("sasl.mechanism", "gssapi").unwrap();
+        assert_eq!(s.sasl_mechanism, Some(SaslMechanism::Gssapi));
+        let e = s.check().unwrap_err().to_string();
+        assert!(e.contains("sasl.kerberos.service.name"), "{e}");
+        s.set("sasl.kerberos.service.name", "kafka").unwrap();
+        s.check().unwrap();
+        let keytab = std::env::temp_dir().join(format!("kdirect-{}.keytab", std::process::id()));
+        s.set("sasl.kerberos.keytab", keytab.to_str().unwrap())
+            .unwrap();
+        let e = s.check().unwrap_err().to_string();
+        assert!(e.contains("needs sasl.kerberos.principal"), "{e}");
+        s.set("sasl.kerberos.principal", "alice@EXAMPLE.COM")
+            .unwrap();
+        let e = s.check().unwrap_err().to_string();
+        assert!(e.contains(keytab.to_str().unwrap()), "{e}");
+        std::fs::write(&keytab, b"").unwrap();
+        let checked = s.check();
+        std::fs::remove_file(&keytab).unwrap();
+        checked.unwrap();
+        assert!(KEYS.contains(&"sasl.kerberos.keytab"));
+        // No secret in these settings, and no warning over SASL_PLAINTEXT (tickets are not
+        // replayable credentials, as SCRAM's proof is not).
+        assert!(s.warnings("10.0.0.1").is_empty());
     }
 }
