@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: installs (when missing) and starts PostgreSQL, MariaDB, Redis,
-# ZooKeeper, moto, Azurite, HBase, HDFS and Apache Kafka on loopback (tests/services.sh), then
+# ZooKeeper, moto, Azurite, HBase, HDFS, a Kerberos KDC and Apache Kafka on loopback
+# (tests/services.sh), then
 # runs the whole suite with KDIRECT_REQUIRE_SERVICES=1, which turns every "service not set,
 # skipping" into a failure. Extra arguments go to `cargo test` (e.g. `bash tests/run.sh --test
 # it real_kafka`).
@@ -33,6 +34,7 @@ trap 'exit 143' TERM
 source tests/services.sh
 export KDIRECT_REQUIRE_SERVICES=1
 # With the Delta sink (feature `delta`, off by default): its unit tests and the CLI's
-# `--sink delta:` read back by the Python deltalake package. One build: the feature only adds
-# delta-rs's crates to the test build.
-cargo test --workspace --features kdirect/delta "$@"
+# `--sink delta:` read back by the Python deltalake package; and with SASL/GSSAPI (feature
+# `gssapi`, off by default): tests/it/kerberos.rs against the KDC and the Kerberized Kafka
+# node. One build: the features only add delta-rs's crates and libloading to the test build.
+cargo test --workspace --features kdirect/delta,kdirect/gssapi "$@"

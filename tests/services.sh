@@ -2,7 +2,8 @@
 # Installs (from Debian, when missing) and starts the services the tests talk to, on loopback:
 # PostgreSQL, MariaDB, Redis, ZooKeeper, an S3-compatible server (moto), Azure Blob's emulator
 # (Azurite), Apache HBase, HDFS
-# (tests/hdfs/hdfs.sh: Hadoop's MiniDFSCluster) and Apache Kafka (tests/kafka/kafka.sh), installs
+# (tests/hdfs/hdfs.sh: Hadoop's MiniDFSCluster), an MIT Kerberos KDC (tests/kerberos/kdc.sh) and
+# Apache Kafka (tests/kafka/kafka.sh, a Kerberized node among its clusters), installs
 # pyarrow (a venv in target/pyarrow, the Parquet sink's independent reader), and fetches Apache Spark
 # (tests/spark/spark.sh: jars only; the Spark test runs it in local mode). Idempotent: a service
 # already answering is left alone. Meant to be sourced by tests/run (it exports the
@@ -30,17 +31,20 @@ started() { if [ -n "${KDIRECT_SERVICES_STARTED:-}" ]; then echo "$*" >> "$KDIRE
 # that owns it fail to bind (the likely cause of a trio node that stopped seconds after it
 # started, in CI). Reserved, the kernel no longer hands them out to outgoing connections;
 # binding them stays allowed.
+# The Kerberos KDC and the Kerberized Kafka node (38088-38093) are reserved the same way.
 reserved=/proc/sys/net/ipv4/ip_local_reserved_ports
-if [ -f "$reserved" ] && ! grep -q '39000-40999' "$reserved"; then
-  ports="$(cat "$reserved")"
-  ports="${ports:+$ports,}39000-40999"
-  if { [ "$(id -u)" = 0 ] && echo "$ports" >"$reserved"; } 2>/dev/null \
-    || { command -v sudo >/dev/null && echo "$ports" | sudo -n tee "$reserved" >/dev/null 2>&1; }; then
-    say "reserved ports 39000-40999 (ip_local_reserved_ports): outgoing connections no longer take them"
-  else
-    say "could not reserve ports 39000-40999 (ip_local_reserved_ports): a service may find its port taken"
+for range in 39000-40999 38088-38093; do
+  if [ -f "$reserved" ] && ! grep -q "$range" "$reserved"; then
+    ports="$(cat "$reserved")"
+    ports="${ports:+$ports,}$range"
+    if { [ "$(id -u)" = 0 ] && echo "$ports" >"$reserved"; } 2>/dev/null \
+      || { command -v sudo >/dev/null && echo "$ports" | sudo -n tee "$reserved" >/dev/null 2>&1; }; then
+      say "reserved ports $range (ip_local_reserved_ports): outgoing connections no longer take them"
+    else
+      say "could not reserve ports $range (ip_local_reserved_ports): a service may find its port taken"
+    fi
   fi
-fi
+done
 
 apt_updated=
 apt_install() {
@@ -278,8 +282,13 @@ bash "$here/hbase/hbase.sh" up >&2
 if ! up 39540; then started hdfs; fi
 bash "$here/hdfs/hdfs.sh" up >&2
 
+# --- MIT Kerberos: a KDC of our own for realm KDIRECT.TEST on 38088 (Debian's krb5-kdc; the
+# realm under target/kerberos), before Kafka: the kerberos cluster's broker logs in to it ----
+if ! bash "$here/kerberos/kdc.sh" is-up; then started kerberos; fi
+bash "$here/kerberos/kdc.sh" up >&2
+
 # --- Apache Kafka (KRaft, from Maven Central jars) ----------------------------------------
-for c in ${KDIRECT_KAFKA_CLUSTERS:-single trio old secure}; do
+for c in ${KDIRECT_KAFKA_CLUSTERS:-single trio old secure kerberos}; do
   bash "$here/kafka/kafka.sh" is-up "$c" || started kafka "$c"
 done
 bash "$here/kafka/kafka.sh" up >&2
@@ -299,6 +308,7 @@ KDIRECT_TEST_PYARROW="$(cd "$pyarrow_home" && pwd)/bin/python"
 export KDIRECT_TEST_PYARROW
 eval "$(bash "$here/hdfs/hdfs.sh" env)"
 eval "$(bash "$here/kafka/kafka.sh" env)"
+eval "$(bash "$here/kerberos/kdc.sh" env)"
 
 # --- Apache Spark (local mode, from Maven Central jars; run by tests/it/spark.rs) -----------
 bash "$here/spark/spark.sh" fetch >&2

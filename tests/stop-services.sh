@@ -7,7 +7,8 @@
 #
 # Lines: `postgres VERSION`, `mariadb`, `redis PORT`, `pid PID NAME` (a process, stopped only
 # while its command line still names NAME: a pid the system has since given to another process
-# is left alone), `hbase`, `hbase-tls` (its HTTPS gateway only), `hdfs`, `kafka CLUSTER`.
+# is left alone), `hbase`, `hbase-tls` (its HTTPS gateway only), `hdfs`, `kerberos` (the KDC),
+# `kafka CLUSTER`.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 say() { printf '[services] %s\n' "$*" >&2; }
@@ -32,6 +33,7 @@ tac "$file" | while read -r kind a b; do
     hbase | hdfs) say "stopping $kind"; bash "$here/$kind/$kind.sh" down >&2 ;;
     hbase-tls) say "stopping HBase's HTTPS gateway"; bash "$here/hbase/hbase.sh" down tls >&2 ;;
     kafka) say "stopping Kafka cluster $a"; bash "$here/kafka/kafka.sh" down "$a" >&2 ;;
+    kerberos) say "stopping the Kerberos KDC"; bash "$here/kerberos/kdc.sh" down >&2 ;;
     *) say "stop-services.sh: unknown line '$kind $a $b' in $file" ;;
   esac
 done

@@ -13,6 +13,7 @@ mod fetch;
 mod group;
 mod hostile;
 mod import;
+mod kerberos;
 mod kill;
 mod lakehouse;
 mod migrate;

@@ -56,6 +56,13 @@ impl Kafka {
         Self::get("KDIRECT_TEST_KAFKA_SECURE", "secure", test)
     }
 
+    /// The 1-node Kafka 4.1 cluster with a SASL_PLAINTEXT GSSAPI listener (Kerberos);
+    /// `bootstrap` is its PLAINTEXT port, for the Java tools (`tests/it/kerberos.rs` has the
+    /// GSSAPI one).
+    pub fn kerberos(test: &str) -> Option<Kafka> {
+        Self::get("KDIRECT_TEST_KAFKA_KERBEROS", "kerberos", test)
+    }
+
     /// Runs a Java main class on Kafka's classpath; panics with its stderr when it fails.
     pub fn java(&self, class: &str, args: &[&str]) -> String {
         let out = Command::new("java")

@@ -23,6 +23,10 @@
 #           SASL_SSL (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER); user alice / alice-secret; PEM
 #           certificates made by openssl under target/kafka/secure/certs (CA ca.pem); SASL
 #           sessions of SCRAM-SHA-512 on 39301 last 3 s (KIP-368 re-authentication tests)
+#   kerberos  Kafka 4.1.1, 1 node: 38090 PLAINTEXT (the Java tools), 38092 SASL_PLAINTEXT with
+#           GSSAPI only, advertised as localhost (service principal kafka/localhost), controller
+#           38093; the realm, its KDC and the broker's keytab are tests/kerberos/kdc.sh's
+#           (started first when not up)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -36,9 +40,10 @@ nodes_of() { case "$1" in trio) echo "1 2 3" ;; *) echo 1 ;; esac; }
 port_of() { # cluster node -> broker port
   case "$1" in
     single) echo 39092 ;; trio) echo $((39100 + $2)) ;; old) echo 39201 ;; secure) echo 39300 ;;
+    kerberos) echo 38090 ;;
   esac
 }
-cport_of() { echo $(( $(port_of "$1" "$2") + 1000 )); }
+cport_of() { case "$1" in kerberos) echo 38093 ;; *) echo $(( $(port_of "$1" "$2") + 1000 )) ;; esac; }
 bootstrap_of() {
   local c=$1 out=()
   for n in $(nodes_of "$c"); do out+=("127.0.0.1:$(port_of "$c" "$n")"); done
@@ -96,6 +101,7 @@ file.delete.delay.ms=0
 unclean.leader.election.enable=false
 PROPS
   if [ "$c" = secure ]; then secure_config "$dir" >>"$dir/server.properties"; fi
+  if [ "$c" = kerberos ]; then kerberos_config >>"$dir/server.properties"; fi
   # trio: one rack per node and the rack-aware replica selector, for fetching from the closest
   # replica (KIP-392); clients that send no rack still read from the leader.
   if [ "$c" = trio ]; then
@@ -190,9 +196,26 @@ listener.name.sasl_plaintext.scram-sha-512.connections.max.reauth.ms=3000
 PROPS
 }
 
+kerberos_home() { echo "${KDIRECT_KERBEROS_HOME:-$root/target/kerberos}"; }
+
+kerberos_config() { # the kerberos cluster's listeners (appended: later keys win)
+  local k; k="$(kerberos_home)"
+  cat <<PROPS
+listeners=PLAINTEXT://127.0.0.1:38090,SASL_PLAINTEXT://127.0.0.1:38092,CONTROLLER://127.0.0.1:38093
+advertised.listeners=PLAINTEXT://127.0.0.1:38090,SASL_PLAINTEXT://localhost:38092
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.name.sasl_plaintext.sasl.enabled.mechanisms=GSSAPI
+sasl.kerberos.service.name=kafka
+listener.name.sasl_plaintext.gssapi.sasl.jaas.config=com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true storeKey=true keyTab="$k/broker.keytab" principal="kafka/localhost@KDIRECT.TEST";
+PROPS
+}
+
 java_opts() { # node dir
+  local krb=
+  # The kerberos cluster's JVM reads the test realm's krb5.conf, not the system's.
+  case "$1" in "$home/kerberos/"*) krb="-Djava.security.krb5.conf=$(kerberos_home)/krb5.conf" ;; esac
   echo "-Xms256m -Xmx768m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
--Dlog4j2.configurationFile=$1/log4j2.properties -Dlog4j.configuration=file:$1/log4j.properties"
+-Dlog4j2.configurationFile=$1/log4j2.properties -Dlog4j.configuration=file:$1/log4j.properties $krb"
 }
 
 format_cluster() { # cluster: fresh data dirs, one cluster id
@@ -286,6 +309,8 @@ cluster_up() { # cluster
   local c=$1 all=1
   for n in $(nodes_of "$c"); do up "$(port_of "$c" "$n")" || all=; done
   if [ -n "$all" ]; then say "$c already up at $(bootstrap_of "$c")"; return 0; fi
+  # The broker logs in with its keytab at start-up: the realm and its KDC come first.
+  if [ "$c" = kerberos ]; then bash "$here/../kerberos/kdc.sh" up; fi
   # Part of the cluster answers: a node of ours still running is left alone (start_node skips
   # it); a port held by anything else would take the new node's place, so say who holds it.
   for n in $(nodes_of "$c"); do
@@ -328,7 +353,7 @@ tool() { # compile KTool.java (the Java producer/consumer/admin of the tests) wh
   fi
 }
 
-clusters="${KDIRECT_KAFKA_CLUSTERS:-single trio old secure}"
+clusters="${KDIRECT_KAFKA_CLUSTERS:-single trio old secure kerberos}"
 case "${1:-}" in
   up)
     if [ $# -gt 1 ]; then shift; clusters="$*"; fi
@@ -337,7 +362,7 @@ case "${1:-}" in
     tool
     for c in $clusters; do cluster_up "$c"; done ;;
   down)
-    clusters="single trio old secure"
+    clusters="single trio old secure kerberos"
     if [ $# -gt 1 ]; then shift; clusters="$*"; fi
     for c in $clusters; do for n in $(nodes_of "$c"); do stop_node "$c" "$n" TERM; done; done ;;
   is-up)
@@ -352,6 +377,9 @@ case "${1:-}" in
     echo "export KDIRECT_TEST_KAFKA_SSL=127.0.0.1:39302"
     echo "export KDIRECT_TEST_KAFKA_SASL_SSL=127.0.0.1:39303"
     echo "export KDIRECT_TEST_KAFKA_CERTS=$(certs_dir)"
+    # The kerberos cluster: its PLAINTEXT port (for the Java tools), its GSSAPI listener.
+    echo "export KDIRECT_TEST_KAFKA_KERBEROS=$(bootstrap_of kerberos)"
+    echo "export KDIRECT_TEST_KAFKA_GSSAPI=localhost:38092"
     echo "export KDIRECT_TEST_KAFKA_CP='$home/tool:$here/lib-$(version_of single)/*'"
     echo "export KDIRECT_TEST_KAFKA_SCRIPT=$here/kafka.sh" ;;
   stop) stop_node "$2" "$3" TERM ;;
@@ -359,5 +387,5 @@ case "${1:-}" in
   start) start_node "$2" "$3"; up_deadline=$((SECONDS + 90))
     until up "$(port_of "$2" "$3")"; do ((SECONDS < up_deadline)) || exit 1; sleep 0.25; done ;;
   classpath) echo "$(jars "${2:-$(version_of single)}")/*" ;;
-  *) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -17,6 +17,7 @@ pub struct ConnectArgs {
     pub request_timeout_ms: u64,
     /// A setting by its Kafka name (repeatable): the security settings `security.protocol`,
     /// `sasl.mechanism`, `sasl.username`, `sasl.password`, `sasl.oauthbearer.token`,
+    /// `sasl.kerberos.service.name`, `sasl.kerberos.keytab`, `sasl.kerberos.principal`,
     /// `ssl.ca.location`, `ssl.certificate.location`, `ssl.key.location`, `ssl.key.password`,
     /// `ssl.endpoint.identification.algorithm`, and `client.id`; `consume` takes every library
     /// setting (`-X fetch.max.wait.ms=100 -X maxOffsetsPerTrigger=5000`). Each security

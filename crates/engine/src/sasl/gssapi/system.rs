@@ -308,9 +308,12 @@ impl Gss {
         } else {
             String::new()
         };
+        // GSS_S_FAILURE's text only says to read the minor status's.
+        let unspecified = (major >> 16) & 0xff == 13;
         let status = match (major_text.is_empty(), minor_text.is_empty()) {
             (_, true) => major_text,
             (true, false) => minor_text,
+            (false, false) if unspecified => minor_text,
             (false, false) => format!("{major_text}: {minor_text}"),
         };
         KerberosProblem {
@@ -513,7 +516,13 @@ impl System {
             }
         };
         if is_error(major) {
-            return Err(gss.problem(step, major, minor, self.client()));
+            let mut problem = gss.problem(step, major, minor, self.client());
+            // With a keytab, "no credentials" means the keytab has none for the principal
+            // (MIT reports the empty memory cache it looked in first).
+            if self.keytab.is_some() && problem.failure == KerberosFailure::NoCredentials {
+                problem.failure = KerberosFailure::Keytab;
+            }
+            return Err(problem);
         }
         Ok(())
     }
