@@ -13,9 +13,8 @@
 //! Credentials: with `sasl.kerberos.keytab`, `gss_acquire_cred_from` with the store
 //! `client_keytab=KEYTAB` and `ccache=MEMORY:kdirect-…`: MIT gets the tickets from the KDC
 //! with the keytab's key when they are needed, keeps them in a memory cache of this process
-//! (shared by its connections, gone when it exits; the user's ticket cache is not touched) and
-//! gets fresh ones from the keytab when they expire — the Java client's `useKeyTab=true` with
-//! `storeKey`. Without a keytab, `gss_acquire_cred` from the default ticket cache
+//! (shared by its connections, gone when it exits; the user's ticket cache is not touched)
+//! — the Java client's `useKeyTab=true` with `storeKey`. Without a keytab, `gss_acquire_cred` from the default ticket cache
 //! (`KRB5CCNAME`, or krb5.conf's `default_ccache_name`), which `kinit` filled.
 //!
 //! This is the one module of the engine with `unsafe` besides the decoder's window read
