@@ -42,7 +42,9 @@ impl Realm {
                  KDIRECT_REQUIRE_SERVICES=1 forbids skipping (tests/run.sh builds with \
                  --features kdirect/gssapi)"
             );
-            println!("skipping {test}: built without the gssapi feature (--features kdirect/gssapi)");
+            println!(
+                "skipping {test}: built without the gssapi feature (--features kdirect/gssapi)"
+            );
             return None;
         }
         let kafka = Kafka::kerberos(test)?;
@@ -135,7 +137,10 @@ impl Drop for Realm {
 fn one_error_line(out: &Output) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "expected a failure:\n{stdout}\n{stderr}");
+    assert!(
+        !out.status.success(),
+        "expected a failure:\n{stdout}\n{stderr}"
+    );
     assert!(stdout.is_empty(), "{stdout}");
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "one clear line: {stderr}");
@@ -224,7 +229,10 @@ fn gssapi_wrong_principals_and_missing_credentials_are_named() {
     };
     let (_, no_cache) = r.cache("none");
     let list = ["metadata"];
-    let broker = format!("SASL GSSAPI authentication with bootstrap broker {}", r.gssapi);
+    let broker = format!(
+        "SASL GSSAPI authentication with bootstrap broker {}",
+        r.gssapi
+    );
     let keytab = |user: &str| r.file(&format!("{user}.keytab"));
 
     let ghost = r.principal("ghost");
@@ -376,12 +384,7 @@ fn gssapi_clock_skew_is_named() {
             &no_cache,
         ),
     ] {
-        let line = one_error_line(&r.kdirect(
-            &["metadata"],
-            &settings,
-            cache,
-            &skewed,
-        ));
+        let line = one_error_line(&r.kdirect(&["metadata"], &settings, cache, &skewed));
         for want in [
             "SASL GSSAPI authentication with bootstrap broker",
             "differ by more than the allowed skew",

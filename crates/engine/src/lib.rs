@@ -1,8 +1,8 @@
 //! `kdirect-engine`: everything between the sans-IO protocol layer and the user's batches.
 //!
 //! What it does:
-//! - [`conn`]: one connection to one broker (TCP, or TLS with rustls; SASL PLAIN, SCRAM and
-//!   OAUTHBEARER per [`security::Security`]) — the ApiVersions handshake and version
+//! - [`conn`]: one connection to one broker (TCP, or TLS with rustls; SASL PLAIN, SCRAM,
+//!   OAUTHBEARER and, with the `gssapi` feature, GSSAPI per [`security::Security`]) — the ApiVersions handshake and version
 //!   negotiation, several requests in flight matched by correlation id, `request.timeout.ms`,
 //!   and failing every request in flight with the broker's name when the socket drops.
 //! - [`cluster`]: the cluster view built from Metadata (brokers, topics, partitions, leaders and
@@ -27,9 +27,10 @@
 //! depends on this crate, never the other way round), it never parses protocol bytes itself
 //! outside the record decoder (that is `kdirect-proto`), and it does not drive batches: the
 //! `DirectStream` of the `kdirect` crate ties cluster, planner, fetcher and store together.
-// One audited exception: the decoder's 8-byte window read (`record/records.rs`, `window`), a
+// Two audited exceptions: the decoder's 8-byte window read (`record/records.rs`, `window`), a
 // bounds-checked unaligned load that the safe spellings compile to twice the instructions on
-// the hot path (ARCHITECTURE.md, "Unsafe code"). Everything else here is safe code.
+// the hot path (ARCHITECTURE.md, "Unsafe code"); and with the `gssapi` feature, the calls into
+// the system's GSSAPI library (`sasl/gssapi/system.rs`). Everything else here is safe code.
 #![deny(unsafe_code)]
 
 pub mod cluster;
@@ -46,4 +47,6 @@ pub mod sasl;
 pub mod security;
 mod tls;
 
-pub use error::{Error, ErrorKind, LostOffsets, SaslProblem, TlsProblem};
+pub use error::{
+    Error, ErrorKind, KerberosFailure, KerberosProblem, LostOffsets, SaslProblem, TlsProblem,
+};

@@ -98,7 +98,9 @@ pub use kdirect_engine::record::{Header, Headers, OwnedHeader, OwnedRecord, Reco
 pub use kdirect_engine::security::{
     EndpointIdentification, SaslMechanism, Secret, Security, SecurityProtocol,
 };
-pub use kdirect_engine::{ErrorKind, LostOffsets, SaslProblem, TlsProblem};
+pub use kdirect_engine::{
+    ErrorKind, KerberosFailure, KerberosProblem, LostOffsets, SaslProblem, TlsProblem,
+};
 pub use kdirect_proto::IsolationLevel;
 
 pub use sink::{BatchWriter, JsonLinesSink, Sink, SinkCommit, SinkError, SinkErrorKind};

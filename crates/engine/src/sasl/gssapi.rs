@@ -17,7 +17,7 @@
 //!    the authenticated principal (Kafka's broker accepts nothing else).
 //! 3. The broker's last answer ends the exchange.
 //!
-//! The state machine here is pure: the GSS-API calls sit behind [`Mechanism`], which
+//! The state machine here is pure: the GSS-API calls sit behind `Mechanism`, which
 //! `system.rs` implements with the system's GSSAPI library (feature `gssapi`) and the unit
 //! tests with a fake. Every token from the broker is bounded ([`MAX_TOKEN`]) before any GSS
 //! call sees it, and so is the number of context-establishment rounds.

@@ -541,9 +541,7 @@ impl Mechanism for System {
         let gss = self.prepare()?;
         let mut minor = 0;
         let mut input_buffer = input.map(Buffer::of);
-        let input_ptr = input_buffer
-            .as_mut()
-            .map_or(ptr::null_mut(), ptr::from_mut);
+        let input_ptr = input_buffer.as_mut().map_or(ptr::null_mut(), ptr::from_mut);
         let (mut output, mut flags) = (Buffer::empty(), 0);
         // SAFETY: the input token lives across the call; the context, output buffer and
         // flags are ours; no channel bindings, no returned mechanism or lifetime.
