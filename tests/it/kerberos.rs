@@ -305,6 +305,25 @@ fn gssapi_wrong_principals_and_missing_credentials_are_named() {
         "{line}"
     );
 
+    // sasl.kerberos.principal without a keytab: the ticket cache must hold that principal.
+    let (_, alices) = r.cache("alice");
+    r.kinit("alice", &alices, &[]);
+    let line = one_error_line(&r.kdirect(
+        &list,
+        &[
+            ("sasl.kerberos.service.name", "kafka"),
+            ("sasl.kerberos.principal", &bob),
+        ],
+        &alices,
+        &[],
+    ));
+    assert!(
+        line.contains(&broker)
+            && line.contains("no Kerberos credentials: run kinit")
+            && line.contains(&format!("[{bob}]")),
+        "{line}"
+    );
+
     let line = one_error_line(&r.kdirect(&list, &[], &no_cache, &[]));
     assert!(line.contains("needs sasl.kerberos.service.name"), "{line}");
 }
