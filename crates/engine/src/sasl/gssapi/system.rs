@@ -360,7 +360,10 @@ pub(crate) struct System {
     service: String,
     principal: Option<String>,
     keytab: Option<PathBuf>,
+    /// The library, once loaded (what `Drop` releases the handles with).
     gss: Option<&'static Gss>,
+    /// Names imported and credentials acquired.
+    prepared: bool,
     cred: Cred,
     target: Name,
     context: Ctx,
@@ -384,6 +387,7 @@ impl System {
             principal: principal.map(str::to_owned),
             keytab: keytab.map(Path::to_path_buf),
             gss: None,
+            prepared: false,
             cred: ptr::null_mut(),
             target: ptr::null_mut(),
             context: ptr::null_mut(),
@@ -402,8 +406,18 @@ impl System {
 
     /// Loads the library, imports the names and acquires the credentials.
     fn prepare(&mut self) -> Result<&'static Gss, KerberosProblem> {
-        if let Some(gss) = self.gss {
+        if let (true, Some(gss)) = (self.prepared, self.gss) {
             return Ok(gss);
+        }
+        if self.gss.is_some() {
+            return Err(KerberosProblem {
+                failure: KerberosFailure::Protocol,
+                step: "gss_acquire_cred",
+                principal: self.client(),
+                major: 0,
+                minor: 0,
+                status: "the credentials could not be acquired before".to_owned(),
+            });
         }
         let gss = library()?;
         self.gss = Some(gss);
@@ -427,6 +441,7 @@ impl System {
             unsafe { (gss.release_name)(&mut minor, &mut desired) };
         }
         result?;
+        self.prepared = true;
         Ok(gss)
     }
 
