@@ -367,7 +367,9 @@ fn libfaketime() -> Option<PathBuf> {
 
 /// A clock 15 minutes ahead of the KDC's (the realm allows 5): with a ticket cache (the KDC
 /// refuses the request for the service ticket) and with a keytab (it refuses the login's
-/// pre-authentication), both named as clock skew.
+/// pre-authentication), both named as clock skew; and with a cache that already holds the
+/// broker's service ticket (from a run with the right time), where the broker is the one that
+/// refuses, in Kafka's words for any failure, with the clock named as the likely cause.
 #[test]
 fn gssapi_clock_skew_is_named() {
     let Some(r) = Realm::get("gssapi_clock_skew_is_named") else {
@@ -412,5 +414,22 @@ fn gssapi_clock_skew_is_named() {
         ] {
             assert!(line.contains(want), "{want}: {line}");
         }
+    }
+
+    // The service ticket in the cache first (the right time), then the skewed clock.
+    let service = [("sasl.kerberos.service.name", "kafka")];
+    let out = r.kdirect(&["metadata"], &service, &cache, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = one_error_line(&r.kdirect(&["metadata"], &service, &cache, &skewed));
+    for want in [
+        "SASL GSSAPI authentication with bootstrap broker",
+        "invalid credentials",
+        "the broker refused the Kerberos ticket: this host's clock may differ from the broker's",
+    ] {
+        assert!(line.contains(want), "{want}: {line}");
     }
 }

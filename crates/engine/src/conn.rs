@@ -424,6 +424,12 @@ impl BrokerConnection {
                     .map(|m| m.to_string())
                     .filter(|m| !m.is_empty())
                     .unwrap_or_else(|| code.to_string());
+                if security.sasl_mechanism == Some(crate::security::SaslMechanism::Gssapi) {
+                    return Err(fail(SaslProblem::Refused(format!(
+                        "{message} ({})",
+                        crate::sasl::gssapi::REFUSED_HINT
+                    ))));
+                }
                 return Err(fail(SaslProblem::Refused(message)));
             }
             if av >= 1 && resp.session_lifetime_ms > 0 {

@@ -49,6 +49,15 @@ pub(crate) fn system(
 /// ticket with a large PAC travels the other way, client to broker).
 pub const MAX_TOKEN: usize = 64 * 1024;
 
+/// What a broker's refusal of a Kerberos ticket usually means. Kafka answers every failure of
+/// its acceptor with the same words ("invalid credentials"); the reason is in the broker's
+/// log. A client whose clock is off but whose ticket cache already holds the broker's service
+/// ticket never asks the KDC, so the broker is the first to see the skew.
+pub const REFUSED_HINT: &str = "the broker refused the Kerberos ticket: this host's clock may \
+     differ from the broker's by more than its allowed skew (5 minutes by default), or the \
+     broker's keytab may not hold the current key of its service principal; the broker's log \
+     says which";
+
 /// The most `gss_init_sec_context` calls one exchange makes: Kerberos with mutual
 /// authentication takes two (AP-REQ out, AP-REP in).
 const MAX_CONTEXT_CALLS: u32 = 4;
