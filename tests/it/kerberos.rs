@@ -433,3 +433,60 @@ fn gssapi_clock_skew_is_named() {
         assert!(line.contains(want), "{want}: {line}");
     }
 }
+
+/// A KDC that accepts the connection and never answers: the connection fails within
+/// request.timeout.ms (2 s here; MIT's own limit is about 25 s), naming the KDC as the likely
+/// cause, and the process exits at once (the library call left behind does not hold it up).
+#[test]
+fn gssapi_silent_kdc_fails_within_the_request_timeout() {
+    let Some(r) = Realm::get("gssapi_silent_kdc_fails_within_the_request_timeout") else {
+        return;
+    };
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let conf = std::fs::read_to_string(r.file("krb5.conf")).unwrap();
+    let kdc = conf
+        .lines()
+        .find(|l| l.trim_start().starts_with("kdc = "))
+        .expect("a kdc line in the realm's krb5.conf")
+        .trim()
+        .to_owned();
+    let silent_conf = r.scratch.join("krb5-silent.conf");
+    std::fs::write(
+        &silent_conf,
+        conf.replace(&kdc, &format!("kdc = 127.0.0.1:{port}")),
+    )
+    .unwrap();
+    let (_, no_cache) = r.cache("none");
+    let keytab = r.file("alice.keytab");
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+        .args(["metadata", "--request-timeout-ms", "2000", "-b", &r.gssapi])
+        .args([
+            "-X",
+            "security.protocol=SASL_PLAINTEXT",
+            "-X",
+            "sasl.mechanism=GSSAPI",
+        ])
+        .args(["-X", "sasl.kerberos.service.name=kafka"])
+        .args(["-X", &format!("sasl.kerberos.keytab={keytab}")])
+        .args([
+            "-X",
+            &format!("sasl.kerberos.principal={}", r.principal("alice")),
+        ])
+        .env("KRB5_CONFIG", &silent_conf)
+        .env("KRB5CCNAME", &no_cache)
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    drop(silent);
+    let line = one_error_line(&out);
+    for want in [
+        "SASL GSSAPI authentication with bootstrap broker",
+        "no KDC could be reached",
+        "did not finish within request.timeout.ms (2000 ms)",
+    ] {
+        assert!(line.contains(want), "{want}: {line}");
+    }
+    assert!(took < Duration::from_secs(10), "took {took:?}: {line}");
+}

@@ -1097,12 +1097,12 @@ async fn read_loop<R: AsyncRead + Unpin>(
     shared.fail_all(&reason);
 }
 
-/// `connect.timeout` ran out before `what` was done: a (retriable) connect error naming the
-/// broker and the timeout.
-/// One step of a SASL exchange: in place, or on a blocking thread for a mechanism that may
+/// One step of a SASL exchange: in place, or on a thread of its own for a mechanism that may
 /// block (GSSAPI's library reads files and asks the KDC), within `limit`
 /// (`request.timeout.ms`: a KDC that does not answer fails the connection, as a broker
-/// would).
+/// would). Not tokio's blocking pool: a runtime waits for its blocking tasks when it is
+/// dropped, so a library call stuck on a silent KDC (MIT gives up after about 25 s) would
+/// hold up the exit of a program that already failed; a detached thread is left to finish.
 async fn sasl_step<T: Send + 'static>(
     auth: &mut Authenticator,
     limit: Duration,
@@ -1111,23 +1111,26 @@ async fn sasl_step<T: Send + 'static>(
     if !auth.may_block() {
         return step(auth);
     }
-    // The exchange moves to the blocking thread and back; a step that does not come back
-    // in time leaves it there (the library call cannot be interrupted), and the
-    // connection fails.
+    // The exchange moves to the thread and back; a step that does not come back in time
+    // leaves it there (the library call cannot be interrupted), and the connection fails.
     let placeholder = Authenticator::done();
     let mut moved = std::mem::replace(auth, placeholder);
-    let task = tokio::task::spawn_blocking(move || {
-        let result = step(&mut moved);
-        (moved, result)
-    });
-    match tokio::time::timeout(limit, task).await {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("kdirect-gssapi".to_owned())
+        .spawn(move || {
+            let result = step(&mut moved);
+            let _ = tx.send((moved, result));
+        })
+        .map_err(|e| SaslProblem::Protocol(format!("cannot start a thread for SASL: {e}")))?;
+    match tokio::time::timeout(limit, rx).await {
         Ok(Ok((back, result))) => {
             *auth = back;
             result
         }
-        Ok(Err(e)) => Err(SaslProblem::Protocol(format!(
-            "the SASL step on a blocking thread failed: {e}"
-        ))),
+        Ok(Err(_)) => Err(SaslProblem::Protocol(
+            "the SASL step's thread ended without an answer (a panic in the mechanism)".to_owned(),
+        )),
         Err(_) => Err(SaslProblem::Kerberos(crate::error::KerberosProblem {
             failure: crate::error::KerberosFailure::KdcUnreachable,
             step: "gss_init_sec_context",
@@ -1143,6 +1146,8 @@ async fn sasl_step<T: Send + 'static>(
     }
 }
 
+/// `connect.timeout` ran out before `what` was done: a (retriable) connect error naming the
+/// broker and the timeout.
 fn timed_out(broker: &BrokerName, what: &str, after: Duration) -> Error {
     ErrorKind::Connect {
         broker: broker.clone(),
