@@ -11,7 +11,7 @@
 //! - `GSSAPI` (Kerberos V5, RFC 4752; feature `gssapi`): the security-context tokens, then
 //!   the security-layer offer and answer ([`gssapi`]). Its steps call the system's GSSAPI
 //!   library, which may talk to the KDC: [`Authenticator::may_block`] says so, and the
-//!   connection runs them on a blocking thread.
+//!   connection runs them on a thread of their own.
 //!
 //! Nothing here reads a clock or a socket (GSSAPI's library does, behind its trait); the
 //! nonce comes in from the caller (random in production, fixed in the RFC test vector).
