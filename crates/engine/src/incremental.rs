@@ -257,7 +257,12 @@ impl IncrementalSession {
         let mut listed = std::mem::take(&mut self.listed);
         listed.clear();
         for p in &view.partitions {
-            let key = (key_of(&mut self.names, &p.topic), p.partition);
+            // A topic the session never asked for is none of its business (and must not grow
+            // `names` at a broker's word): it would be dropped below with what was not wanted.
+            let Some(topic) = self.names.iter().position(|n| *n == p.topic) else {
+                continue;
+            };
+            let key = (topic as u32, p.partition);
             listed.insert(key);
             self.ends.insert(
                 key,
