@@ -45,7 +45,7 @@ impl GroupMember {
 
     /// The group id.
     pub fn group(&self) -> String {
-        self.config().group
+        each!(self, m => m.group())
     }
 
     /// The settings.
@@ -67,10 +67,7 @@ impl GroupMember {
     /// Whether the member keeps its partitions while it rejoins: cooperative-sticky, and the
     /// consumer protocol always.
     pub fn is_cooperative(&self) -> bool {
-        match self {
-            GroupMember::Classic(m) => m.is_cooperative(),
-            GroupMember::Consumer(_) => true,
-        }
+        each!(self, m => m.is_cooperative())
     }
 
     /// The identity to commit under (generation or member epoch), while the member owns its

@@ -9,12 +9,12 @@
 //! The layout follows the protocols:
 //!
 //! - [`classic`]: JoinGroup/SyncGroup/Heartbeat: its state machine ([`classic::state`]: what
-//!   each answer means), its driver ([`classic::driver`]: the join/sync loop and the heartbeat
-//!   task), and the client-side assignors ([`classic::assignor`]: `range` and `roundrobin`, as
+//!   each answer means), its exchanges ([`classic::driver`]: the join/sync round, a heartbeat,
+//!   LeaveGroup), and the client-side assignors ([`classic::assignor`]: `range` and `roundrobin`, as
 //!   the Java client computes them, and `cooperative-sticky`, KIP-429).
 //! - [`kip848`]: KIP-848's consumer protocol: its state machine ([`kip848::state`]: epochs,
 //!   incremental heartbeats, reconciliation of the target assignment by topic id, fencing,
-//!   leave epochs) and its driver ([`kip848::driver`]).
+//!   leave epochs) and its exchanges ([`kip848::driver`]).
 //! - [`common`]: what both share: the member's [`State`], the commit identity
 //!   ([`Generation`]), [`Joined`], and the member's clocks ([`Liveness`]:
 //!   `max.poll.interval.ms` and the session), which each state machine reads with the time
@@ -23,14 +23,18 @@
 //! - [`coordinator`]: finding the group's coordinator, a connection of the caller's own to it,
 //!   and the one retry policy (by time, `default.api.timeout.ms`, with jittered backoff) used by
 //!   both members, [`describe_group`] and the `kafka` offset store.
-//! - [`GroupMember`]: either driver behind one API, picked by [`GroupConfig::protocol`]; the
+//! - [`driver`]: the one member driver, [`Member`]: a protocol's state machine (a
+//!   [`MemberState`]) behind a lock, its coordinator, and the heartbeat task that reads the
+//!   clocks and beats; a protocol adds only its exchanges with the coordinator ([`Protocol`]:
+//!   join, heartbeat, leave).
+//! - [`GroupMember`]: either member behind one API, picked by [`GroupConfig::protocol`]; the
 //!   stream and the `kafka` store use only it. Under KIP-848 a member is always incremental
 //!   (like cooperative-sticky): the stream's join reconciles, keeping what the new target
 //!   keeps, and the commit identity is the member epoch (OffsetCommit v9).
 //! - [`describe`]: a group's state and members as its coordinator describes them
 //!   (DescribeGroups), for `kdirect lag`.
 //!
-//! Both drivers have one shape: a dedicated coordinator connection (JoinGroup is held by the
+//! Both protocols run in that one shape: a dedicated coordinator connection (JoinGroup is held by the
 //! coordinator for up to the rebalance timeout, and a broker answers one request per
 //! connection at a time, so it must not share the fetcher's), a join the stream calls between
 //! batches, and a heartbeat task that keeps the membership alive while the user processes a
@@ -46,6 +50,7 @@ pub mod classic;
 pub mod common;
 pub mod coordinator;
 pub mod describe;
+pub mod driver;
 pub mod kip848;
 mod member;
 
@@ -55,6 +60,7 @@ pub use classic::assignor::Assignor;
 pub use common::{Generation, Joined, Liveness, State};
 pub use coordinator::Coordinator;
 pub use describe::describe_group;
+pub use driver::{Member, MemberState, Protocol};
 pub use member::GroupMember;
 
 /// A member's settings, by the Java client's names.

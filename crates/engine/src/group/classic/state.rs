@@ -4,7 +4,7 @@
 //! KIP-394 (MEMBER_ID_REQUIRED).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kdirect_proto::api::consumer_protocol::{Assignment, Subscription};
@@ -15,6 +15,7 @@ use kdirect_proto::ErrorCode;
 use super::assignor::{Assignor, MemberSubscription};
 use crate::group::common::{Expired, Liveness, Tick};
 pub use crate::group::common::{Fault, Generation, State};
+use crate::group::driver::MemberState;
 use crate::group::GroupConfig;
 use crate::plan::TopicPartition;
 
@@ -99,21 +100,6 @@ impl Membership {
         }
     }
 
-    /// The group's settings.
-    pub fn config(&self) -> &GroupConfig {
-        &self.config
-    }
-
-    /// Where the member stands.
-    pub fn state(&self) -> &State {
-        &self.state
-    }
-
-    /// The member id (empty before the first join).
-    pub fn member_id(&self) -> &str {
-        &self.member_id
-    }
-
     /// The generation id (-1 before the first join).
     pub fn generation_id(&self) -> i32 {
         self.generation_id
@@ -127,32 +113,6 @@ impl Membership {
     /// The assignor the coordinator chose for the last generation.
     pub fn protocol(&self) -> Option<Assignor> {
         self.protocol
-    }
-
-    /// The partitions of the current generation (empty unless stable or rejoin requested).
-    pub fn assigned(&self) -> &BTreeSet<TopicPartition> {
-        &self.assigned
-    }
-
-    /// Whether the member keeps its partitions while it rejoins (KIP-429's cooperative
-    /// protocol): only when every assignor it offers is cooperative, as the Java client
-    /// decides. Otherwise it gives everything up before JoinGroup (eager).
-    pub fn is_cooperative(&self) -> bool {
-        self.config.assignors.iter().all(|a| a.is_cooperative())
-    }
-
-    /// Whether the member must (re)join before it reads again.
-    pub fn needs_join(&self) -> bool {
-        !matches!(self.state, State::Stable)
-    }
-
-    /// The identity to commit under, while the generation is still this member's.
-    pub fn generation(&self) -> Option<Generation> {
-        matches!(self.state, State::Stable | State::RejoinRequested).then(|| Generation {
-            generation_id: self.generation_id,
-            member_id: self.member_id.clone(),
-            instance_id: self.config.instance_id.clone(),
-        })
     }
 
     /// The JoinGroup protocols: each assignor in order of preference, each with the same
@@ -358,7 +318,7 @@ impl Membership {
             return Ok(Beat::Lost);
         }
         if code == ErrorCode::UNKNOWN_MEMBER_ID {
-            self.lose("the coordinator no longer knows this member (its session expired)");
+            self.lose("the coordinator no longer knows this member (its session expired)".into());
             self.forget_identity();
             return Ok(Beat::Lost);
         }
@@ -367,13 +327,6 @@ impl Membership {
         }
         self.lose(format!("Heartbeat answered {code}"));
         Err(Fault { code, detail: None })
-    }
-
-    /// The generation is over for this member, for `reason`.
-    pub fn lose(&mut self, reason: impl Into<String>) {
-        if !matches!(self.state, State::Unjoined) {
-            self.state = State::Lost(reason.into());
-        }
     }
 
     /// The member held a batch past `max.poll.interval.ms`: it leaves the generation (a
@@ -388,20 +341,81 @@ impl Membership {
         }
     }
 
-    /// The user was handed a batch at `now`: `max.poll.interval.ms` starts.
-    pub fn handed_out(&mut self, now: Instant) {
-        self.liveness.handed_out(now);
-    }
-
-    /// The user asked for the next batch: it holds none.
-    pub fn polling(&mut self) {
-        self.liveness.polling();
-    }
-
     /// The coordinator answered at `now` (a heartbeat, the end of a join): the session runs
     /// from here.
     pub fn answered(&mut self, now: Instant) {
         self.liveness.answered(now);
+    }
+
+    /// The member left the group (LeaveGroup sent, or about to be).
+    pub fn left(&mut self) {
+        self.assigned.clear();
+        self.state = State::Unjoined;
+        if self.config.instance_id.is_none() {
+            self.forget_identity();
+        }
+    }
+
+    /// The next JoinGroup goes as a new member: no member id, no generation.
+    fn forget_identity(&mut self) {
+        self.member_id.clear();
+        self.generation_id = -1;
+    }
+}
+
+impl MemberState for Membership {
+    type Leave = Generation;
+
+    /// The group's settings.
+    fn config(&self) -> &GroupConfig {
+        &self.config
+    }
+
+    /// Where the member stands.
+    fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// The member id (empty before the first join).
+    fn member_id(&self) -> &str {
+        &self.member_id
+    }
+
+    /// The partitions of the current generation (empty unless stable or rejoin requested).
+    fn assigned(&self) -> BTreeSet<TopicPartition> {
+        self.assigned.clone()
+    }
+
+    /// Whether the member keeps its partitions while it rejoins (KIP-429's cooperative
+    /// protocol): only when every assignor it offers is cooperative, as the Java client
+    /// decides. Otherwise it gives everything up before JoinGroup (eager).
+    fn is_cooperative(&self) -> bool {
+        self.config.assignors.iter().all(|a| a.is_cooperative())
+    }
+    /// The identity to commit under, while the generation is still this member's.
+    fn generation(&self) -> Option<Generation> {
+        matches!(self.state, State::Stable | State::RejoinRequested).then(|| Generation {
+            generation_id: self.generation_id,
+            member_id: self.member_id.clone(),
+            instance_id: self.config.instance_id.clone(),
+        })
+    }
+
+    /// The generation is over for this member, for `reason`.
+    fn lose(&mut self, reason: String) {
+        if !matches!(self.state, State::Unjoined) {
+            self.state = State::Lost(reason);
+        }
+    }
+
+    /// The user was handed a batch at `now`: `max.poll.interval.ms` starts.
+    fn handed_out(&mut self, now: Instant) {
+        self.liveness.handed_out(now);
+    }
+
+    /// The user asked for the next batch: it holds none.
+    fn polling(&mut self) {
+        self.liveness.polling();
     }
 
     /// Reads the member's clocks at `now` (the driver does, every heartbeat interval, outside
@@ -409,7 +423,7 @@ impl Membership {
     /// ([`poll_expired`](Self::poll_expired); the generation to leave with LeaveGroup, unless
     /// static), and so does no heartbeat answered for `session.timeout.ms` (the coordinator
     /// has dropped the member by then).
-    pub fn tick(&mut self, now: Instant) -> Tick<Generation> {
+    fn tick(&mut self, now: Instant) -> Tick<Generation> {
         let Some(generation) = self.generation() else {
             return Tick::Alive;
         };
@@ -435,19 +449,25 @@ impl Membership {
         }
     }
 
-    /// The member left the group (LeaveGroup sent, or about to be).
-    pub fn left(&mut self) {
-        self.assigned.clear();
-        self.state = State::Unjoined;
-        if self.config.instance_id.is_none() {
-            self.forget_identity();
-        }
+    fn in_group(&self) -> bool {
+        matches!(self.state, State::Stable | State::RejoinRequested)
     }
 
-    /// The next JoinGroup goes as a new member: no member id, no generation.
-    fn forget_identity(&mut self) {
-        self.member_id.clear();
-        self.generation_id = -1;
+    fn heartbeat_interval(&self) -> Duration {
+        self.config.heartbeat_interval
+    }
+
+    /// A dynamic member that has a member id leaves with LeaveGroup; a static one sends
+    /// nothing (KIP-345: its partitions wait for it for the session timeout).
+    fn close(&mut self) -> Option<Generation> {
+        let leave =
+            (self.config.instance_id.is_none() && !self.member_id.is_empty()).then(|| Generation {
+                generation_id: self.generation_id,
+                member_id: self.member_id.clone(),
+                instance_id: None,
+            });
+        self.left();
+        leave
     }
 }
 

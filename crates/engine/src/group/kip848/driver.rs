@@ -1,60 +1,25 @@
-//! The driver of a [`ConsumerMembership`] (KIP-848): the coordinator connection
-//! ([`Coordinator`]) and the heartbeat task. [`ConsumerMember::join`] is what the stream calls between batches, as for
-//! the classic protocol: the first time it joins (epoch 0, the full heartbeat); later it
-//! reconciles the target assignment the heartbeats brought (names the topic ids through a
-//! Metadata refresh, gives up what the target leaves out, takes the rest) and acknowledges the
-//! result at once with a heartbeat, so that the coordinator can hand the given-up partitions
-//! on without waiting for the heartbeat interval.
+//! KIP-848's exchanges with the coordinator ([`Kip848`], a [`Protocol`] for the one member
+//! [`Driver`]). [`ConsumerMember::join`] is what the stream calls between batches, as for the
+//! classic protocol: the first time it joins (epoch 0, the full heartbeat); later it reconciles
+//! the target assignment the heartbeats brought (names the topic ids through a Metadata
+//! refresh, gives up what the target leaves out, takes the rest) and acknowledges the result at
+//! once with a heartbeat, so that the coordinator can hand the given-up partitions on without
+//! waiting for the heartbeat interval.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::time::Instant;
 
 use kdirect_proto::api::consumer_group_heartbeat::{self, ConsumerGroupHeartbeat, HeartbeatParams};
 use kdirect_proto::message::Api;
 use kdirect_proto::{ErrorCode, ProtoError};
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 use super::state::{Beat, ConsumerMembership, NextHeartbeat, TopicId};
-use crate::cluster::Cluster;
 use crate::conn::BrokerConnection;
-use crate::error::{BrokerName, Error, ErrorKind};
-use crate::group::common::{code_error, fault_error, lock, Fault, Generation, Joined, State, Tick};
-use crate::group::coordinator::{Attempt, Coordinator};
+use crate::error::{Error, ErrorKind};
+use crate::group::common::{code_error, fault_error, lock, Fault, Joined};
+use crate::group::coordinator::Attempt;
+use crate::group::driver::{Driver, Member, MemberState, Protocol};
 use crate::group::GroupConfig;
-use crate::plan::TopicPartition;
-
-/// A member of a KIP-848 consumer group: see the module docs. Dropping it stops its
-/// heartbeats; call [`leave`](Self::leave) first to hand its partitions over at once.
-#[derive(Debug)]
-pub struct ConsumerMember {
-    inner: Arc<Inner>,
-    heartbeat: JoinHandle<()>,
-}
-
-#[derive(Debug)]
-struct Inner {
-    state: Mutex<ConsumerMembership>,
-    coordinator: Coordinator,
-    /// One heartbeat at a time (the join's and the task's), in the order they are built.
-    beating: tokio::sync::Mutex<()>,
-    /// Bumped whenever the member comes to need the stream's join (a target assignment to
-    /// reconcile, lost partitions, a fatal answer).
-    changed: watch::Sender<u64>,
-    /// An answer no rejoin fixes.
-    fatal: Mutex<Option<(BrokerName, Fault)>>,
-}
-
-impl Inner {
-    fn wake(&self) {
-        self.changed.send_modify(|n| *n += 1);
-    }
-
-    fn group(&self) -> String {
-        lock(&self.state).config().group.clone()
-    }
-}
 
 /// A fresh member id (KIP-1082: the client's own, a random UUID, in its usual text form).
 fn new_member_id() -> String {
@@ -72,108 +37,24 @@ fn new_member_id() -> String {
     )
 }
 
-impl ConsumerMember {
-    /// A member of `config.group` on `cluster`; it joins on the first [`join`](Self::join).
-    /// Starts the heartbeat task (on [`crate::io::handle`]: it beats while the caller's thread
-    /// is busy with a batch, even on a current-thread runtime).
-    pub fn new(cluster: Arc<Cluster>, config: GroupConfig) -> Result<ConsumerMember, Error> {
-        config.validate().map_err(ErrorKind::Config)?;
-        let (changed, _) = watch::channel(0);
-        let inner = Arc::new(Inner {
-            coordinator: Coordinator::new(cluster, &config.group),
-            state: Mutex::new(ConsumerMembership::new(config, new_member_id())),
-            beating: tokio::sync::Mutex::new(()),
-            changed,
-            fatal: Mutex::new(None),
-        });
-        let heartbeat = crate::io::spawn(heartbeats(Arc::downgrade(&inner)));
-        Ok(ConsumerMember { inner, heartbeat })
-    }
+/// KIP-848's exchanges with the coordinator, for the one [`Driver`].
+#[derive(Debug)]
+pub struct Kip848;
 
-    /// The settings.
-    pub fn config(&self) -> GroupConfig {
-        lock(&self.inner.state).config().clone()
-    }
+/// A member of a KIP-848 consumer group: see the module docs.
+pub type ConsumerMember = Member<Kip848>;
 
-    /// Whether the stream must call [`join`](Self::join) before it reads on.
-    pub fn needs_join(&self) -> bool {
-        lock(&self.inner.state).needs_join()
-    }
+impl Protocol for Kip848 {
+    type State = ConsumerMembership;
 
-    /// Resolves once the member needs the stream's join (at once if it does already).
-    pub async fn join_needed(&self) {
-        let mut rx = self.inner.changed.subscribe();
-        loop {
-            if self.needs_join() {
-                return;
-            }
-            if rx.changed().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        }
-    }
-
-    /// The identity to commit under (the member epoch), while the member owns its partitions.
-    pub fn generation(&self) -> Option<Generation> {
-        lock(&self.inner.state).generation()
-    }
-
-    /// Why the member lost its partitions, if it did.
-    pub fn lost(&self) -> Option<String> {
-        match lock(&self.inner.state).state() {
-            State::Lost(why) => Some(why.clone()),
-            _ => None,
-        }
-    }
-
-    /// The member lost its partitions (a store refused its commit as fenced): the next batch
-    /// rejoins with epoch 0.
-    pub fn lose(&self, reason: impl Into<String>) {
-        lock(&self.inner.state).lose(reason);
-        self.inner.wake();
-    }
-
-    /// The member id.
-    pub fn member_id(&self) -> String {
-        lock(&self.inner.state).member_id().to_owned()
-    }
-
-    /// The partitions owned (reconciled).
-    pub fn assigned(&self) -> BTreeSet<TopicPartition> {
-        lock(&self.inner.state).assigned()
-    }
-
-    /// The user was handed a batch: `max.poll.interval.ms` starts.
-    pub fn handed_out(&self) {
-        lock(&self.inner.state).handed_out(Instant::now());
-    }
-
-    /// The user asked for the next batch: it holds none.
-    pub fn polling(&self) {
-        lock(&self.inner.state).polling();
-    }
-
-    /// A heartbeat answer that no rejoin fixes, as an error.
-    pub fn fatal(&self) -> Option<Error> {
-        let group = self.inner.group();
-        lock(&self.inner.fatal).as_ref().map(|(broker, f)| {
-            fault_error(
-                &group,
-                broker.clone(),
-                ConsumerGroupHeartbeat::KEY,
-                f.clone(),
-            )
-        })
+    fn new_state(config: GroupConfig) -> ConsumerMembership {
+        ConsumerMembership::new(config, new_member_id())
     }
 
     /// Joins (epoch 0) if the member is not in the group, subscribing to `topics`, then
     /// reconciles the target assignment and acknowledges it. Coordinator errors and lost
     /// connections are retried with backoff for `default.api.timeout.ms`.
-    pub async fn join(&self, topics: &[String]) -> Result<Joined, Error> {
-        if let Some(e) = self.fatal() {
-            return Err(e);
-        }
-        let inner = &self.inner;
+    async fn join(inner: &Driver<Kip848>, topics: &[String]) -> Result<Joined, Error> {
         let group = inner.group();
         lock(&inner.state).subscribe(topics);
         if !lock(&inner.state).in_group() {
@@ -250,24 +131,30 @@ impl ConsumerMember {
         Ok(joined)
     }
 
-    /// Leaves the group (a heartbeat with epoch -1, or -2 for a static member, whose
-    /// partitions then wait for it for the session timeout).
-    pub async fn leave(&self) -> Result<(), Error> {
-        let hb = lock(&self.inner.state).leave();
-        self.inner.wake();
-        let Some(hb) = hb else { return Ok(()) };
-        send_leave(&self.inner, &hb).await
+    /// One heartbeat (the exchange is held).
+    async fn heartbeat(inner: &Driver<Kip848>) {
+        let sent = match inner.coordinator.connection().await {
+            Ok(conn) => beat_locked(inner, &conn).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = sent {
+            tracing::debug!(group = inner.group().as_str(), "heartbeat: {e}");
+        }
     }
-}
 
-impl Drop for ConsumerMember {
-    fn drop(&mut self) {
-        self.heartbeat.abort();
+    /// The leaving heartbeat (epoch -1, or -2 for a static member closing, whose partitions
+    /// then wait for it for the session timeout); the exchange is held.
+    async fn leave(
+        inner: &Driver<Kip848>,
+        hb: NextHeartbeat,
+        reason: &'static str,
+    ) -> Result<(), Error> {
+        send_leave(inner, &hb, reason).await
     }
 }
 
 /// The negotiated version, or one clear line for a broker without the consumer protocol.
-fn version(inner: &Inner, conn: &BrokerConnection) -> Result<i16, Error> {
+fn version(inner: &Driver<Kip848>, conn: &BrokerConnection) -> Result<i16, Error> {
     let ours = ConsumerGroupHeartbeat::VERSIONS;
     conn.versions()
         .negotiate::<ConsumerGroupHeartbeat>()
@@ -309,14 +196,19 @@ fn params<'a>(group: &'a str, hb: &'a NextHeartbeat, member_id: &'a str) -> Hear
 /// Sends the next heartbeat and reads its answer into the state. A fatal answer is kept for
 /// [`ConsumerMember::fatal`] and returned as an error; a coordinator error or a transient
 /// code is returned as a retriable [`ErrorKind::Broker`] error.
-async fn beat(inner: &Inner) -> Result<Beat, Error> {
+async fn beat(inner: &Driver<Kip848>) -> Result<Beat, Error> {
     let conn = inner.coordinator.connection().await?;
     beat_on(inner, &conn).await
 }
 
 /// [`beat`] on `conn`, the coordinator's connection.
-async fn beat_on(inner: &Inner, conn: &BrokerConnection) -> Result<Beat, Error> {
-    let _one = inner.beating.lock().await;
+async fn beat_on(inner: &Driver<Kip848>, conn: &BrokerConnection) -> Result<Beat, Error> {
+    let _one = inner.exchange.lock().await;
+    beat_locked(inner, conn).await
+}
+
+/// [`beat_on`] with the exchange held.
+async fn beat_locked(inner: &Driver<Kip848>, conn: &BrokerConnection) -> Result<Beat, Error> {
     let group = inner.group();
     let version = version(inner, conn)?;
     let (hb, member_id) = {
@@ -375,22 +267,12 @@ async fn beat_on(inner: &Inner, conn: &BrokerConnection) -> Result<Beat, Error> 
             }
             Ok(b)
         }
-        Err(f) => {
-            let e = fault_error(
-                &group,
-                conn.broker().clone(),
-                ConsumerGroupHeartbeat::KEY,
-                f.clone(),
-            );
-            *lock(&inner.fatal) = Some((conn.broker().clone(), f));
-            inner.wake();
-            Err(e)
-        }
+        Err(f) => Err(inner.fail(ConsumerGroupHeartbeat::KEY, conn.broker(), f)),
     }
 }
 
-async fn send_leave(inner: &Inner, hb: &NextHeartbeat) -> Result<(), Error> {
-    let _one = inner.beating.lock().await;
+/// Sends the leaving heartbeat `hb`, for `reason` (logged: the heartbeat has no field for it).
+async fn send_leave(inner: &Driver<Kip848>, hb: &NextHeartbeat, reason: &str) -> Result<(), Error> {
     let group = inner.group();
     let conn = inner.coordinator.connection().await?;
     let version = version(inner, &conn)?;
@@ -415,67 +297,9 @@ async fn send_leave(inner: &Inner, hb: &NextHeartbeat) -> Result<(), Error> {
                 group = group.as_str(),
                 member = hb.member_id.as_str(),
                 epoch = hb.member_epoch,
-                "left the group"
+                "left the group: {reason}"
             );
             Ok(())
-        }
-    }
-}
-
-/// The heartbeat task: every heartbeat interval (the coordinator's) while the member is in the
-/// group; applies `max.poll.interval.ms`. Ends when the member is dropped.
-async fn heartbeats(inner: Weak<Inner>) {
-    let mut last_beat = Instant::now();
-    loop {
-        let (interval, max_poll) = match inner.upgrade() {
-            Some(i) => {
-                let s = lock(&i.state);
-                (s.interval(), s.config().max_poll_interval)
-            }
-            None => return,
-        };
-        // The coordinator's interval can be far longer than max.poll.interval.ms allows a
-        // batch to be held past its end: look at the batch more often than heartbeats go.
-        let tick = interval.min((max_poll / 4).max(Duration::from_millis(100)));
-        tokio::time::sleep(tick).await;
-        let Some(inner) = inner.upgrade() else { return };
-        let (in_group, config) = {
-            let s = lock(&inner.state);
-            (s.in_group(), s.config().clone())
-        };
-        if !in_group {
-            continue;
-        }
-        let tick = lock(&inner.state).tick(Instant::now());
-        match tick {
-            Tick::Alive => {}
-            Tick::PollExpired { leave } => {
-                inner.wake();
-                if let Some(hb) = leave {
-                    tracing::warn!(
-                        group = config.group.as_str(),
-                        member = hb.member_id.as_str(),
-                        "a batch was held longer than max.poll.interval.ms ({} ms): leaving \
-                         the group; its commit will be refused",
-                        config.max_poll_interval.as_millis()
-                    );
-                    if let Err(e) = send_leave(&inner, &hb).await {
-                        tracing::warn!(group = config.group.as_str(), "leaving heartbeat: {e}");
-                    }
-                }
-                continue;
-            }
-            Tick::SessionExpired(_) => {
-                inner.wake();
-                continue;
-            }
-        }
-        if last_beat.elapsed() < interval {
-            continue;
-        }
-        last_beat = Instant::now();
-        if let Err(e) = beat(&inner).await {
-            tracing::debug!(group = config.group.as_str(), "heartbeat: {e}");
         }
     }
 }

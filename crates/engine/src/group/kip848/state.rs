@@ -29,6 +29,7 @@ use kdirect_proto::api::consumer_group_heartbeat::{
 use kdirect_proto::ErrorCode;
 
 use crate::group::common::{Expired, Fault, Generation, Liveness, State, Tick};
+use crate::group::driver::MemberState;
 use crate::group::GroupConfig;
 use crate::plan::TopicPartition;
 
@@ -188,21 +189,6 @@ impl ConsumerMembership {
         self.id_confirmed
     }
 
-    /// The group's settings.
-    pub fn config(&self) -> &GroupConfig {
-        &self.config
-    }
-
-    /// Where the member stands (`RejoinRequested`: a target assignment to reconcile).
-    pub fn state(&self) -> &State {
-        &self.state
-    }
-
-    /// The member id.
-    pub fn member_id(&self) -> &str {
-        &self.member_id
-    }
-
     /// The member epoch (0 before the join is answered).
     pub fn epoch(&self) -> i32 {
         self.epoch
@@ -217,32 +203,6 @@ impl ConsumerMembership {
     pub fn interval(&self) -> Duration {
         self.interval_ms()
             .map_or(DEFAULT_INTERVAL, Duration::from_millis)
-    }
-
-    /// The partitions the member owns (reconciled).
-    pub fn assigned(&self) -> BTreeSet<TopicPartition> {
-        self.owned.keys().cloned().collect()
-    }
-
-    /// Whether the stream must call the driver's join before it reads on: never joined, lost,
-    /// or a target assignment to reconcile.
-    pub fn needs_join(&self) -> bool {
-        !matches!(self.state, State::Stable)
-    }
-
-    /// Whether the member is in the group with an epoch (heartbeats are due).
-    pub fn in_group(&self) -> bool {
-        matches!(self.state, State::Stable | State::RejoinRequested) && self.epoch > 0
-    }
-
-    /// The identity to commit under: the member epoch, while the member still owns its
-    /// partitions.
-    pub fn generation(&self) -> Option<Generation> {
-        self.in_group().then(|| Generation {
-            generation_id: self.epoch,
-            member_id: self.member_id.clone(),
-            instance_id: self.config.instance_id.clone(),
-        })
     }
 
     /// Subscribes to `topics` (the next heartbeat carries them if they changed). A member that
@@ -399,14 +359,6 @@ impl ConsumerMembership {
         }
     }
 
-    /// The member lost its partitions, for `reason` (a store refused a commit as fenced, a
-    /// fencing answer): nothing may be committed until it rejoins with epoch 0.
-    pub fn lose(&mut self, reason: impl Into<String>) {
-        if !matches!(self.state, State::Unjoined) {
-            self.state = State::Lost(reason.into());
-        }
-    }
-
     /// The epoch to leave with: -1, or -2 for a static member (its partitions wait for it).
     pub fn leave_epoch(&self) -> i32 {
         if self.config.instance_id.is_some() {
@@ -433,48 +385,9 @@ impl ConsumerMembership {
         Some(leave)
     }
 
-    /// The user was handed a batch at `now`: `max.poll.interval.ms` starts.
-    pub fn handed_out(&mut self, now: Instant) {
-        self.liveness.handed_out(now);
-    }
-
-    /// The user asked for the next batch: it holds none.
-    pub fn polling(&mut self) {
-        self.liveness.polling();
-    }
-
     /// The coordinator answered a heartbeat at `now`: the session runs from here.
     pub fn answered(&mut self, now: Instant) {
         self.liveness.answered(now);
-    }
-
-    /// Reads the member's clocks at `now` (the driver does, more often than heartbeats go):
-    /// a batch held past `max.poll.interval.ms` leaves the group with epoch -1
-    /// ([`poll_expired`](Self::poll_expired): the heartbeat to send); no heartbeat answered
-    /// for `session.timeout.ms` — never less than three of the coordinator's intervals, since
-    /// the coordinator's own session (`group.consumer.session.timeout.ms`) decides — gives the
-    /// partitions up.
-    pub fn tick(&mut self, now: Instant) -> Tick<NextHeartbeat> {
-        if !self.in_group() {
-            return Tick::Alive;
-        }
-        let session = self.config.session_timeout.max(self.interval() * 3);
-        match self
-            .liveness
-            .expired(now, self.config.max_poll_interval, session)
-        {
-            None => Tick::Alive,
-            Some(Expired::Poll) => Tick::PollExpired {
-                leave: self.poll_expired(),
-            },
-            Some(Expired::Session(d)) => {
-                self.lose(format!(
-                    "no heartbeat was answered for {} ms",
-                    d.as_millis()
-                ));
-                Tick::SessionExpired(d)
-            }
-        }
     }
 
     /// The member leaves the group: the heartbeat to send (if it was in it), and the member is
@@ -502,6 +415,103 @@ impl ConsumerMembership {
             server_assignor: None,
             owned: None,
         }
+    }
+}
+
+impl MemberState for ConsumerMembership {
+    type Leave = NextHeartbeat;
+
+    /// The group's settings.
+    fn config(&self) -> &GroupConfig {
+        &self.config
+    }
+
+    /// Where the member stands (`RejoinRequested`: a target assignment to reconcile).
+    fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// The member id.
+    fn member_id(&self) -> &str {
+        &self.member_id
+    }
+
+    /// The partitions the member owns (reconciled).
+    fn assigned(&self) -> BTreeSet<TopicPartition> {
+        self.owned.keys().cloned().collect()
+    }
+    /// Whether the member is in the group with an epoch (heartbeats are due).
+    fn in_group(&self) -> bool {
+        matches!(self.state, State::Stable | State::RejoinRequested) && self.epoch > 0
+    }
+
+    /// The identity to commit under: the member epoch, while the member still owns its
+    /// partitions.
+    fn generation(&self) -> Option<Generation> {
+        self.in_group().then(|| Generation {
+            generation_id: self.epoch,
+            member_id: self.member_id.clone(),
+            instance_id: self.config.instance_id.clone(),
+        })
+    }
+
+    /// The member lost its partitions, for `reason` (a store refused a commit as fenced, a
+    /// fencing answer): nothing may be committed until it rejoins with epoch 0.
+    fn lose(&mut self, reason: String) {
+        if !matches!(self.state, State::Unjoined) {
+            self.state = State::Lost(reason);
+        }
+    }
+
+    /// The user was handed a batch at `now`: `max.poll.interval.ms` starts.
+    fn handed_out(&mut self, now: Instant) {
+        self.liveness.handed_out(now);
+    }
+
+    /// The user asked for the next batch: it holds none.
+    fn polling(&mut self) {
+        self.liveness.polling();
+    }
+
+    /// Reads the member's clocks at `now` (the driver does, more often than heartbeats go):
+    /// a batch held past `max.poll.interval.ms` leaves the group with epoch -1
+    /// ([`poll_expired`](Self::poll_expired): the heartbeat to send); no heartbeat answered
+    /// for `session.timeout.ms` — never less than three of the coordinator's intervals, since
+    /// the coordinator's own session (`group.consumer.session.timeout.ms`) decides — gives the
+    /// partitions up.
+    fn tick(&mut self, now: Instant) -> Tick<NextHeartbeat> {
+        if !self.in_group() {
+            return Tick::Alive;
+        }
+        let session = self.config.session_timeout.max(self.interval() * 3);
+        match self
+            .liveness
+            .expired(now, self.config.max_poll_interval, session)
+        {
+            None => Tick::Alive,
+            Some(Expired::Poll) => Tick::PollExpired {
+                leave: self.poll_expired(),
+            },
+            Some(Expired::Session(d)) => {
+                self.lose(format!(
+                    "no heartbeat was answered for {} ms",
+                    d.as_millis()
+                ));
+                Tick::SessionExpired(d)
+            }
+        }
+    }
+
+    fn is_cooperative(&self) -> bool {
+        true
+    }
+
+    fn heartbeat_interval(&self) -> Duration {
+        self.interval()
+    }
+
+    fn close(&mut self) -> Option<NextHeartbeat> {
+        self.leave()
     }
 }
 
@@ -814,7 +824,7 @@ mod tests {
     #[test]
     fn a_store_refusal_loses_the_partitions() {
         let mut m = joined();
-        m.lose("the store refused");
+        m.lose("the store refused".into());
         assert!(m.generation().is_none() && m.needs_join());
     }
 }
