@@ -625,6 +625,16 @@ pub struct Planner {
     last_pace: Option<(Duration, Option<Vec<f64>>)>,
 }
 
+/// `map[tp] = v` without a new key when `tp` is there already (every batch after the first).
+fn set(map: &mut BTreeMap<TopicPartition, i64>, tp: &TopicPartition, v: i64) {
+    match map.get_mut(tp) {
+        Some(old) => *old = v,
+        None => {
+            map.insert(tp.clone(), v);
+        }
+    }
+}
+
 impl Planner {
     /// A fresh planner: batch ids from 0, no positions (the start policy decides them).
     pub fn new(config: PlannerConfig) -> Result<Self, PlanError> {
@@ -866,7 +876,7 @@ impl Planner {
         // From here on nothing fails: commit the resolution.
         self.initialized = true;
         for (tp, snap) in &parts {
-            self.last_end.insert(tp.clone(), snap.end);
+            set(&mut self.last_end, tp, snap.end);
         }
         self.pending_lost.extend(resolved.lost);
         let froms: Vec<(&TopicPartition, i64, i64)> = parts
@@ -875,7 +885,7 @@ impl Planner {
             .collect();
         for (tp, from, _) in &froms {
             self.note_move(tp, *from);
-            self.positions.insert((*tp).clone(), *from);
+            set(&mut self.positions, tp, *from);
         }
 
         let available: Vec<u64> = froms

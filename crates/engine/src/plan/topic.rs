@@ -10,8 +10,42 @@ use std::sync::Arc;
 /// [`OffsetRange`](super::OffsetRange)) cost no allocation for their topic. It reads as a
 /// `str` (`Deref`, `Borrow<str>`, `AsRef<str>`), compares, orders and hashes as its text, and
 /// converts from `&str` and `String` (one allocation) and into `String`.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[derive(Clone, Default)]
 pub struct Topic(Arc<str>);
+
+// Keys of one topic share its name (cloned from one `Topic`), so most comparisons in the
+// per-partition maps compare a name with itself: the pointer says so without reading it.
+impl PartialEq for Topic {
+    fn eq(&self, other: &Topic) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+impl Eq for Topic {}
+
+impl Ord for Topic {
+    fn cmp(&self, other: &Topic) -> std::cmp::Ordering {
+        if Arc::ptr_eq(&self.0, &other.0) {
+            std::cmp::Ordering::Equal
+        } else {
+            self.0.cmp(&other.0)
+        }
+    }
+}
+
+// As its text, so that it agrees with `Eq` (equal names hash alike wherever they live) and
+// with `Borrow<str>` lookups.
+impl std::hash::Hash for Topic {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
+
+impl PartialOrd for Topic {
+    fn partial_cmp(&self, other: &Topic) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
 
 impl Topic {
     /// A topic named `name`.
@@ -170,6 +204,18 @@ mod tests {
         let b = topics.get(&String::from("events"));
         assert!(std::ptr::eq(a.as_str(), b.as_str()));
         assert_ne!(topics.get("other"), a);
+    }
+
+    #[test]
+    fn shared_and_separate_names_compare_alike() {
+        let t = Topic::from("events");
+        let (same, twin, other) = (t.clone(), Topic::from("events"), Topic::from("evente"));
+        assert_eq!(t, same);
+        assert_eq!(t, twin);
+        assert_eq!(t.cmp(&twin), std::cmp::Ordering::Equal);
+        assert_eq!(t.cmp(&other), std::cmp::Ordering::Greater);
+        assert_eq!(other.cmp(&t), std::cmp::Ordering::Less);
+        assert_ne!(t, other);
     }
 
     #[test]
