@@ -8,9 +8,11 @@
 //! loop that reads the member's clocks ([`MemberState::tick`]) and acts on what they say.
 //!
 //! One exchange with the coordinator at a time: a join holds the driver's `exchange` for its
-//! whole round (classic) or each heartbeat it sends (KIP-848), and the heartbeat task skips a
-//! beat while anything else holds it, so a heartbeat never overtakes a join's answer and a
-//! classic member does not heartbeat a generation it is leaving.
+//! whole round (classic) or each heartbeat it sends (KIP-848), a heartbeat or a leave for its
+//! request (taken once it has a connection, so a slow connect holds nothing up), and the
+//! heartbeat task does not read the clocks or beat while a join holds it, so a heartbeat never
+//! overtakes a join's answer and a classic member does not heartbeat a generation it is
+//! leaving.
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -103,11 +105,12 @@ pub trait Protocol: Sized + Send + Sync + 'static {
         topics: &[String],
     ) -> impl Future<Output = Result<Joined, Error>> + Send;
 
-    /// One heartbeat, its answer read into the state (called with the driver's `exchange` held).
+    /// One heartbeat, its answer read into the state; takes the driver's `exchange` for its
+    /// request (a classic member skips the beat if a join holds it).
     fn heartbeat(d: &Driver<Self>) -> impl Future<Output = ()> + Send;
 
-    /// Tells the coordinator the member leaves, for `reason` (called with
-    /// the driver's `exchange` held).
+    /// Tells the coordinator the member leaves, for `reason`; takes the driver's `exchange`
+    /// for its request.
     fn leave(
         d: &Driver<Self>,
         leave: <Self::State as MemberState>::Leave,
@@ -278,7 +281,6 @@ impl<P: Protocol> Member<P> {
     /// after the session timeout (a static member's wait for it, as KIP-345 and KIP-848 say).
     pub async fn leave(&self) -> Result<(), Error> {
         let d = &self.driver;
-        let _one = d.exchange.lock().await;
         let leave = lock(&d.state).close();
         d.wake();
         match leave {
@@ -314,9 +316,9 @@ async fn heartbeats<P: Protocol>(driver: Weak<Driver<P>>) {
         let Some(d) = driver.upgrade() else { return };
         // A join (or a leave, or the join's own heartbeat) is talking to the coordinator:
         // its answers keep the member alive, and its outcome decides what comes next.
-        let Ok(_one) = d.exchange.try_lock() else {
+        if d.exchange.try_lock().is_err() {
             continue;
-        };
+        }
         let now = Instant::now();
         let (tick, member, interval, config) = {
             let mut s = lock(&d.state);

@@ -233,6 +233,7 @@ async fn send_leave(inner: &Driver<Classic>, member_id: &str, reason: &str) -> R
     let group = inner.group();
     let group = group.as_str();
     let conn = inner.coordinator.connection().await?;
+    let _one = inner.exchange.lock().await;
     let version = conn.version::<LeaveGroup>()?;
     let req = leave_group::request(group, member_id, None, Some(reason), version);
     let resp = conn.request_at::<LeaveGroup>(&req, version).await?;
@@ -255,7 +256,7 @@ async fn send_leave(inner: &Driver<Classic>, member_id: &str, reason: &str) -> R
     }
 }
 
-/// One Heartbeat for the member's generation (the exchange is held), its answer read into the
+/// One Heartbeat for the member's generation (skipped if a join holds the exchange), its answer read into the
 /// state: a rebalance or a lost generation wakes the stream, an answer no rejoin fixes is kept.
 async fn heartbeat(inner: &Driver<Classic>) {
     let (group, generation) = {
@@ -270,6 +271,9 @@ async fn heartbeat(inner: &Driver<Classic>) {
             tracing::debug!(group, "heartbeat: no coordinator: {e}");
             return;
         }
+    };
+    let Ok(_one) = inner.exchange.try_lock() else {
+        return;
     };
     let version = match conn.version::<Heartbeat>() {
         Ok(v) => v,

@@ -131,19 +131,14 @@ impl Protocol for Kip848 {
         Ok(joined)
     }
 
-    /// One heartbeat (the exchange is held).
     async fn heartbeat(inner: &Driver<Kip848>) {
-        let sent = match inner.coordinator.connection().await {
-            Ok(conn) => beat_locked(inner, &conn).await,
-            Err(e) => Err(e),
-        };
-        if let Err(e) = sent {
+        if let Err(e) = beat(inner).await {
             tracing::debug!(group = inner.group().as_str(), "heartbeat: {e}");
         }
     }
 
     /// The leaving heartbeat (epoch -1, or -2 for a static member closing, whose partitions
-    /// then wait for it for the session timeout); the exchange is held.
+    /// then wait for it for the session timeout).
     async fn leave(
         inner: &Driver<Kip848>,
         hb: NextHeartbeat,
@@ -204,11 +199,6 @@ async fn beat(inner: &Driver<Kip848>) -> Result<Beat, Error> {
 /// [`beat`] on `conn`, the coordinator's connection.
 async fn beat_on(inner: &Driver<Kip848>, conn: &BrokerConnection) -> Result<Beat, Error> {
     let _one = inner.exchange.lock().await;
-    beat_locked(inner, conn).await
-}
-
-/// [`beat_on`] with the exchange held.
-async fn beat_locked(inner: &Driver<Kip848>, conn: &BrokerConnection) -> Result<Beat, Error> {
     let group = inner.group();
     let version = version(inner, conn)?;
     let (hb, member_id) = {
@@ -275,6 +265,7 @@ async fn beat_locked(inner: &Driver<Kip848>, conn: &BrokerConnection) -> Result<
 async fn send_leave(inner: &Driver<Kip848>, hb: &NextHeartbeat, reason: &str) -> Result<(), Error> {
     let group = inner.group();
     let conn = inner.coordinator.connection().await?;
+    let _one = inner.exchange.lock().await;
     let version = version(inner, &conn)?;
     let req = consumer_group_heartbeat::request(&params(&group, hb, &hb.member_id), version);
     let resp = conn
