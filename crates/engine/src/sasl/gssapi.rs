@@ -322,6 +322,76 @@ impl Exchange {
     }
 }
 
+/// For the fuzz target `gssapi_exchange` (not an API): runs one exchange against a mechanism
+/// whose context completes (mutually) after `rounds` calls of `gss_init_sec_context`, whose
+/// `gss_unwrap` hands the broker's token back as the plaintext (so the input chooses the
+/// security-layer offer) and whose `gss_wrap` adds a prefix, feeding it `tokens` as the
+/// broker's answers. Returns how many tokens it sent and whether it finished, or the error
+/// that ended it. Checks what the exchange promises: at most [`MAX_CONTEXT_CALLS`] context
+/// calls, a token over [`MAX_TOKEN`] refused before any GSS call sees it, and an answer only
+/// to an offer of 4 bytes with the "none" layer.
+#[doc(hidden)]
+pub fn fuzz_exchange(rounds: u8, tokens: &[&[u8]]) -> Result<(usize, bool), String> {
+    struct Fuzzed {
+        rounds: u32,
+        calls: u32,
+        unwrapped: Option<Vec<u8>>,
+    }
+    impl Mechanism for Fuzzed {
+        fn init(&mut self, input: Option<&[u8]>) -> Result<Init, KerberosProblem> {
+            assert!(
+                input.is_none_or(|t| t.len() <= MAX_TOKEN),
+                "an oversized token reached the library"
+            );
+            self.calls += 1;
+            assert!(
+                self.calls <= MAX_CONTEXT_CALLS,
+                "more context calls than the bound"
+            );
+            Ok(Init {
+                token: vec![self.calls as u8],
+                complete: self.calls >= self.rounds,
+                mutual: true,
+            })
+        }
+        fn unwrap(&mut self, token: &[u8]) -> Result<Vec<u8>, KerberosProblem> {
+            assert!(
+                token.len() <= MAX_TOKEN,
+                "an oversized token reached the library"
+            );
+            self.unwrapped = Some(token.to_vec());
+            Ok(token.to_vec())
+        }
+        fn wrap(&mut self, message: &[u8]) -> Result<Vec<u8>, KerberosProblem> {
+            let offer = self.unwrapped.as_deref().unwrap_or_default();
+            assert!(
+                offer.len() == 4 && offer[0] & LAYER_NONE != 0,
+                "answered an offer that is not 4 bytes with the 'none' layer: {offer:?}"
+            );
+            Ok([b"W".as_slice(), message].concat())
+        }
+        fn service(&self) -> &str {
+            "kafka@fuzz"
+        }
+    }
+    let mut x = Exchange::new(Box::new(Fuzzed {
+        rounds: u32::from(rounds.max(1)),
+        calls: 0,
+        unwrapped: None,
+    }));
+    let mut sent = 1;
+    x.start().map_err(|e| e.to_string())?;
+    for t in tokens {
+        match x.next(t) {
+            Ok(Step::Send(_)) => sent += 1,
+            // Finished: what comes after is not the exchange's (the connection moves on).
+            Ok(Step::Done) => return Ok((sent, true)),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok((sent, false))
+}
+
 /// The answer kdirect sends: no layer, empty authorization id.
 fn answer_bytes() -> Vec<u8> {
     answer("")
@@ -581,5 +651,17 @@ mod tests {
         assert!(x.next(b"early").is_err());
         x.start().unwrap();
         assert!(x.start().is_err());
+    }
+
+    #[test]
+    fn the_fuzz_harness_runs_kafkas_exchange_and_refuses_a_layers_only_offer() {
+        let ok = fuzz_exchange(2, &[b"AP-REP", &[7, 0, 0x10, 0], b""]);
+        assert_eq!(ok, Ok((3, true)));
+        let refused = fuzz_exchange(1, &[&[6, 0, 0x10, 0]]).unwrap_err();
+        assert!(refused.contains("not 'none'"), "{refused}");
+        let big = vec![0; MAX_TOKEN + 1];
+        assert!(fuzz_exchange(2, &[&big]).is_err());
+        let stuck = fuzz_exchange(9, &[b"a", b"b", b"c", b"d", b"e"]).unwrap_err();
+        assert!(stuck.contains("not established"), "{stuck}");
     }
 }
