@@ -31,8 +31,31 @@
 //! the visible files once, before and after the re-run. A reader that knows the log reads
 //! the files listed for the committed batches ([`ParquetSink::committed_files`]).
 //!
-//! The log is one writer's, as a checkpoint is: not for consumer groups. Local disks only for
-//! now (the checkpoint's S3, Azure and HDFS backends are not wired to the sink's files yet).
+//! The log is one writer's, as a checkpoint is: not for consumer groups.
+//!
+//! # On object storage
+//!
+//! [`ParquetSink::open_object`] (`--sink parquet:s3://BUCKET/PREFIX`, `parquet:az://…`) keeps
+//! the same layout under the prefix, through the checkpoint's own clients
+//! (`kdirect_commit::object::Bucket`: the same environment, settings and errors).
+//! An object store has no rename, and does not need one: an object appears whole when its put
+//! (or its multipart upload's completion) returns, and a put under an existing key replaces it
+//! whole. So:
+//!
+//! 2. the file is written to a hidden temp file in the local temp directory (`TMPDIR`), never
+//!    under the prefix — a crash leaves nothing in the bucket (a multipart upload cut short is
+//!    never listed: a bucket lifecycle rule aborting incomplete uploads reclaims its parts);
+//! 3. [`BatchWriter::commit`] finishes the file and stages it (still invisible);
+//! 4. [`ParquetLog`]'s commit uploads it under its batch's name `part-<batchId>-000.parquet`
+//!    (one put up to 8 MiB, a multipart upload beyond), removes other objects of batch N an
+//!    earlier attempt left, puts `_kdirect_metadata/<N>`, then creates `commits/N` only if
+//!    absent (the checkpoint's conditional create).
+//!
+//! What `pyarrow.dataset` on the prefix sees after a crash is what it sees in a directory:
+//! the committed batches' objects, and possibly the object of the one batch whose upload
+//! completed before `commits/N` — with exactly that batch's records, which the re-run (the same
+//! ranges, from the plan log) writes again under the same key, replacing it. Each offset is
+//! in the visible objects once, before and after the re-run. HDFS is not done yet.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
