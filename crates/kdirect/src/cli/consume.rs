@@ -241,8 +241,8 @@ pub struct Args {
     /// feature), a Delta Lake table (created if missing) whose commits add each batch's
     /// Parquet file and move its partitions' `txn` actions (kafka-delta-ingest's layout,
     /// `<topic>-<partition>`, or `delta:PATH?app_id=ID` for `<ID>-<partition>`) in one Delta
-    /// transaction: the table is the store (a local directory only for now). Replaces
-    /// `--output`.
+    /// transaction: the table is the store; PATH may be `s3://BUCKET/PREFIX` or
+    /// `az://CONTAINER/PREFIX` too. Replaces `--output`.
     #[arg(long, value_name = "SPEC", conflicts_with_all = ["output", "output_dir", "sink_table", "store", "join", "join_group", "count"])]
     sink: Option<String>,
     /// `--sink parquet:`'s page compression: zstd (level 3), snappy or none.
@@ -306,10 +306,11 @@ async fn open_delta(args: &Args, spec: &str, path: &str) -> Result<TableSink, Cl
             "--sink delta: needs a table directory, e.g. delta:/data/events".into(),
         ));
     }
-    if path.contains("://") {
+    let object = path.starts_with("s3://") || path.starts_with("az://");
+    if path.contains("://") && !object {
         return Err(CliError(format!(
-            "--sink '{spec}': the Delta sink writes to local directories only for now (object \
-             stores are not done yet)"
+            "--sink '{spec}': the Delta sink writes to a local directory, s3://BUCKET/PREFIX or \
+             az://CONTAINER/PREFIX"
         )));
     }
     let mut options = DeltaOptions::default().parquet(
@@ -336,6 +337,12 @@ async fn open_delta(args: &Args, spec: &str, path: &str) -> Result<TableSink, Cl
                 )))
             }
         }
+    }
+    if object {
+        // The checkpoint's clients and environment (AWS_*, AZURE_STORAGE_*).
+        return Ok(TableSink::Delta(
+            DeltaSink::open_object(path, options, &[]).await?,
+        ));
     }
     Ok(TableSink::Delta(DeltaSink::open(path, options).await?))
 }

@@ -40,9 +40,9 @@
 //! and the batch becomes visible in the store's commit (`DirectStream::commit`), the one Delta
 //! commit that also moves the positions — the sink's commit is the store's.
 //!
-//! The Parquet sink also writes to object storage (`s3://`, `az://`, with the checkpoint's
-//! clients: `kdirect_commit::object::Bucket`); the Delta sink and the JSON-lines sinks write
-//! to local disks only for now, and no sink writes to HDFS yet.
+//! The Parquet and Delta sinks also write to object storage (`s3://`, `az://`, with the
+//! checkpoint's clients: `kdirect_commit::object::Bucket`); the JSON-lines sinks write to local
+//! disks only, and no sink writes to HDFS yet.
 
 use std::path::PathBuf;
 
