@@ -355,6 +355,25 @@ fn parquet_sink_survives_kill_9_exactly_once() {
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
+/// Issue 34 on object storage: `--sink parquet:s3://BUCKET/PREFIX` alone (moto) through 20
+/// kill -9s: every offset once in what pyarrow.dataset (its own S3 client) sees under the
+/// prefix.
+#[test]
+fn parquet_sink_on_s3_survives_kill_9_exactly_once() {
+    let test = "parquet_sink_on_s3_survives_kill_9_exactly_once";
+    let Some(t) = crate::lakehouse_object::s3(test) else {
+        return;
+    };
+    let fake = fake();
+    let prefix = crate::support::unique("pq-kill");
+    let sink = format!("parquet:{}/{prefix}", t.root);
+    let envs: Vec<(&str, &str)> = t.env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let n = run_with_kills_env("parquet on s3", &fake, &["--sink", &sink], &envs);
+    if let Some((_, seen, _)) = crate::lakehouse_object::pyarrow_rows(&t, &prefix, test) {
+        assert_all(&seen, &n, true, "parquet sink on s3 (pyarrow)");
+    }
+}
+
 /// Issue 34: `--sink delta:PATH` alone (the table is the store) through 20 kill -9s: every
 /// offset once in the table, as delta-rs reads it and as the Python `deltalake` package reads
 /// it (when it is installed), and each partition's txn at its last offset.

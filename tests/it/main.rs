@@ -16,6 +16,7 @@ mod import;
 mod kerberos;
 mod kill;
 mod lakehouse;
+mod lakehouse_object;
 mod migrate;
 mod output;
 mod progress;

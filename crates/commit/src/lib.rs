@@ -68,7 +68,7 @@ pub mod kafka;
 pub mod resume;
 pub(crate) use resume::{hex, unhex};
 #[cfg(feature = "object-store")]
-mod object;
+pub mod object;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod spark;

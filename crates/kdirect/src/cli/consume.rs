@@ -235,11 +235,14 @@ pub struct Args {
     /// Where the records go, exactly-once with no --store: `parquet:DIR`, one Parquet file per
     /// batch in Spark's Kafka schema (`DIR/part-<batchId>-000.parquet`, hidden until
     /// committed), its positions and file lists in `DIR/_kdirect_metadata` (a checkpoint
-    /// directory: a restart resumes from it); or `delta:PATH` (a build with the `delta`
+    /// directory: a restart resumes from it); DIR may be `s3://BUCKET/PREFIX` or
+    /// `az://CONTAINER/PREFIX` (the same layout, credentials and endpoint from the AWS_* or
+    /// AZURE_STORAGE_* environment as for checkpoint:s3://); or `delta:PATH` (a build with the `delta`
     /// feature), a Delta Lake table (created if missing) whose commits add each batch's
     /// Parquet file and move its partitions' `txn` actions (kafka-delta-ingest's layout,
     /// `<topic>-<partition>`, or `delta:PATH?app_id=ID` for `<ID>-<partition>`) in one Delta
-    /// transaction: the table is the store. Local directories only. Replaces `--output`.
+    /// transaction: the table is the store; PATH may be `s3://BUCKET/PREFIX` or
+    /// `az://CONTAINER/PREFIX` too. Replaces `--output`.
     #[arg(long, value_name = "SPEC", conflicts_with_all = ["output", "output_dir", "sink_table", "store", "join", "join_group", "count"])]
     sink: Option<String>,
     /// `--sink parquet:`'s page compression: zstd (level 3), snappy or none.
@@ -277,15 +280,20 @@ async fn open_sink(args: &Args) -> Result<Option<TableSink>, CliError> {
             "--sink parquet: needs a directory, e.g. parquet:/data/events".into(),
         ));
     }
-    if dir.contains("://") {
-        return Err(CliError(format!(
-            "--sink '{spec}': the Parquet sink writes to local directories only for now (object \
-             stores and HDFS are not done yet)"
-        )));
-    }
     let options = ParquetOptions::default()
         .compression(args.parquet_compression)
         .row_group_rows(args.parquet_row_group_rows);
+    if dir.starts_with("s3://") || dir.starts_with("az://") {
+        // The checkpoint's clients and environment (AWS_*, AZURE_STORAGE_*).
+        let sink = ParquetSink::open_object(dir, options, &[]).await?;
+        return Ok(Some(TableSink::Parquet(sink)));
+    }
+    if dir.contains("://") {
+        return Err(CliError(format!(
+            "--sink '{spec}': the Parquet sink writes to a local directory, s3://BUCKET/PREFIX \
+             or az://CONTAINER/PREFIX (HDFS is not done yet)"
+        )));
+    }
     Ok(Some(TableSink::Parquet(ParquetSink::open(dir, options)?)))
 }
 
@@ -298,10 +306,11 @@ async fn open_delta(args: &Args, spec: &str, path: &str) -> Result<TableSink, Cl
             "--sink delta: needs a table directory, e.g. delta:/data/events".into(),
         ));
     }
-    if path.contains("://") {
+    let object = path.starts_with("s3://") || path.starts_with("az://");
+    if path.contains("://") && !object {
         return Err(CliError(format!(
-            "--sink '{spec}': the Delta sink writes to local directories only for now (object \
-             stores are not done yet)"
+            "--sink '{spec}': the Delta sink writes to a local directory, s3://BUCKET/PREFIX or \
+             az://CONTAINER/PREFIX"
         )));
     }
     let mut options = DeltaOptions::default().parquet(
@@ -328,6 +337,12 @@ async fn open_delta(args: &Args, spec: &str, path: &str) -> Result<TableSink, Cl
                 )))
             }
         }
+    }
+    if object {
+        // The checkpoint's clients and environment (AWS_*, AZURE_STORAGE_*).
+        return Ok(TableSink::Delta(
+            DeltaSink::open_object(path, options, &[]).await?,
+        ));
     }
     Ok(TableSink::Delta(DeltaSink::open(path, options).await?))
 }

@@ -54,8 +54,23 @@
 //! [`DeltaSink::open`] (decoding values into columns is not done yet), so continuing one
 //! another program wrote means its positions, in a table of this schema.
 //!
-//! Local paths only for now (delta-rs speaks S3, Azure and GCS; wiring its storage options
-//! into the CLI is not done yet).
+//! # On object storage
+//!
+//! [`DeltaSink::open_object`] (`--sink delta:s3://BUCKET/PREFIX`, `delta:az://…`) opens the
+//! table with the checkpoint's own client (`kdirect_commit::object::Bucket`: the same
+//! environment, settings and errors), handed to delta-rs as the table's storage
+//! (`DeltaTableBuilder::with_storage_backend`) with delta-rs's default log store registered
+//! for `s3://` and `az://`: delta-rs is built without its AWS-SDK and Azure features, so the
+//! dependency tree gains no AWS SDK and no second HTTP/TLS stack. That log store creates each
+//! commit file with object_store's `PutMode::Create`, the store's conditional put (S3's and
+//! Azure Blob's `If-None-Match: *`), so of two writers committing one table version exactly
+//! one succeeds, as on a disk. The data file is written to a hidden temp file in `TMPDIR` and
+//! uploaded under its name in the table by [`DeltaLog::commit`], just before the Delta commit
+//! that adds it (one put, or a multipart upload completed at the end): a crash between the
+//! two leaves an object no Delta reader lists (Delta's `VACUUM` removes it), and the restart
+//! reads the positions from the `txn`s and writes the batch again under a new name. The log
+//! (`_last_checkpoint`, commit files, checkpoint parts) is read through the table's object
+//! store on a disk and on object storage alike.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::{self, File};
@@ -68,8 +83,12 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel as _;
 use deltalake_core::kernel::transaction::{CommitBuilder, CommitProperties, TransactionError};
 use deltalake_core::kernel::{Action, Add, StructType, Transaction};
+use deltalake_core::logstore::object_store::path::Path as Key;
+use deltalake_core::logstore::object_store::ObjectStore;
+use deltalake_core::logstore::{LogStoreRef, StorageConfig};
 use deltalake_core::protocol::{DeltaOperation, OutputMode, SaveMode};
 use deltalake_core::{DeltaTable, DeltaTableBuilder, DeltaTableError};
+use kdirect_commit::object::Bucket;
 use kdirect_commit::{
     decide, Capabilities, CommitContext, CommitDecision, CommitOutcome, Committed, OffsetStore,
     PlannedBatch, Positions, StoreError, StoreErrorKind, Stored, StoredPosition, TopicPartition,
@@ -203,11 +222,18 @@ pub struct DeltaSink {
 
 #[derive(Debug)]
 struct Inner {
+    /// The table's directory, or its URL (`s3://bucket/prefix`).
     dir: PathBuf,
     table: tokio::sync::Mutex<DeltaTable>,
+    /// The table's log store (its object store is rooted at the table: the log is read
+    /// through it, on a disk as on object storage).
+    log_store: LogStoreRef,
+    /// On object storage: the table's prefix, through the checkpoint's client (the data files
+    /// are uploaded with it).
+    bucket: Option<Bucket>,
     options: DeltaOptions,
     /// Files finished by a writer and not yet committed, by batch id.
-    staged: Mutex<BTreeMap<u64, Vec<Add>>>,
+    staged: Mutex<BTreeMap<u64, Staged>>,
     /// What this process committed: each partition's position and the batch that wrote it
     /// (what the commit rule needs to tell a retried commit from a conflict).
     written: Mutex<BTreeMap<TopicPartition, (i64, u64)>>,
@@ -218,6 +244,56 @@ struct Inner {
     /// commit a replay per partition (a commit's p50 grew from 175 ms to 580 ms over 150
     /// versions with 16 partitions, a debug build).
     txns: Mutex<Txns>,
+}
+
+/// A batch's data files, finished by its writer, waiting for the store's commit.
+#[derive(Debug, Clone, Default)]
+struct Staged {
+    adds: Vec<Add>,
+    /// On object storage: (local file, name in the table) still to be uploaded; the upload
+    /// comes before the Delta commit that lists them.
+    uploads: Vec<(PathBuf, String)>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Local files of batches whose commit never came.
+        let staged = std::mem::take(
+            self.staged
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for s in staged.into_values() {
+            for (local, _) in s.uploads {
+                let _ = fs::remove_file(local);
+            }
+        }
+    }
+}
+
+/// The Delta log store for `s3://` and `az://` (`azure://` to delta-rs) tables: delta-rs's
+/// default one (commit files
+/// created with object_store's `PutMode::Create`, a conditional put), registered for those
+/// schemes because kdirect builds delta-rs without its AWS and Azure features (the client is
+/// the checkpoint's, handed over with `with_storage_backend`).
+#[derive(Debug, Default)]
+struct ConditionalPutLogStores;
+
+impl deltalake_core::logstore::LogStoreFactory for ConditionalPutLogStores {
+    fn with_options(
+        &self,
+        prefixed_store: deltalake_core::logstore::ObjectStoreRef,
+        root_store: deltalake_core::logstore::ObjectStoreRef,
+        location: &Url,
+        options: &StorageConfig,
+    ) -> deltalake_core::DeltaResult<Arc<dyn deltalake_core::logstore::LogStore>> {
+        Ok(deltalake_core::logstore::default_logstore(
+            prefixed_store,
+            root_store,
+            location,
+            options,
+        ))
+    }
 }
 
 /// See [`Inner::txns`].
@@ -249,6 +325,74 @@ impl DeltaSink {
                 reason: "not a path a URL can name".to_owned(),
             })
         })?;
+        let table = DeltaTableBuilder::from_url(url)
+            .and_then(|b| b.build())
+            .map_err(delta_err(&dir, "open"))?;
+        Self::open_table(dir, table, None, options).await
+    }
+
+    /// Opens the table at `url` on object storage (`s3://bucket/prefix` or
+    /// `az://container/prefix`), creating it (version 0) if there is none. The client is the
+    /// checkpoint's ([`Bucket`]: credentials and endpoint from the AWS or Azure environment
+    /// variables, then `config` by object_store's names: `aws_endpoint`, `aws_allow_http`, …;
+    /// `azure_storage_endpoint`, …), handed to delta-rs as the table's storage, so the commit
+    /// files are created only if absent by the store's conditional put (S3's and Azure's
+    /// `If-None-Match: *`) and the data files are uploaded through it. See the
+    /// [module docs](self#on-object-storage).
+    pub async fn open_object(
+        url: &str,
+        options: DeltaOptions,
+        config: &[(&str, &str)],
+    ) -> Result<DeltaSink, SinkError> {
+        let bucket = Bucket::open(Path::new(url), config)?;
+        let dir = bucket.url().to_owned();
+        // object_store reads `az://` URLs as `az://ACCOUNT/CONTAINER/PATH`, the checkpoint as
+        // `az://CONTAINER/PATH`: delta-rs is given the table as `azure://CONTAINER/PATH`, which
+        // object_store reads the checkpoint's way (the URL is delta-rs's alone; the log holds
+        // paths relative to the table).
+        let named = dir.display().to_string();
+        let named = match named.strip_prefix("az://") {
+            Some(rest) => format!("azure://{rest}"),
+            None => named,
+        };
+        let table_url = Url::parse(&format!("{named}/")).map_err(|e| -> SinkError {
+            SinkErrorKind::Spec {
+                spec: dir.display().to_string(),
+                reason: format!("not a URL: {e}"),
+            }
+            .into()
+        })?;
+        for scheme in ["s3://", "azure://"] {
+            if let Ok(u) = Url::parse(scheme) {
+                let factories = deltalake_core::logstore::logstore_factories();
+                if !factories.contains_key(&u) {
+                    factories.insert(u, Arc::new(ConditionalPutLogStores));
+                }
+            }
+        }
+        // delta-rs gets a client of its own (a second pool), its requests run on this runtime:
+        // delta-rs's kernel reads on a runtime of its own, and a pooled connection made there
+        // failed later requests from this one ("error sending request", Azurite, about one CLI
+        // run in three); the sink's own reads and uploads use `bucket`'s client.
+        let theirs = Bucket::open(Path::new(url), config)?;
+        let theirs: Arc<dyn ObjectStore> =
+            Arc::new(deltalake_core::logstore::DeltaIOStorageBackend::new(
+                theirs.store().clone(),
+                deltalake_core::logstore::IORuntime::RT(tokio::runtime::Handle::current()),
+            ));
+        let table = DeltaTableBuilder::from_url(table_url.clone())
+            .map(|b| b.with_storage_backend(theirs, table_url))
+            .and_then(|b| b.build())
+            .map_err(delta_err(&dir, "open"))?;
+        Self::open_table(dir, table, Some(bucket), options).await
+    }
+
+    async fn open_table(
+        dir: PathBuf,
+        mut table: DeltaTable,
+        bucket: Option<Bucket>,
+        options: DeltaOptions,
+    ) -> Result<DeltaSink, SinkError> {
         let delta = |what: &'static str| {
             let dir = dir.clone();
             move |source: DeltaTableError| -> SinkError {
@@ -260,9 +404,6 @@ impl DeltaSink {
                 .into()
             }
         };
-        let mut table = DeltaTableBuilder::from_url(url)
-            .and_then(|b| b.build())
-            .map_err(delta("open"))?;
         let exists = table
             .log_store()
             .is_delta_table_location()
@@ -319,7 +460,9 @@ impl DeltaSink {
         let sink = DeltaSink {
             inner: Arc::new(Inner {
                 dir,
+                log_store: table.log_store(),
                 table: tokio::sync::Mutex::new(table),
+                bucket,
                 options,
                 staged: Mutex::new(BTreeMap::new()),
                 written: Mutex::new(BTreeMap::new()),
@@ -327,12 +470,17 @@ impl DeltaSink {
                 txns: Mutex::new(Txns::default()),
             }),
         };
-        let last = sink.inner.scan_log().map_err(SinkError::from)?.last_batch;
+        let last = sink
+            .inner
+            .scan_log()
+            .await
+            .map_err(SinkError::from)?
+            .last_batch;
         *lock(&sink.inner.last_batch) = last;
         Ok(sink)
     }
 
-    /// The table's directory.
+    /// The table's directory (or its URL, `s3://bucket/prefix`).
     pub fn dir(&self) -> &Path {
         &self.inner.dir
     }
@@ -380,40 +528,40 @@ impl Inner {
     /// for one app id at a time, and the store must find every partition's. Reads the last
     /// checkpoint's `txn` column (if there is one) and every commit file after it; the batch
     /// id from the newest commit file that has one.
-    fn scan_log(&self) -> Result<LogScan, StoreError> {
-        let log = self.dir.join("_delta_log");
+    async fn scan_log(&self) -> Result<LogScan, StoreError> {
         let mut scan = LogScan::default();
-        let checkpoint: Option<i64> = match fs::read(log.join("_last_checkpoint")) {
-            Ok(text) => serde_json::from_slice::<serde_json::Value>(&text)
-                .ok()
-                .and_then(|v| v.get("version").and_then(|v| v.as_i64())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(io_err(&log.join("_last_checkpoint"), "read")(e)),
-        };
-        let mut commits: Vec<(i64, PathBuf)> = Vec::new();
-        for entry in fs::read_dir(&log).map_err(io_err(&log, "list"))? {
-            let entry = entry.map_err(io_err(&log, "list"))?;
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            let Some(v) = name
-                .strip_suffix(".json")
-                .filter(|v| v.len() == 20)
-                .and_then(|v| v.parse::<i64>().ok())
-            else {
-                continue;
-            };
-            commits.push((v, entry.path()));
-        }
+        let checkpoint: Option<i64> = self
+            .get("_delta_log/_last_checkpoint")
+            .await?
+            .and_then(|text| serde_json::from_slice::<serde_json::Value>(&text).ok())
+            .and_then(|v| v.get("version").and_then(|v| v.as_i64()));
+        let names = self.list_log().await?;
+        let mut commits: Vec<(i64, &str)> = names
+            .iter()
+            .filter_map(|name| {
+                let v = name
+                    .strip_suffix(".json")
+                    .filter(|v| v.len() == 20)
+                    .and_then(|v| v.parse::<i64>().ok())?;
+                Some((v, name.as_str()))
+            })
+            .collect();
         commits.sort_unstable();
         if let Some(cp) = checkpoint {
-            self.checkpoint_app_ids(&log, cp, &mut scan.app_ids)?;
+            self.checkpoint_app_ids(&names, cp, &mut scan.app_ids)
+                .await?;
         }
-        for (v, path) in commits.iter().rev() {
+        for (v, name) in commits.iter().rev() {
             let needed_for_ids = checkpoint.is_none_or(|cp| *v > cp);
             if !needed_for_ids && scan.last_batch.is_some() {
                 break;
             }
-            let text = fs::read_to_string(path).map_err(io_err(path, "read"))?;
+            let rel = format!("_delta_log/{name}");
+            let Some(bytes) = self.get(&rel).await? else {
+                // Cleaned up since the listing: older than what is still needed.
+                continue;
+            };
+            let text = String::from_utf8_lossy(&bytes);
             for line in text.lines().filter(|l| !l.trim().is_empty()) {
                 let Ok(action) = serde_json::from_str::<serde_json::Value>(line) else {
                     continue;
@@ -438,10 +586,53 @@ impl Inner {
         Ok(scan)
     }
 
-    /// The txn app ids of checkpoint `version` (single-file or multi-part, classic names).
-    fn checkpoint_app_ids(
+    /// The object store rooted at the table (its directory or prefix): on object storage the
+    /// sink's own client, on a disk delta-rs's.
+    fn store(&self) -> Arc<dyn ObjectStore> {
+        match &self.bucket {
+            Some(b) => Arc::new(
+                deltalake_core::logstore::object_store::prefix::PrefixStore::new(
+                    b.store().clone(),
+                    b.key(b.url()),
+                ),
+            ),
+            None => self.log_store.object_store(None),
+        }
+    }
+
+    /// The object at `rel` (a path in the table), `None` if absent.
+    async fn get(&self, rel: &str) -> Result<Option<bytes::Bytes>, StoreError> {
+        let path = self.dir.join(rel);
+        let got = match self.store().get(&Key::from(rel)).await {
+            Ok(got) => got,
+            Err(deltalake_core::logstore::object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(object_err(&path, "read", e)),
+        };
+        got.bytes()
+            .await
+            .map(Some)
+            .map_err(|e| object_err(&path, "read", e))
+    }
+
+    /// The names in `_delta_log`.
+    async fn list_log(&self) -> Result<Vec<String>, StoreError> {
+        let listed = self
+            .store()
+            .list_with_delimiter(Some(&Key::from("_delta_log")))
+            .await
+            .map_err(|e| object_err(&self.dir.join("_delta_log"), "list", e))?;
+        Ok(listed
+            .objects
+            .into_iter()
+            .filter_map(|o| o.location.filename().map(str::to_owned))
+            .collect())
+    }
+
+    /// The txn app ids of checkpoint `version` (single-file or multi-part, classic names),
+    /// among `names` (the log's).
+    async fn checkpoint_app_ids(
         &self,
-        log: &Path,
+        names: &[String],
         version: i64,
         out: &mut BTreeSet<String>,
     ) -> Result<(), StoreError> {
@@ -457,16 +648,16 @@ impl Inner {
             }
             .into()
         };
-        for entry in fs::read_dir(log).map_err(io_err(log, "list"))? {
-            let entry = entry.map_err(io_err(log, "list"))?;
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
+        for name in names {
             if !name.starts_with(&prefix) || !name.ends_with(".parquet") {
                 continue;
             }
-            let path = entry.path();
-            let file = File::open(&path).map_err(io_err(&path, "open"))?;
-            let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+            let rel = format!("_delta_log/{name}");
+            let path = self.dir.join(&rel);
+            let Some(bytes) = self.get(&rel).await? else {
+                continue;
+            };
+            let builder = ParquetRecordBatchReaderBuilder::try_new(bytes)
                 .map_err(|e| corrupt(&path, e.to_string()))?;
             let Some(txn) = builder
                 .parquet_schema()
@@ -526,11 +717,11 @@ impl Inner {
         let known = lock(&self.txns).at;
         let fresh = match (known, at) {
             (Some(k), Some(a)) if k == a => true,
-            (Some(k), Some(a)) if k < a => self.read_commits(k + 1, a)?,
+            (Some(k), Some(a)) if k < a => self.read_commits(k + 1, a).await?,
             _ => false,
         };
         if !fresh {
-            let app_ids = self.scan_log()?.app_ids;
+            let app_ids = self.scan_log().await?.app_ids;
             self.replay(table, app_ids).await?;
         }
         let txns = lock(&self.txns);
@@ -546,16 +737,15 @@ impl Inner {
     /// Brings [`Inner::txns`] from version `from - 1` to `to` with the txn actions of the
     /// commit files `from..=to`. `Ok(false)` when one is gone (the log was cleaned up past
     /// it): the caller replays instead.
-    fn read_commits(&self, from: i64, to: i64) -> Result<bool, StoreError> {
-        let log = self.dir.join("_delta_log");
+    async fn read_commits(&self, from: i64, to: i64) -> Result<bool, StoreError> {
         let mut updates = Vec::new();
         for v in from..=to {
-            let path = log.join(format!("{v:020}.json"));
-            let text = match fs::read_to_string(&path) {
-                Ok(t) => t,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-                Err(e) => return Err(io_err(&path, "read")(e)),
+            let rel = format!("_delta_log/{v:020}.json");
+            let path = self.dir.join(&rel);
+            let Some(bytes) = self.get(&rel).await? else {
+                return Ok(false);
             };
+            let text = String::from_utf8_lossy(&bytes);
             for line in text.lines().filter(|l| l.contains("\"txn\"")) {
                 let action: serde_json::Value =
                     serde_json::from_str(line).map_err(|e| -> StoreError {
@@ -608,9 +798,25 @@ impl Inner {
     }
 }
 
-fn io_err(path: &Path, op: &'static str) -> impl FnOnce(std::io::Error) -> StoreError {
-    let path = path.to_owned();
-    move |source| StoreErrorKind::Io { path, op, source }.into()
+fn object_err(path: &Path, op: &'static str, e: impl std::fmt::Display) -> StoreError {
+    StoreErrorKind::Io {
+        path: path.to_owned(),
+        op,
+        source: std::io::Error::other(e.to_string()),
+    }
+    .into()
+}
+
+fn delta_err(dir: &Path, what: &'static str) -> impl FnOnce(DeltaTableError) -> SinkError {
+    let table = dir.to_owned();
+    move |source| {
+        SinkErrorKind::Delta {
+            table,
+            what,
+            source: Box::new(source),
+        }
+        .into()
+    }
 }
 
 impl Sink for DeltaSink {
@@ -655,7 +861,11 @@ pub struct DeltaWriter {
 
 struct Open {
     writer: ArrowWriter<File>,
+    /// The file's name in the table.
     name: String,
+    /// Where it is written: in the table's directory, or (a table on object storage) a
+    /// hidden temp file in `TMPDIR`, uploaded at the store's commit.
+    local: PathBuf,
 }
 
 impl std::fmt::Debug for Open {
@@ -690,17 +900,29 @@ impl DeltaWriter {
                     uuid::Uuid::new_v4(),
                     self.inner.options.parquet.file_suffix()
                 );
-                let path = self.inner.dir.join(&name);
-                let file = File::options()
-                    .write(true)
-                    .create_new(true)
-                    .open(&path)
-                    .map_err(SinkError::io(&path, "create", Some(batch_id)))?;
+                let (file, local) = if self.inner.bucket.is_some() {
+                    let beside = std::env::temp_dir().join(&name);
+                    kdirect_commit::file_sink::create_temp_beside(&beside).map_err(
+                        SinkError::io(&beside, "create a temp file for", Some(batch_id)),
+                    )?
+                } else {
+                    let path = self.inner.dir.join(&name);
+                    let file = File::options()
+                        .write(true)
+                        .create_new(true)
+                        .open(&path)
+                        .map_err(SinkError::io(&path, "create", Some(batch_id)))?;
+                    (file, path)
+                };
                 let props = self.inner.options.parquet.properties(batch_id);
                 match ArrowWriter::try_new(file, delta_schema(), Some(props)) {
-                    Ok(writer) => self.file.insert(Open { writer, name }),
+                    Ok(writer) => self.file.insert(Open {
+                        writer,
+                        name,
+                        local,
+                    }),
                     Err(e) => {
-                        let _ = fs::remove_file(&path);
+                        let _ = fs::remove_file(&local);
                         return Err(self.parquet_error(&name)(e));
                     }
                 }
@@ -744,10 +966,15 @@ impl BatchWriter for DeltaWriter {
     /// with its positions at the store's commit ([`DeltaLog::commit`]), not here.
     fn commit(mut self) -> Result<SinkCommit, SinkError> {
         let id = Some(self.batch_id);
-        let mut adds = Vec::new();
+        let mut staged = Staged::default();
         let mut files = Vec::new();
-        if let Some(Open { writer, name }) = self.file.take() {
-            let path = self.inner.dir.join(&name);
+        if let Some(Open {
+            writer,
+            name,
+            local,
+        }) = self.file.take()
+        {
+            let path = local;
             let closed = writer
                 .into_inner()
                 .map_err(self.parquet_error(&name))
@@ -769,7 +996,11 @@ impl BatchWriter for DeltaWriter {
                 .ok()
                 .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                 .map_or(0, |d| d.as_millis() as i64);
-            adds.push(Add {
+            if self.inner.bucket.is_some() {
+                staged.uploads.push((path, name.clone()));
+            }
+            files.push(self.inner.dir.join(&name));
+            staged.adds.push(Add {
                 path: name,
                 partition_values: HashMap::new(),
                 size: meta.len() as i64,
@@ -782,13 +1013,18 @@ impl BatchWriter for DeltaWriter {
                 default_row_commit_version: None,
                 clustering_provider: None,
             });
-            files.push(path);
         }
-        let dir = &self.inner.dir;
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(SinkError::io(dir, "fsync directory", id))?;
-        lock(&self.inner.staged).insert(self.batch_id, adds);
+        if self.inner.bucket.is_none() {
+            let dir = &self.inner.dir;
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(SinkError::io(dir, "fsync directory", id))?;
+        }
+        if let Some(old) = lock(&self.inner.staged).insert(self.batch_id, staged) {
+            for (local, _) in old.uploads {
+                let _ = fs::remove_file(local);
+            }
+        }
         Ok(SinkCommit {
             batch_id: self.batch_id,
             records: self.rows,
@@ -801,7 +1037,7 @@ impl Drop for DeltaWriter {
     fn drop(&mut self) {
         if let Some(open) = self.file.take() {
             drop(open.writer);
-            let _ = fs::remove_file(self.inner.dir.join(&open.name));
+            let _ = fs::remove_file(&open.local);
         }
     }
 }
@@ -840,7 +1076,7 @@ impl OffsetStore for DeltaLog {
             .await
             .map_err(|e| self.inner.store_error("load", e))?;
         // Read afresh at start: every app id, each version replayed by delta-rs.
-        let scan = self.inner.scan_log()?;
+        let scan = self.inner.scan_log().await?;
         self.inner.replay(&table, scan.app_ids.clone()).await?;
         let tps: Vec<TopicPartition> = scan
             .app_ids
@@ -870,7 +1106,7 @@ impl OffsetStore for DeltaLog {
         _ctx: &CommitContext<'_>,
     ) -> Result<CommitOutcome, StoreError> {
         let inner = &self.inner;
-        let Some(adds) = lock(&inner.staged).remove(&batch.id) else {
+        let Some(mut staged) = lock(&inner.staged).remove(&batch.id) else {
             // A retried commit of a batch this process committed: decided below as
             // already committed; anything else was never written through the sink.
             let mut table = inner.table.lock().await;
@@ -888,10 +1124,14 @@ impl OffsetStore for DeltaLog {
                 .into()),
             };
         };
-        let outcome = self.commit_adds(batch, &adds).await;
+        let uploaded = self.upload(batch.id, &mut staged).await;
+        let outcome = match uploaded {
+            Ok(()) => self.commit_adds(batch, &staged.adds).await,
+            Err(e) => Err(e),
+        };
         if outcome.is_err() {
-            // Still staged: a retried commit takes them.
-            lock(&inner.staged).insert(batch.id, adds);
+            // Still staged (what was uploaded, as uploaded): a retried commit takes them.
+            lock(&inner.staged).insert(batch.id, staged);
         }
         outcome
     }
@@ -918,6 +1158,32 @@ impl OffsetStore for DeltaLog {
 }
 
 impl DeltaLog {
+    /// A table on object storage: uploads the batch's data files under their names in the
+    /// table (each appears whole; no Delta reader sees it before the commit that adds it).
+    async fn upload(&self, batch_id: u64, staged: &mut Staged) -> Result<(), StoreError> {
+        let Some(bucket) = self.inner.bucket.clone() else {
+            return Ok(());
+        };
+        while let Some((local, name)) = staged.uploads.first().cloned() {
+            let b = bucket.clone();
+            let target = b.url().join(&name);
+            let up = local.clone();
+            let done = tokio::task::spawn_blocking(move || b.upload_file(&target, &up))
+                .await
+                .map_err(|e| {
+                    object_err(
+                        &self.inner.dir.join(&name),
+                        "upload (batch task)",
+                        format!("batch {batch_id}: {e}"),
+                    )
+                })?;
+            done?;
+            let _ = fs::remove_file(&local);
+            staged.uploads.remove(0);
+        }
+        Ok(())
+    }
+
     fn txn(&self, tp: &TopicPartition, position: i64) -> Action {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -40,8 +40,9 @@
 //! and the batch becomes visible in the store's commit (`DirectStream::commit`), the one Delta
 //! commit that also moves the positions — the sink's commit is the store's.
 //!
-//! Local disks only for now: object stores and HDFS (which the checkpoint store already
-//! speaks) are not done for sinks yet.
+//! The Parquet and Delta sinks also write to object storage (`s3://`, `az://`, with the
+//! checkpoint's clients: `kdirect_commit::object::Bucket`); the JSON-lines sinks write to local
+//! disks only, and no sink writes to HDFS yet.
 
 use std::path::PathBuf;
 

@@ -31,8 +31,31 @@
 //! the visible files once, before and after the re-run. A reader that knows the log reads
 //! the files listed for the committed batches ([`ParquetSink::committed_files`]).
 //!
-//! The log is one writer's, as a checkpoint is: not for consumer groups. Local disks only for
-//! now (the checkpoint's S3, Azure and HDFS backends are not wired to the sink's files yet).
+//! The log is one writer's, as a checkpoint is: not for consumer groups.
+//!
+//! # On object storage
+//!
+//! [`ParquetSink::open_object`] (`--sink parquet:s3://BUCKET/PREFIX`, `parquet:az://…`) keeps
+//! the same layout under the prefix, through the checkpoint's own clients
+//! (`kdirect_commit::object::Bucket`: the same environment, settings and errors).
+//! An object store has no rename, and does not need one: an object appears whole when its put
+//! (or its multipart upload's completion) returns, and a put under an existing key replaces it
+//! whole. So:
+//!
+//! 2. the file is written to a hidden temp file in the local temp directory (`TMPDIR`), never
+//!    under the prefix — a crash leaves nothing in the bucket (a multipart upload cut short is
+//!    never listed: a bucket lifecycle rule aborting incomplete uploads reclaims its parts);
+//! 3. [`BatchWriter::commit`] finishes the file and stages it (still invisible);
+//! 4. [`ParquetLog`]'s commit uploads it under its batch's name `part-<batchId>-000.parquet`
+//!    (one put up to 8 MiB, a multipart upload beyond), removes other objects of batch N an
+//!    earlier attempt left, puts `_kdirect_metadata/<N>`, then creates `commits/N` only if
+//!    absent (the checkpoint's conditional create).
+//!
+//! What `pyarrow.dataset` on the prefix sees after a crash is what it sees in a directory:
+//! the committed batches' objects, and possibly the object of the one batch whose upload
+//! completed before `commits/N` — with exactly that batch's records, which the re-run (the same
+//! ranges, from the plan log) writes again under the same key, replacing it. Each offset is
+//! in the visible objects once, before and after the re-run. HDFS is not done yet.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -42,6 +65,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use kdirect_commit::checkpoint::{CheckpointStore, DEFAULT_RETENTION};
 use kdirect_commit::file_sink::create_temp_beside;
+#[cfg(feature = "object-store")]
+use kdirect_commit::object::Bucket;
 use kdirect_commit::{
     Capabilities, CommitContext, CommitOutcome, Committed, OffsetStore, PlannedBatch, Positions,
     StoreError, StoreErrorKind,
@@ -185,12 +210,49 @@ pub struct ParquetSink {
 
 #[derive(Debug)]
 struct Inner {
+    /// The directory, or the prefix's URL (`s3://bucket/prefix`).
     dir: PathBuf,
     log_dir: PathBuf,
+    place: Place,
     checkpoint: CheckpointStore,
     options: ParquetOptions,
     /// Files committed by a writer and not yet listed in the log, by batch id.
-    placed: Mutex<BTreeMap<u64, Vec<SinkFile>>>,
+    placed: Mutex<BTreeMap<u64, Placed>>,
+}
+
+/// Where the files are.
+#[derive(Debug)]
+enum Place {
+    /// A local directory (`Inner::dir`).
+    Disk,
+    /// A prefix in an S3 bucket or Azure container (`Inner::dir` is its URL).
+    #[cfg(feature = "object-store")]
+    Object(Bucket),
+}
+
+/// A batch's output, committed by its writer, not yet in the log.
+#[derive(Debug, Clone)]
+struct Placed {
+    files: Vec<SinkFile>,
+    /// On object storage: the finished local file that becomes the batch's object at the
+    /// log's commit (uploaded under its final name, so it appears whole).
+    upload: Option<PathBuf>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Finished files never uploaded (a batch whose store commit did not happen).
+        let placed = std::mem::take(
+            self.placed
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for p in placed.into_values() {
+            if let Some(tmp) = p.upload {
+                let _ = fs::remove_file(tmp);
+            }
+        }
+    }
 }
 
 impl ParquetSink {
@@ -223,6 +285,7 @@ impl ParquetSink {
             inner: Arc::new(Inner {
                 dir,
                 log_dir,
+                place: Place::Disk,
                 checkpoint,
                 options,
                 placed: Mutex::new(BTreeMap::new()),
@@ -230,7 +293,42 @@ impl ParquetSink {
         })
     }
 
-    /// The directory.
+    /// Opens the sink at `url` on object storage (`s3://bucket/prefix` or
+    /// `az://container/prefix`), with the layout and guarantees of a directory (see the
+    /// [module docs](self#on-object-storage)). The clients are the checkpoint's: credentials
+    /// and endpoint from the AWS or Azure environment variables, then `config` by
+    /// object_store's names (`aws_endpoint`, `aws_allow_http`, …; `azure_storage_endpoint`,
+    /// …). The log is a checkpoint at `url/_kdirect_metadata`.
+    ///
+    /// On object storage the sink's synchronous calls that read the bucket
+    /// ([`Sink::is_committed`], [`Sink::last_committed`], [`committed_files`](Self::committed_files))
+    /// block on the runtime the sink was opened on: call them from a blocking thread or
+    /// outside the runtime. The stream's calls (the log's `OffsetStore` methods) are async.
+    #[cfg(feature = "object-store")]
+    pub async fn open_object(
+        url: &str,
+        options: ParquetOptions,
+        config: &[(&str, &str)],
+    ) -> Result<ParquetSink, SinkError> {
+        let bucket = Bucket::open(Path::new(url), config)?;
+        let dir = bucket.url().to_owned();
+        let log_dir = dir.join(LOG_DIR);
+        let log_url = log_dir.to_string_lossy().into_owned();
+        let checkpoint =
+            CheckpointStore::open_object_with(&log_url, DEFAULT_RETENTION, config).await?;
+        Ok(ParquetSink {
+            inner: Arc::new(Inner {
+                dir,
+                log_dir,
+                place: Place::Object(bucket),
+                checkpoint,
+                options,
+                placed: Mutex::new(BTreeMap::new()),
+            }),
+        })
+    }
+
+    /// The directory (or the prefix's URL, `s3://bucket/prefix`).
     pub fn dir(&self) -> &Path {
         &self.inner.dir
     }
@@ -257,14 +355,12 @@ impl ParquetSink {
         };
         let mut out = BTreeMap::new();
         let d = &self.inner.log_dir;
-        for entry in fs::read_dir(d).map_err(SinkError::io(d, "list", None))? {
-            let entry = entry.map_err(SinkError::io(d, "list", None))?;
-            let name = entry.file_name();
-            let Some(id) = name.to_str().and_then(|n| n.parse::<u64>().ok()) else {
+        for name in self.inner.list_names(d)? {
+            let Some(id) = name.parse::<u64>().ok() else {
                 continue;
             };
             if id <= last {
-                out.insert(id, read_list(&entry.path())?);
+                out.insert(id, self.inner.read_list(&d.join(&name))?);
             }
         }
         Ok(out)
@@ -295,7 +391,7 @@ impl Sink for ParquetSink {
 
     fn is_committed(&self, batch_id: u64) -> Result<bool, SinkError> {
         Ok(self.last_committed()?.is_some_and(|last| batch_id <= last)
-            && self.inner.list_path(batch_id).exists())
+            && self.inner.list_exists(batch_id)?)
     }
 
     fn last_committed(&self) -> Result<Option<u64>, SinkError> {
@@ -308,11 +404,82 @@ impl Inner {
         self.log_dir.join(batch_id.to_string())
     }
 
-    fn placed(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Vec<SinkFile>>> {
+    fn placed(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Placed>> {
         self.placed.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Writes `_kdirect_metadata/<N>`: temp file, fsync, rename over it, fsync the directory.
+    /// The names directly in `dir` (the sink's directory or its log's).
+    fn list_names(&self, dir: &Path) -> Result<Vec<String>, SinkError> {
+        match &self.place {
+            Place::Disk => {
+                let mut names = Vec::new();
+                for entry in fs::read_dir(dir).map_err(SinkError::io(dir, "list", None))? {
+                    let entry = entry.map_err(SinkError::io(dir, "list", None))?;
+                    names.push(entry.file_name().to_string_lossy().into_owned());
+                }
+                Ok(names)
+            }
+            #[cfg(feature = "object-store")]
+            Place::Object(bucket) => Ok(bucket.list(dir)?),
+        }
+    }
+
+    /// Whether batch `batch_id`'s log file exists.
+    fn list_exists(&self, batch_id: u64) -> Result<bool, StoreError> {
+        let path = self.list_path(batch_id);
+        match &self.place {
+            Place::Disk => Ok(path.exists()),
+            #[cfg(feature = "object-store")]
+            Place::Object(bucket) => bucket.exists(&path),
+        }
+    }
+
+    /// Reads a sink log file (`_kdirect_metadata/<N>`).
+    fn read_list(&self, path: &Path) -> Result<Vec<SinkFile>, SinkError> {
+        match &self.place {
+            Place::Disk => read_list(path),
+            #[cfg(feature = "object-store")]
+            Place::Object(bucket) => match bucket.read(path, MAX_LIST)? {
+                Some(bytes) => parse_list(path, &String::from_utf8_lossy(&bytes)),
+                None => Err(SinkErrorKind::Corrupt {
+                    path: path.to_owned(),
+                    reason: "gone (removed while it was read?)".to_owned(),
+                }
+                .into()),
+            },
+        }
+    }
+
+    /// Makes batch `batch_id`'s output part of the log: on object storage, uploads its file
+    /// under its final name (it appears whole) and removes other objects of the batch an
+    /// earlier attempt left; then writes the log file. Blocking (object storage's calls
+    /// block on the runtime): run on a blocking thread there.
+    fn publish(&self, batch_id: u64, placed: &mut Placed) -> Result<(), StoreError> {
+        #[cfg(feature = "object-store")]
+        if let Place::Object(bucket) = &self.place {
+            if let Some(tmp) = &placed.upload {
+                let ours = placed.files.first().map(|f| f.name.clone());
+                if let Some(name) = &ours {
+                    bucket.upload_file(&self.dir.join(name), tmp)?;
+                }
+                let _ = fs::remove_file(tmp);
+                placed.upload = None;
+                let prefix = batch_prefix(batch_id);
+                for name in bucket.list(&self.dir)? {
+                    if Some(&name) != ours.as_ref()
+                        && name.starts_with(&prefix)
+                        && name.ends_with(".parquet")
+                    {
+                        bucket.remove(&self.dir.join(&name))?;
+                    }
+                }
+            }
+        }
+        self.write_list(batch_id, &placed.files)
+    }
+
+    /// Writes `_kdirect_metadata/<N>`: temp file, fsync, rename over it, fsync the directory
+    /// (on object storage: one put, which is whole or absent).
     fn write_list(&self, batch_id: u64, files: &[SinkFile]) -> Result<(), StoreError> {
         let path = self.list_path(batch_id);
         let io = |op: &'static str| {
@@ -332,6 +499,10 @@ impl Inner {
             );
             text.push('\n');
         }
+        #[cfg(feature = "object-store")]
+        if let Place::Object(bucket) = &self.place {
+            return bucket.put(&path, text.as_bytes());
+        }
         let (mut tmp_file, tmp) =
             create_temp_beside(&path).map_err(io("create a temp file for"))?;
         let placed = tmp_file
@@ -348,8 +519,25 @@ impl Inner {
     }
 }
 
-/// Reads a sink log file (`_kdirect_metadata/<N>`).
+/// A sink log file's size at most: a list is a few lines per file, anything large is not one.
+const MAX_LIST: u64 = 1 << 20;
+
+/// Reads a sink log file (`_kdirect_metadata/<N>`) on disk.
 fn read_list(path: &Path) -> Result<Vec<SinkFile>, SinkError> {
+    let meta = fs::symlink_metadata(path).map_err(SinkError::io(path, "look at", None))?;
+    if !meta.is_file() || meta.len() > MAX_LIST {
+        return Err(SinkErrorKind::Corrupt {
+            path: path.to_owned(),
+            reason: "not a regular file of at most 1 MiB".to_owned(),
+        }
+        .into());
+    }
+    let text = fs::read_to_string(path).map_err(SinkError::io(path, "read", None))?;
+    parse_list(path, &text)
+}
+
+/// Parses the text of the sink log file at `path`.
+fn parse_list(path: &Path, text: &str) -> Result<Vec<SinkFile>, SinkError> {
     let corrupt = |reason: String| -> SinkError {
         SinkErrorKind::Corrupt {
             path: path.to_owned(),
@@ -357,12 +545,6 @@ fn read_list(path: &Path) -> Result<Vec<SinkFile>, SinkError> {
         }
         .into()
     };
-    // A list is a few lines per file: anything large is not one.
-    let meta = fs::symlink_metadata(path).map_err(SinkError::io(path, "look at", None))?;
-    if !meta.is_file() || meta.len() > 1 << 20 {
-        return Err(corrupt("not a regular file of at most 1 MiB".to_owned()));
-    }
-    let text = fs::read_to_string(path).map_err(SinkError::io(path, "read", None))?;
     let mut lines = text.lines();
     if lines.next() != Some(LOG_VERSION) {
         return Err(corrupt(format!("line 1 is not '{LOG_VERSION}'")));
@@ -417,6 +599,17 @@ impl ParquetWriter {
         self.inner.dir.join(ParquetSink::file_name(self.batch_id))
     }
 
+    /// The path the hidden temp file is made beside: the final path on disk (the rename
+    /// is then within one directory); on object storage, a name in the local temp directory
+    /// (`TMPDIR`), from where the file is uploaded at the log's commit.
+    fn temp_beside(&self) -> PathBuf {
+        match &self.inner.place {
+            Place::Disk => self.final_path(),
+            #[cfg(feature = "object-store")]
+            Place::Object(_) => std::env::temp_dir().join(ParquetSink::file_name(self.batch_id)),
+        }
+    }
+
     fn parquet_error(&self, path: &Path) -> impl Fn(parquet::errors::ParquetError) -> SinkError {
         let (batch_id, path) = (self.batch_id, path.to_owned());
         move |source| {
@@ -435,7 +628,7 @@ impl ParquetWriter {
         let open = match &mut self.file {
             Some(open) => open,
             None => {
-                let path = self.final_path();
+                let path = self.temp_beside();
                 let (file, tmp) = create_temp_beside(&path).map_err(SinkError::io(
                     &path,
                     "create a temp file for",
@@ -548,10 +741,41 @@ impl BatchWriter for ParquetWriter {
                 Some(tmp)
             }
         };
-        let placed = self.place(tmp.as_deref())?;
-        let files: Vec<SinkFile> = placed.into_iter().collect();
-        let paths = files.iter().map(|f| self.inner.dir.join(&f.name)).collect();
-        self.inner.placed().insert(self.batch_id, files);
+        let staged = match &self.inner.place {
+            Place::Disk => Placed {
+                files: self.place(tmp.as_deref())?.into_iter().collect(),
+                upload: None,
+            },
+            // Uploaded at the log's commit (an async step: this one is called on the
+            // runtime), under its final name.
+            #[cfg(feature = "object-store")]
+            Place::Object(_) => {
+                let mut files = Vec::new();
+                if let Some(tmp) = &tmp {
+                    let size = fs::metadata(tmp)
+                        .map_err(SinkError::io(tmp, "look at", Some(self.batch_id)))?
+                        .len();
+                    files.push(SinkFile {
+                        name: ParquetSink::file_name(self.batch_id),
+                        size,
+                        rows: self.rows,
+                    });
+                }
+                Placed { files, upload: tmp }
+            }
+        };
+        let paths = staged
+            .files
+            .iter()
+            .map(|f| self.inner.dir.join(&f.name))
+            .collect();
+        if let Some(old) = self.inner.placed().insert(self.batch_id, staged) {
+            // A second writer of the same batch committed before the log's commit: its file
+            // replaces the first's, which is never uploaded.
+            if let Some(tmp) = old.upload {
+                let _ = fs::remove_file(tmp);
+            }
+        }
         Ok(SinkCommit {
             batch_id: self.batch_id,
             records: self.rows,
@@ -577,6 +801,33 @@ pub struct ParquetLog {
     inner: Arc<Inner>,
 }
 
+impl ParquetLog {
+    /// Runs `f` on the sink: at once on disk; on object storage on a blocking thread (the
+    /// bucket's calls block on the runtime).
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Inner) -> T + Send + 'static,
+    ) -> Result<T, StoreError> {
+        match &self.inner.place {
+            Place::Disk => Ok(f(&self.inner)),
+            #[cfg(feature = "object-store")]
+            Place::Object(_) => {
+                let inner = self.inner.clone();
+                tokio::task::spawn_blocking(move || f(&inner))
+                    .await
+                    .map_err(|e| {
+                        StoreErrorKind::Io {
+                            path: self.inner.dir.clone(),
+                            op: "run the sink's task on",
+                            source: std::io::Error::other(e.to_string()),
+                        }
+                        .into()
+                    })
+            }
+        }
+    }
+}
+
 impl OffsetStore for ParquetLog {
     fn describe(&self) -> String {
         format!("parquet sink log {}", self.inner.log_dir.display())
@@ -600,17 +851,24 @@ impl OffsetStore for ParquetLog {
         batch: &PlannedBatch,
         ctx: &CommitContext<'_>,
     ) -> Result<CommitOutcome, StoreError> {
-        let placed = self.inner.placed().remove(&batch.id);
+        let id = batch.id;
+        let placed = self.inner.placed().remove(&id);
         match placed {
-            Some(files) => {
-                if let Err(e) = self.inner.write_list(batch.id, &files) {
-                    // Still placed: a retried commit lists them.
-                    self.inner.placed().insert(batch.id, files);
+            Some(placed) => {
+                let (published, placed) = self
+                    .blocking(move |inner| {
+                        let mut placed = placed;
+                        (inner.publish(id, &mut placed), placed)
+                    })
+                    .await?;
+                if let Err(e) = published {
+                    // Still placed (uploaded, if it was): a retried commit lists them.
+                    self.inner.placed().insert(batch.id, placed);
                     return Err(e);
                 }
             }
             // A retried commit whose list was written already.
-            None if self.inner.list_path(batch.id).exists() => {}
+            None if self.blocking(move |inner| inner.list_exists(id)).await?? => {}
             None => {
                 return Err(StoreErrorKind::Inconsistent {
                     path: self.inner.list_path(batch.id),
