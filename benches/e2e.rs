@@ -6,7 +6,7 @@
 //! ```text
 //! cargo bench --bench e2e -- [--records N] [--partitions P] [--value-size S] [--codec C]
 //!     [--clients kdirect,kdirect-nocrc,floor,librdkafka,librdkafka-nocrc,rskafka]
-//!     [--suite default|scaling|kafka|tls|latency|shapes] [--broker fake|kafka|secure] [--memory-mib M]
+//!     [--suite default|scaling|kafka|tls|latency|shapes|lakehouse] [--broker fake|kafka|secure] [--memory-mib M]
 //!     [--batch-size B] [--shape-partitions 1,8,..] [--shape-batch-sizes 16384,..] [--shape-values 100,..]
 //!     [--kdirect-set k=v,..] [--rdkafka-set k=v,..] [--rate R] [--seconds S]
 //! ```
@@ -56,6 +56,13 @@
 //! the broker's append time (ms), skips the first 2 s of records (warm-up) and prints p50,
 //! p90, p99, p99.9 and max; the run fails unless each client received every record produced,
 //! once. `--clients kdirect` (or `librdkafka`) runs one alone, to see what it costs the broker.
+//!
+//! `--suite lakehouse` (issue 34 item 6; build with `--features delta`) lands one Apache Kafka
+//! topic of JSON values (`--records`, default 10M, × `--value-size` 100 B, `--partitions` 8) as
+//! a Delta table twice: `kdirect consume --until-latest --sink delta:DIR` and Spark Structured
+//! Streaming's Delta sink (Spark 3.5.4 + delta-spark, local[*], Trigger.AvailableNow; see
+//! [`lakehouse_suite`]), each a process of its own under GNU time, and checks with Spark that
+//! each table holds every offset once.
 //!
 //! The binary runs itself in hidden modes for the children: `--serve` (the fake broker),
 //! `--produce` (the latency suite's producer) and `--client NAME --bootstrap B` (one consumer,
@@ -278,9 +285,15 @@ fn orchestrate(o: &Opts) -> Result<(), String> {
         .map(String::from)
         .to_vec();
     }
+    if o.suite.as_deref() == Some("lakehouse") && !o.clients_set {
+        o.clients = ["kdirect", "spark"].map(String::from).to_vec();
+    }
     let o = &o;
     if o.suite.as_deref() == Some("latency") {
         return latency_suite(o);
+    }
+    if o.suite.as_deref() == Some("lakehouse") {
+        return lakehouse_suite(o);
     }
     let runs: Vec<Opts> = match o.suite.as_deref() {
         None | Some("tls") => vec![o.clone()],
@@ -333,7 +346,7 @@ fn orchestrate(o: &Opts) -> Result<(), String> {
         Some("shapes") => shapes(o),
         Some(s) => {
             return Err(format!(
-                "unknown suite {s} (default, scaling, kafka, tls, latency, shapes)"
+                "unknown suite {s} (default, scaling, kafka, tls, latency, shapes, lakehouse)"
             ))
         }
     };
@@ -2028,4 +2041,353 @@ fn rdkafka_latency(o: &Opts) -> Result<Latencies, String> {
         take(&mut lat, c.poll(Duration::from_millis(100)))?;
     }
     Ok(lat)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The lakehouse suite (issue 34 item 6): Kafka → Delta Lake, kdirect against Spark
+
+/// `--suite lakehouse`: one topic on Apache Kafka (`--records` JSON values of `--value-size`
+/// bytes, `--partitions` partitions; written once by librdkafka's producer into
+/// `lakehouse-<records>-json<size>-<partitions>` and reused), landed as a Delta table by
+/// `kdirect consume --until-latest --sink delta:DIR` and by Spark Structured Streaming's Delta
+/// sink (`tests/spark/spark.sh delta stream`: the Kafka source into `format("delta")`,
+/// Trigger.AvailableNow, local[*]), each in its own process under GNU time (wall, user + system
+/// CPU, peak RSS of the process). Each table is then read by Spark (`SparkDelta check`), which
+/// must find every offset of every partition exactly once. Needs the `delta` feature (the
+/// `kdirect` binary is built with the bench's features) and Apache Kafka:
+/// `KDIRECT_TEST_KAFKA`/`KDIRECT_TEST_KAFKA_CP` if set, else `tests/kafka/kafka.sh up`.
+fn lakehouse_suite(o: &Opts) -> Result<(), String> {
+    if !cfg!(feature = "delta") {
+        return Err(
+            "--suite lakehouse needs the Delta sink: cargo bench --bench e2e \
+                    --features delta -- --suite lakehouse"
+                .into(),
+        );
+    }
+    let root = env!("CARGO_MANIFEST_DIR");
+    let (bootstrap, classpath) = match (
+        std::env::var("KDIRECT_TEST_KAFKA"),
+        std::env::var("KDIRECT_TEST_KAFKA_CP"),
+    ) {
+        (Ok(b), Ok(cp)) if !b.is_empty() && !cp.is_empty() => (b, cp),
+        _ => {
+            let (b, cp, _) = kafka_up()?;
+            (b, cp)
+        }
+    };
+    let spark = format!("{root}/tests/spark/spark.sh");
+    let st = Command::new("bash")
+        .args([&spark, "fetch"])
+        .status()
+        .map_err(|e| format!("{spark}: {e}"))?;
+    if !st.success() {
+        return Err(format!("{spark} fetch failed"));
+    }
+    let topic = format!(
+        "lakehouse-{}-json{}-{}",
+        o.records, o.value_size, o.partitions
+    );
+    let run = Opts {
+        topic: topic.clone(),
+        bootstrap: bootstrap.clone(),
+        ..o.clone()
+    };
+    if create_unless_written(o, &bootstrap, &classpath, &topic)? {
+        produce_json(&run)?;
+    }
+    let written = kafka_records(&bootstrap, &classpath, &topic).unwrap_or(0);
+    if written != o.records {
+        return Err(format!(
+            "{topic} holds {written} records, not {}",
+            o.records
+        ));
+    }
+    let ends = end_offsets(&bootstrap, &classpath, &topic)?;
+    warm_page_cache(&topic);
+    let work = std::path::PathBuf::from(format!("{root}/target/lakehouse-bench"));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+    let kdirect = env!("CARGO_BIN_EXE_kdirect");
+
+    println!("{}", machine());
+    println!(
+        "topic {topic}: {} records, {} partitions, {} B JSON values, uncompressed; Apache Kafka at \
+         {bootstrap}; load average before: {}",
+        o.records,
+        o.partitions,
+        o.value_size,
+        loadavg()
+    );
+    let mut rows: Vec<(String, Timed)> = Vec::new();
+    for client in &o.clients {
+        let table = work.join(format!("{client}-table"));
+        let table_s = table.to_str().ok_or("a non-UTF-8 path")?.to_owned();
+        let mut cmd = match client.as_str() {
+            "kdirect" => {
+                let mut c = Command::new(kdirect);
+                c.args(["consume", "-b", &bootstrap, "-t", &topic])
+                    .args(["--starting", "earliest", "--until-latest", "--sink"])
+                    .arg(format!("delta:{table_s}"));
+                c
+            }
+            "spark" => {
+                let ckpt = work.join("spark-checkpoint");
+                let mut c = Command::new("bash");
+                c.args([&spark, "delta", "stream", &bootstrap, &topic, "0"])
+                    .arg(&ckpt)
+                    .arg(&table)
+                    // What a Spark user gets: every core, Spark's default driver memory (1g),
+                    // the JVM's default collector and JIT.
+                    .env("KDIRECT_SPARK_MASTER", "local[*]")
+                    .env("KDIRECT_SPARK_JVM_OPTS", "-Xmx1g");
+                c
+            }
+            other => return Err(format!("unknown lakehouse client {other} (kdirect, spark)")),
+        };
+        eprintln!("e2e: lakehouse {client}: landing {topic} in {table_s}");
+        let timed = time_process(&mut cmd).map_err(|e| format!("{client}: {e}"))?;
+        eprintln!(
+            "e2e: lakehouse {client}: {:.2} s wall, {:.2} s CPU, peak RSS {:.1} MiB{}",
+            timed.wall,
+            timed.cpu,
+            timed.rss_kib as f64 / 1024.0,
+            timed
+                .inner_secs
+                .map_or(String::new(), |s| format!(", query {s:.2} s"))
+        );
+        check_table(&spark, &table, &ends).map_err(|e| format!("{client}'s table: {e}"))?;
+        eprintln!("e2e: lakehouse {client}: Spark reads every offset once");
+        rows.push((client.clone(), timed));
+    }
+    let reference = rows
+        .iter()
+        .find(|(c, _)| c == "spark")
+        .map(|(_, t)| t.clone());
+    println!(
+        "| client | records | wall s | records/s | CPU s | CPU s / M records | peak RSS MiB | \
+         records/s vs Spark | CPU vs Spark |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for (client, t) in &rows {
+        let rate = o.records as f64 / t.wall;
+        let (vs_rate, vs_cpu) = match &reference {
+            Some(s) => (
+                format!("{:.1}×", rate / (o.records as f64 / s.wall)),
+                format!("1/{:.1}", s.cpu / t.cpu),
+            ),
+            None => (String::new(), String::new()),
+        };
+        println!(
+            "| {client}{} | {} | {:.2} | {:.0} | {:.2} | {:.2} | {:.1} | {vs_rate} | {vs_cpu} |",
+            t.inner_secs
+                .map_or(String::new(), |s| format!(" (query alone {s:.2} s)")),
+            o.records,
+            t.wall,
+            rate,
+            t.cpu,
+            t.cpu / (o.records as f64 / 1e6),
+            t.rss_kib as f64 / 1024.0,
+        );
+    }
+    println!("load average after: {}", loadavg());
+    let _ = std::fs::remove_dir_all(&work);
+    Ok(())
+}
+
+/// A process's cost as GNU time measures it.
+#[derive(Debug, Clone)]
+struct Timed {
+    wall: f64,
+    /// User + system CPU seconds.
+    cpu: f64,
+    rss_kib: u64,
+    /// The `secs=` of a `RESULT` line on stdout (Spark's query alone, after the JVM started).
+    inner_secs: Option<f64>,
+}
+
+/// Runs `cmd` under `/usr/bin/time` (GNU time: wall, user + system CPU and peak RSS of the
+/// process, the JVM included, as a user pays them).
+fn time_process(cmd: &mut Command) -> Result<Timed, String> {
+    let mut timed = Command::new("/usr/bin/time");
+    timed
+        .args(["-f", "TIMED %e %U %S %M"])
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => timed.env(k, v),
+            None => timed.env_remove(k),
+        };
+    }
+    let out = timed
+        .output()
+        .map_err(|e| format!("/usr/bin/time (GNU time): {e}"))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        return Err(format!("exited with {}: {stderr}", out.status));
+    }
+    let line = stderr
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("TIMED "))
+        .ok_or_else(|| format!("no GNU time line in {stderr:?}"))?;
+    let f: Vec<f64> = line
+        .split_whitespace()
+        .map(|v| v.parse().map_err(|e| format!("time's {line:?}: {e}")))
+        .collect::<Result<_, String>>()?;
+    let [wall, user, sys, rss] = f[..] else {
+        return Err(format!("time's {line:?}"));
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let inner_secs = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .and_then(|r| {
+            r.split_whitespace()
+                .find_map(|kv| kv.strip_prefix("secs="))
+                .and_then(|s| s.parse().ok())
+        });
+    Ok(Timed {
+        wall,
+        cpu: user + sys,
+        rss_kib: rss as u64,
+        inner_secs,
+    })
+}
+
+/// Each partition's end offset (KTool end-offsets).
+fn end_offsets(bootstrap: &str, classpath: &str, topic: &str) -> Result<Vec<i64>, String> {
+    let text = ktool(
+        classpath,
+        &["end-offsets", "--bootstrap", bootstrap, "--topic", topic],
+    )?;
+    let mut ends = BTreeMap::new();
+    for l in text.lines() {
+        if let Some((p, o)) = l.split_once(' ') {
+            let p: i32 = p.parse().map_err(|e| format!("end-offsets {l:?}: {e}"))?;
+            ends.insert(p, o.parse().map_err(|e| format!("end-offsets {l:?}: {e}"))?);
+        }
+    }
+    Ok(ends.into_values().collect())
+}
+
+/// Spark reads the table at `table` (`SparkDelta check`): each partition must hold offsets
+/// `0..end` exactly once (rows = distinct offsets = end, min 0, max end - 1).
+fn check_table(spark: &str, table: &std::path::Path, ends: &[i64]) -> Result<(), String> {
+    let out = Command::new("bash")
+        .args([spark, "delta", "check"])
+        .arg(table)
+        .env("KDIRECT_SPARK_MASTER", "local[*]")
+        .env("KDIRECT_SPARK_JVM_OPTS", "-Xmx1g")
+        .output()
+        .map_err(|e| format!("{spark}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "Spark's check failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let mut seen = BTreeMap::new();
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some(rest) = l.strip_prefix("PART ") else {
+            continue;
+        };
+        let f: Vec<i64> = rest
+            .split(' ')
+            .map(|v| v.parse().map_err(|e| format!("{l:?}: {e}")))
+            .collect::<Result<_, String>>()?;
+        seen.insert(f[0], (f[1], f[2], f[3], f[4]));
+    }
+    for (p, &end) in ends.iter().enumerate() {
+        let want = (end, end, 0, end - 1);
+        let got = seen.remove(&(p as i64));
+        if end > 0 && got != Some(want) {
+            return Err(format!(
+                "partition {p}: (rows, distinct offsets, min, max) = {got:?}, not {want:?}"
+            ));
+        }
+    }
+    if !seen.is_empty() {
+        return Err(format!("partitions the topic does not have: {seen:?}"));
+    }
+    Ok(())
+}
+
+/// Writes `o.records` JSON values of exactly `o.value_size` bytes into `o.topic` with
+/// librdkafka's producer, round-robin over `o.partitions` partitions (record `i` to partition
+/// `i % P`), no key, uncompressed, batched (`linger.ms=20`, `batch.size=1000000`).
+fn produce_json(o: &Opts) -> Result<(), String> {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+    use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+    use rdkafka::ClientContext;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    struct Failures(AtomicU64);
+    impl ClientContext for Failures {}
+    impl ProducerContext for Failures {
+        type DeliveryOpaque = ();
+        fn delivery(&self, r: &DeliveryResult<'_>, _: ()) {
+            if r.is_err() {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    eprintln!(
+        "e2e: writing {} JSON records into {} with librdkafka's producer",
+        o.records, o.topic
+    );
+    let p: BaseProducer<Failures> = ClientConfig::new()
+        .set("bootstrap.servers", &o.bootstrap)
+        .set("linger.ms", "20")
+        .set("batch.size", "1000000")
+        .set("acks", "all")
+        .set("queue.buffering.max.kbytes", "262144")
+        .create_with_context(Failures(AtomicU64::new(0)))
+        .map_err(|e| e.to_string())?;
+    let mut value = Vec::with_capacity(o.value_size + 64);
+    for i in 0..o.records {
+        let partition = (i % o.partitions.max(1) as u64) as i32;
+        json_value(&mut value, i, partition, o.value_size);
+        loop {
+            let record = BaseRecord::to(&o.topic)
+                .partition(partition)
+                .payload(&value[..]);
+            match p.send::<(), [u8]>(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    p.poll(Duration::from_millis(5));
+                }
+                Err((e, _)) => return Err(format!("send record {i}: {e}")),
+            }
+        }
+        if i % 1024 == 0 {
+            p.poll(Duration::ZERO);
+        }
+    }
+    p.flush(Duration::from_secs(300))
+        .map_err(|e| format!("flush: {e}"))?;
+    let failed = p.context().0.load(Ordering::Relaxed);
+    if failed > 0 {
+        return Err(format!("{failed} records were not delivered"));
+    }
+    Ok(())
+}
+
+/// Record `i`'s value: a JSON object of exactly `size` bytes (padded with its `pad` field) when
+/// `size` allows, e.g. `{"id":42,"partition":2,"user":"u42","event":"click","ts":1700000042000,"pad":"xxxx"}`.
+fn json_value(out: &mut Vec<u8>, i: u64, partition: i32, size: usize) {
+    const EVENTS: [&str; 4] = ["click", "view", "purchase", "scroll"];
+    out.clear();
+    let _ = write!(
+        out,
+        "{{\"id\":{i},\"partition\":{partition},\"user\":\"u{}\",\"event\":\"{}\",\"ts\":{},\"pad\":\"",
+        i % 100_000,
+        EVENTS[(i % 4) as usize],
+        1_700_000_000_000u64 + i
+    );
+    while out.len() + 2 < size {
+        out.push(b'x');
+    }
+    out.extend_from_slice(b"\"}");
 }
