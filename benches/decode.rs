@@ -188,11 +188,15 @@ fn length_chain(section: &[u8]) -> usize {
     let mut n = 0usize;
     while let Some(w) = section.get(pos..pos + 8) {
         let w = u64::from_le_bytes(w.try_into().unwrap());
-        // A zigzag varint of 1 or 2 bytes (every record length here), halved in the shifts.
+        // A zigzag varint, halved in the shifts; 1 and 2 bytes (the 100 B records) first.
         let (len, width) = if w & 0x80 == 0 {
             ((w & 0x7e) >> 1, 1)
-        } else {
+        } else if w & 0x8000 == 0 {
             (((w & 0x7e) >> 1) | ((w >> 2) & 0x1fc0), 2)
+        } else {
+            let width = (!w & 0x8080_8080_8080_8080).trailing_zeros() as usize / 8 + 1;
+            let u = (0..width).fold(0, |u, i| u | ((w >> (8 * i)) & 0x7f) << (7 * i));
+            (u >> 1, width)
         };
         pos += width + len as usize;
         n += 1;
