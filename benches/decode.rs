@@ -11,7 +11,12 @@
 //! - `crc32c-crate`: the same pass with the `crc32c` crate (SSE 4.2, the CRC kafka-protocol uses),
 //!   for reference;
 //! - `floor-inflate`: bare decompression of each batch's records section into a reused buffer,
-//!   with the codec kdirect uses (the floor for compressed batches).
+//!   with the codec kdirect uses (the floor for compressed batches);
+//! - `floor-length-chain`: the record-length chain alone, over the (inflated) records sections
+//!   prepared outside the timed loop: from each record's start, load 8 bytes, decode the length
+//!   varint, step to the next record. Each record's start depends on the previous record's
+//!   length, so no decoder that walks records one after the other can beat it; nothing else of
+//!   the record is read and no bound is checked beyond the load's own.
 //!
 //! `floor/zstd-impl/*` compares the zstd C library (the `zstd` crate) with pure-Rust `ruzstd`.
 //!
@@ -55,8 +60,19 @@ fn value(i: usize, len: usize) -> Vec<u8> {
 }
 
 fn batch(count: usize, size: usize, headers: bool, codec: KpCompression) -> Bytes {
+    batch_sized(count, |_| size, headers, codec)
+}
+
+/// Like [`batch`], with record `i`'s value `size(i)` bytes long.
+fn batch_sized(
+    count: usize,
+    size: impl Fn(usize) -> usize,
+    headers: bool,
+    codec: KpCompression,
+) -> Bytes {
     let records: Vec<KpRecord> = (0..count)
         .map(|i| {
+            let size = size(i);
             let mut h = IndexMap::new();
             if headers {
                 h.insert(
@@ -165,6 +181,29 @@ fn inflate_floor(buf: &Bytes, scratch: &mut Scratch) -> usize {
     sum
 }
 
+/// The record-length chain over one records section: the records found (see the module doc).
+#[inline(never)]
+fn length_chain(section: &[u8]) -> usize {
+    let mut pos = 0usize;
+    let mut n = 0usize;
+    while let Some(w) = section.get(pos..pos + 8) {
+        let w = u64::from_le_bytes(w.try_into().unwrap());
+        // A zigzag varint, halved in the shifts; 1 and 2 bytes (the 100 B records) first.
+        let (len, width) = if w & 0x80 == 0 {
+            ((w & 0x7e) >> 1, 1)
+        } else if w & 0x8000 == 0 {
+            (((w & 0x7e) >> 1) | ((w >> 2) & 0x1fc0), 2)
+        } else {
+            let width = (!w & 0x8080_8080_8080_8080).trailing_zeros() as usize / 8 + 1;
+            let u = (0..width).fold(0, |u, i| u | ((w >> (8 * i)) & 0x7f) << (7 * i));
+            (u >> 1, width)
+        };
+        pos += width + len as usize;
+        n += 1;
+    }
+    n
+}
+
 fn group(c: &mut Criterion, name: &str, buf: Bytes, records: u64, by_elements: bool) {
     let mut g = c.benchmark_group(format!("decode/{name}"));
     g.throughput(if by_elements {
@@ -198,6 +237,24 @@ fn group(c: &mut Criterion, name: &str, buf: Bytes, records: u64, by_elements: b
     g.bench_function("crc32c-crate", |b| {
         b.iter(|| black_box(crc32c::crc32c(black_box(&buf[..]))))
     });
+    let sections: Vec<Vec<u8>> = Batches::new(buf.clone(), false)
+        .map(|b| {
+            let b = b.unwrap();
+            let section = b.records_section();
+            scratch
+                .inflate(b.header().compression, &section, usize::MAX)
+                .unwrap()
+                .to_vec()
+        })
+        .collect();
+    g.bench_function("floor-length-chain", |b| {
+        b.iter(|| {
+            sections
+                .iter()
+                .map(|s| length_chain(black_box(s)))
+                .sum::<usize>()
+        })
+    });
     if compressed {
         g.bench_function("floor-inflate", |b| {
             b.iter(|| black_box(inflate_floor(&buf, &mut scratch)))
@@ -212,6 +269,20 @@ fn decode(c: &mut Criterion) {
         c,
         "1000x100B/none",
         batch(1000, 100, false, none),
+        1000,
+        true,
+    );
+    // Values of 50 to 150 bytes (mean 100), in an order no predictor learns: every record's
+    // length differs from the one before it.
+    group(
+        c,
+        "1000x50-150B/none",
+        batch_sized(
+            1000,
+            |i| 50 + (i.wrapping_mul(0x9e37_79b9) >> 7) % 101,
+            false,
+            none,
+        ),
         1000,
         true,
     );
