@@ -612,17 +612,16 @@ fn spark_reads_the_delta_sink_every_offset_once() {
 /// Issue 34 item 5, a table begun by Spark: Spark Structured Streaming's Kafka source
 /// (`includeHeaders`, so the same eight columns as kdirect's) into Spark's Delta sink, 30
 /// records per micro-batch, for the 100 records there were; then `kdirect consume --sink
-/// delta:` on Spark's table, starting where Spark's checkpoint says it stopped. The Delta sink
-/// refuses the table, before writing anything: Spark declares every column and nested field
-/// nullable (`headers` is `array<struct<key: string, value: binary>>` with nullable elements
-/// and a nullable key), the sink writes a non-null element and key, and it refuses a table
-/// whose types differ from its own (`DeltaSink::open`). Continuing Spark's table is not done;
-/// this pins the refusal, so the day the sink accepts Spark's schema this test is turned into
-/// the continuation it describes.
+/// delta:` continues Spark's table from where Spark's checkpoint says it stopped. Spark
+/// declares every column and nested field nullable (`headers` is `array<struct<key: string,
+/// value: binary>>` with nullable elements and a nullable key) where the sink writes some
+/// not null: the sink takes such a table (`DeltaSink::open` refused it before). Spark then
+/// reads every offset of the topic once, its 100 rows and kdirect's 60 after them, and the
+/// table holds kdirect's positions as `txn`s beside Spark's own.
 #[cfg(feature = "delta")]
 #[test]
-fn the_delta_sink_refuses_a_table_begun_by_sparks_delta_sink() {
-    let test = "the_delta_sink_refuses_a_table_begun_by_sparks_delta_sink";
+fn the_delta_sink_continues_a_table_begun_by_sparks_delta_sink() {
+    let test = "the_delta_sink_continues_a_table_begun_by_sparks_delta_sink";
     let Some(kafka) = Kafka::single(test) else {
         return;
     };
@@ -652,7 +651,7 @@ fn the_delta_sink_refuses_a_table_begun_by_sparks_delta_sink() {
     let starting = format!("{{\"{t}\":{{\"0\":{},\"1\":{}}}}}", stopped[0], stopped[1]);
     let before = spark_read(&spark, &table);
     assert_eq!(before.rows.len(), 100);
-    let err = refused(&[
+    ok(&[
         "consume",
         "-b",
         &kafka.bootstrap,
@@ -664,10 +663,27 @@ fn the_delta_sink_refuses_a_table_begun_by_sparks_delta_sink() {
         "--sink",
         &format!("delta:{}", table.display()),
     ]);
-    assert!(err.contains("not Spark's Kafka source schema"), "{err}");
-    // Nothing was written: Spark reads the same table.
     let after = spark_read(&spark, &table);
-    assert_eq!(after.rows, before.rows);
-    assert_eq!(after.txns, before.txns);
+    let mut seen: Vec<(i32, i64)> = after.rows.iter().map(|r| (r.1, r.2)).collect();
+    seen.sort_unstable();
+    let want: Vec<(i32, i64)> = (0..2).flat_map(|p| (0..80).map(move |o| (p, o))).collect();
+    assert_eq!(seen, want, "every offset of both partitions once");
+    // Spark's rows are still there as Spark wrote them.
+    for row in &before.rows {
+        assert!(after.rows.contains(row), "Spark's row {row:?} is gone");
+    }
+    // kdirect's positions, as kafka-delta-ingest keeps them (the last offset written).
+    assert_eq!(
+        after.txns.get(&format!("{t}-0")),
+        Some(&79),
+        "{:?}",
+        after.txns
+    );
+    assert_eq!(
+        after.txns.get(&format!("{t}-1")),
+        Some(&79),
+        "{:?}",
+        after.txns
+    );
     let _ = std::fs::remove_dir_all(&tmp);
 }

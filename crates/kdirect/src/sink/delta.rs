@@ -82,7 +82,7 @@ use arrow_array::{Array, ArrayRef, PrimitiveArray, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel as _;
 use deltalake_core::kernel::transaction::{CommitBuilder, CommitProperties, TransactionError};
-use deltalake_core::kernel::{Action, Add, StructType, Transaction};
+use deltalake_core::kernel::{Action, Add, DataType as DeltaType, StructType, Transaction};
 use deltalake_core::logstore::object_store::path::Path as Key;
 use deltalake_core::logstore::object_store::ObjectStore;
 use deltalake_core::logstore::{LogStoreRef, StorageConfig};
@@ -189,6 +189,93 @@ pub fn delta_schema() -> SchemaRef {
             Arc::new(Schema::new(fields))
         })
         .clone()
+}
+
+/// Why the sink cannot append its rows (of schema `ours`) to a table of schema `theirs`, if
+/// it cannot: the same columns in the same order with the same types, where a column or a
+/// nested field the sink never leaves null may be nullable in the table (Spark's Delta sink
+/// declares every column and nested field nullable, kdirect some of them not null; a table
+/// either wrote is one the other can continue), but not the other way round.
+fn unwritable(theirs: &StructType, ours: &StructType) -> Option<String> {
+    let names = |s: &StructType| s.fields().map(|f| f.name().clone()).collect::<Vec<_>>();
+    if names(theirs) != names(ours) {
+        return Some(format!(
+            "its columns are {:?}, the sink's {:?}",
+            names(theirs),
+            names(ours)
+        ));
+    }
+    theirs.fields().zip(ours.fields()).find_map(|(t, o)| {
+        field_unwritable(
+            t.name(),
+            t.is_nullable(),
+            t.data_type(),
+            o.is_nullable(),
+            o.data_type(),
+        )
+    })
+}
+
+/// [`unwritable`] for one column or nested field at `path`.
+fn field_unwritable(
+    path: &str,
+    theirs_null: bool,
+    theirs: &DeltaType,
+    ours_null: bool,
+    ours: &DeltaType,
+) -> Option<String> {
+    if ours_null && !theirs_null {
+        return Some(format!(
+            "{path} is not nullable in the table, and the sink writes nulls there"
+        ));
+    }
+    let differ = || {
+        Some(format!(
+            "{path} is {theirs} in the table, {ours} in the sink's rows"
+        ))
+    };
+    match (theirs, ours) {
+        (DeltaType::Array(t), DeltaType::Array(o)) => field_unwritable(
+            &format!("{path}[]"),
+            t.contains_null(),
+            t.element_type(),
+            o.contains_null(),
+            o.element_type(),
+        ),
+        (DeltaType::Map(t), DeltaType::Map(o)) => field_unwritable(
+            &format!("{path}{{key}}"),
+            false,
+            t.key_type(),
+            false,
+            o.key_type(),
+        )
+        .or_else(|| {
+            field_unwritable(
+                &format!("{path}{{value}}"),
+                t.value_contains_null(),
+                t.value_type(),
+                o.value_contains_null(),
+                o.value_type(),
+            )
+        }),
+        (DeltaType::Struct(t), DeltaType::Struct(o)) => {
+            let names = |s: &StructType| s.fields().map(|f| f.name().clone()).collect::<Vec<_>>();
+            if names(t) != names(o) {
+                return differ();
+            }
+            t.fields().zip(o.fields()).find_map(|(tf, of)| {
+                field_unwritable(
+                    &format!("{path}.{}", tf.name()),
+                    tf.is_nullable(),
+                    tf.data_type(),
+                    of.is_nullable(),
+                    of.data_type(),
+                )
+            })
+        }
+        (t, o) if t == o => None,
+        _ => differ(),
+    }
 }
 
 /// `rb` (of [`kafka_schema`]) in [`delta_schema`]: the timestamp column in microseconds.
@@ -422,19 +509,12 @@ impl DeltaSink {
                 .snapshot()
                 .map_err(delta("read the schema of"))?
                 .schema();
-            let shape = |s: &StructType| -> Vec<(String, String)> {
-                s.fields()
-                    .map(|f| (f.name().to_owned(), format!("{:?}", f.data_type())))
-                    .collect()
-            };
-            if shape(&theirs) != shape(&schema) {
+            if let Some(why) = unwritable(&theirs, &schema) {
                 return Err(SinkErrorKind::Spec {
                     spec: dir.display().to_string(),
                     reason: format!(
-                        "the table's columns are {:?}, not Spark's Kafka source schema ({:?}) \
-                         that the Delta sink writes",
-                        theirs.fields().map(|f| f.name()).collect::<Vec<_>>(),
-                        schema.fields().map(|f| f.name()).collect::<Vec<_>>()
+                        "the table's schema is not Spark's Kafka source schema that the Delta \
+                         sink writes: {why}"
                     ),
                 }
                 .into());
@@ -1344,4 +1424,85 @@ impl DeltaLog {
 enum RaceOr {
     Raced,
     Error(StoreError),
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod schema_tests {
+    use deltalake_core::kernel::{ArrayType, MapType, StructField};
+
+    use super::*;
+
+    fn ours() -> StructType {
+        delta_schema().as_ref().try_into_kernel().unwrap()
+    }
+
+    /// What Spark's Delta sink declares: every column and nested field nullable.
+    fn all_nullable(t: &DeltaType) -> DeltaType {
+        match t {
+            DeltaType::Array(a) => DeltaType::Array(Box::new(ArrayType::new(
+                all_nullable(a.element_type()),
+                true,
+            ))),
+            DeltaType::Map(m) => DeltaType::Map(Box::new(MapType::new(
+                all_nullable(m.key_type()),
+                all_nullable(m.value_type()),
+                true,
+            ))),
+            DeltaType::Struct(s) => DeltaType::Struct(Box::new(spark_like(s))),
+            other => other.clone(),
+        }
+    }
+
+    fn spark_like(s: &StructType) -> StructType {
+        StructType::try_new(
+            s.fields()
+                .map(|f| StructField::new(f.name(), all_nullable(f.data_type()), true)),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_table_as_nullable_as_sparks_takes_the_sinks_rows() {
+        assert_eq!(unwritable(&ours(), &ours()), None);
+        let spark = spark_like(&ours());
+        assert_ne!(spark, ours(), "the test must loosen something");
+        assert_eq!(unwritable(&spark, &ours()), None);
+    }
+
+    #[test]
+    fn a_table_stricter_than_the_sinks_rows_or_of_other_columns_is_refused() {
+        // The sink's rows into a table that says the key is never null: refused.
+        let strict = StructType::try_new(
+            ours()
+                .fields()
+                .map(|f| StructField::new(f.name(), f.data_type().clone(), false)),
+        )
+        .unwrap();
+        let why = unwritable(&strict, &ours()).unwrap();
+        assert!(why.contains("key is not nullable"), "{why}");
+        // kafka-delta-ingest's tables hold the values' fields as columns.
+        let other = StructType::try_new([
+            StructField::new("id", DeltaType::LONG, true),
+            StructField::new("name", DeltaType::STRING, true),
+        ])
+        .unwrap();
+        let why = unwritable(&other, &ours()).unwrap();
+        assert!(why.contains("its columns are [\"id\", \"name\"]"), "{why}");
+        // Same names, another type.
+        let retyped = StructType::try_new(ours().fields().map(|f| {
+            let t = if f.name() == "partition" {
+                DeltaType::LONG
+            } else {
+                f.data_type().clone()
+            };
+            StructField::new(f.name(), t, true)
+        }))
+        .unwrap();
+        let why = unwritable(&retyped, &ours()).unwrap();
+        assert!(
+            why.contains("partition is long in the table, integer"),
+            "{why}"
+        );
+    }
 }
