@@ -52,7 +52,11 @@
 //! A table that exists must have the schema the sink writes (Spark's Kafka source schema): a
 //! kafka-delta-ingest table, whose columns are its messages' JSON fields, is refused at
 //! [`DeltaSink::open`] (decoding values into columns is not done yet), so continuing one
-//! another program wrote means its positions, in a table of this schema.
+//! another program wrote means its positions, in a table of this schema. A table Spark's Delta
+//! sink began from Spark's Kafka source (`includeHeaders`) has that schema with every column
+//! and nested field nullable; the sink takes it (a table may be more permissive than the rows,
+//! never stricter), so kdirect continues a Spark job's table from its checkpoint's positions
+//! (`spark::the_delta_sink_continues_a_table_begun_by_sparks_delta_sink`).
 //!
 //! # On object storage
 //!
