@@ -18,7 +18,7 @@ use kdirect_fake_broker::{Codec, FakeCluster, FakeRecord};
 
 const PARTITIONS: i32 = 4;
 const PER_PARTITION: i64 = 30_000;
-const KILLS: usize = 20;
+const KILLS: usize = 12;
 
 /// Where the records come from: kdirect's fake broker, or a topic on Apache Kafka.
 enum Source {
@@ -133,7 +133,8 @@ impl Lcg {
     }
 }
 
-/// `kdirect consume` from the earliest offsets in batches of 200; with `ending`, up to the
+/// `kdirect consume` from the earliest offsets in batches of 200 (unless `extra` sets
+/// `--max-offsets-per-batch`); with `ending`, up to the
 /// ends seen at its start (`--until-latest`), else on and on.
 fn spawn(boot: &str, topic: &str, extra: &[&str], ending: bool) -> Child {
     spawn_env(boot, topic, extra, ending, &[])
@@ -147,17 +148,11 @@ fn spawn_env(
     ending: bool,
     envs: &[(&str, &str)],
 ) -> Child {
-    let mut args = vec![
-        "consume",
-        "-b",
-        boot,
-        "-t",
-        topic,
-        "--starting",
-        "earliest",
-        "--max-offsets-per-batch",
-        "200",
-    ];
+    let mut args = vec!["consume", "-b", boot, "-t", topic, "--starting", "earliest"];
+    // Batches of 200 unless the test asks for its own size.
+    if !extra.contains(&"--max-offsets-per-batch") {
+        args.extend_from_slice(&["--max-offsets-per-batch", "200"]);
+    }
     if ending {
         args.push("--until-latest");
     }
@@ -189,6 +184,20 @@ fn run_with_kills_env(
     run_with_kills_under(name, source, extra, true, envs)
 }
 
+/// [`run_with_kills_env`] for a store whose runs take seconds to start and to commit (a Delta
+/// table on moto): each kill falls within the first `within_ms` of a run, instead of the
+/// first 100 ms, which would kill every run before its first commit.
+#[cfg(feature = "delta")]
+fn run_with_kills_within(
+    name: &str,
+    source: &Source,
+    extra: &[&str],
+    envs: &[(&str, &str)],
+    within_ms: u64,
+) -> Vec<i64> {
+    run_with_kills_from(name, source, extra, true, envs, within_ms)
+}
+
 /// [`run_with_kills`], the killed runs with an ending (`--until-latest`) or without one (they
 /// never finish on their own; the last run, with the ending, does), with environment variables
 /// for every run.
@@ -199,6 +208,19 @@ fn run_with_kills_under(
     ending: bool,
     envs: &[(&str, &str)],
 ) -> Vec<i64> {
+    run_with_kills_from(name, source, extra, ending, envs, 100)
+}
+
+/// [`run_with_kills_under`], each kill within the first `within_ms` of a run (halved each
+/// time a run finishes before its kill).
+fn run_with_kills_from(
+    name: &str,
+    source: &Source,
+    extra: &[&str],
+    ending: bool,
+    envs: &[(&str, &str)],
+    within_ms: u64,
+) -> Vec<i64> {
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -208,7 +230,7 @@ fn run_with_kills_under(
     let topic = source.topic();
     let mut rng = Lcg(seed);
     let mut kills = 0;
-    let mut hi = 100;
+    let mut hi = within_ms;
     let deadline = Instant::now() + Duration::from_secs(300);
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
@@ -331,7 +353,7 @@ fn checkpoint_and_file_sink_survive_kill_9_exactly_once() {
     }
 }
 
-/// Issue 34: `--sink parquet:DIR` alone (its log is the store) through 20 kill -9s: every
+/// Issue 34: `--sink parquet:DIR` alone (its log is the store) through the kill -9s: every
 /// offset in the visible Parquet files once, read back by the parquet crate's reader and by
 /// pyarrow.dataset (when KDIRECT_TEST_PYARROW is set).
 #[test]
@@ -355,7 +377,7 @@ fn parquet_sink_survives_kill_9_exactly_once() {
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
-/// Issue 34 on object storage: `--sink parquet:s3://BUCKET/PREFIX` alone (moto) through 20
+/// Issue 34 on object storage: `--sink parquet:s3://BUCKET/PREFIX` alone (moto) through the
 /// kill -9s: every offset once in what pyarrow.dataset (its own S3 client) sees under the
 /// prefix.
 #[test]
@@ -374,7 +396,7 @@ fn parquet_sink_on_s3_survives_kill_9_exactly_once() {
     }
 }
 
-/// Issue 34: `--sink delta:PATH` alone (the table is the store) through 20 kill -9s: every
+/// Issue 34: `--sink delta:PATH` alone (the table is the store) through the kill -9s: every
 /// offset once in the table, as delta-rs reads it and as the Python `deltalake` package reads
 /// it (when it is installed), and each partition's txn at its last offset.
 #[cfg(feature = "delta")]
@@ -398,6 +420,41 @@ fn delta_sink_survives_kill_9_exactly_once() {
         assert_eq!(txns, last, "delta sink (Python deltalake): txn versions");
     }
     let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// Issue 34 on object storage: `--sink delta:s3://BUCKET/PREFIX` alone (moto; the table is the
+/// store) through the kill -9s: every offset once in the table as the Python `deltalake`
+/// package (its own S3 client) reads it, and each partition's txn at its last offset.
+#[cfg(feature = "delta")]
+#[test]
+fn delta_sink_on_s3_survives_kill_9_exactly_once() {
+    let test = "delta_sink_on_s3_survives_kill_9_exactly_once";
+    let Some(t) = crate::lakehouse_object::s3(test) else {
+        return;
+    };
+    let Some(python) = crate::lakehouse::delta_python(test) else {
+        return;
+    };
+    let fake = fake();
+    let url = format!("{}/{}", t.root, crate::support::unique("delta-kill"));
+    let sink = format!("delta:{url}");
+    let envs: Vec<(&str, &str)> = t.env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    // A Delta commit on moto costs about a second (a debug build, the log listed and read
+    // back at each): batches of 200 would take the rest of the run as hundreds of commits, and
+    // kills within 100 ms of a start would all fall before the first commit.
+    let n = run_with_kills_within(
+        "delta on s3",
+        &fake,
+        &["--sink", &sink, "--max-offsets-per-batch", "20000"],
+        &envs,
+        3000,
+    );
+    let app_ids: Vec<String> = (0..PARTITIONS).map(|p| format!("k-{p}")).collect();
+    let app_ids: Vec<&str> = app_ids.iter().map(String::as_str).collect();
+    let (seen, txns) = crate::lakehouse_object::deltalake_rows(&python, &t, &url, &app_ids);
+    assert_all(&seen, &n, true, "delta sink on s3 (Python deltalake)");
+    let last: Vec<Option<i64>> = n.iter().map(|&e| Some(e - 1)).collect();
+    assert_eq!(txns, last, "delta sink on s3: txn versions");
 }
 
 /// The trigger decides when batches start, not how they are logged and committed: the

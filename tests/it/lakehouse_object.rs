@@ -475,7 +475,7 @@ fn parquet_sink_on_a_missing_bucket_names_it() {
 /// client, not kdirect's) reads from the table at `url` on the target: every (partition,
 /// offset) counted, and the txn version of each of `app_ids`.
 #[cfg(feature = "delta")]
-fn deltalake_rows(
+pub(crate) fn deltalake_rows(
     python: &str,
     t: &Target,
     url: &str,
