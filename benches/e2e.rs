@@ -1443,7 +1443,10 @@ fn floor_client(o: &Opts) -> Result<Sum, String> {
             .map(|p| (p.partition, p.offset))
             .collect();
         let mut pos: BTreeMap<i32, i64> = ends.keys().map(|&p| (p, 0)).collect();
-        let names = std::collections::HashMap::from([(topic.id, o.topic.clone())]);
+        let names = std::collections::HashMap::from([(
+            topic.id,
+            std::sync::Arc::<str>::from(o.topic.as_str()),
+        )]);
         let mut sum = Sum::default();
         let deadline = Instant::now() + Duration::from_secs(900);
         loop {

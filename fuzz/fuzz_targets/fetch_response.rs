@@ -25,14 +25,14 @@ fuzz_target!(|data: &[u8]| {
     };
     let version = 4 + i16::from(v % 14);
     let frame = Bytes::copy_from_slice(frame);
-    let names: HashMap<[u8; 16], String> = [
-        ([0; 16], "zero".to_owned()),
+    let names: HashMap<[u8; 16], std::sync::Arc<str>> = [
+        ([0; 16], "zero".into()),
         (
             [
                 0x66, 0x55, 0x45, 0x3f, 0x52, 0x5f, 0x43, 0x11, 0xaf, 0x20, 0x4f, 0x6e, 0xdc, 0x76,
                 0x1b, 0x7a,
             ],
-            "golden1".to_owned(),
+            "golden1".into(),
         ),
     ]
     .into_iter()

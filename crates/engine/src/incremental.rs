@@ -92,8 +92,9 @@ pub(crate) struct IncrementalSession {
     /// The epoch of the next request: 0 opens a session (closing `id`'s, if any), 1 and on are
     /// the open session's incremental requests.
     epoch: i32,
-    /// The topics of the keys below, by index (cleared with them).
-    names: Vec<String>,
+    /// The topics of the keys below, by index (cleared with them); shared with the
+    /// partitions an answer left out, which get them back.
+    names: Vec<Arc<str>>,
     /// The partitions in the broker's session and what each was last asked with.
     asked: HashMap<Key, Asked>,
     /// The ends of each partition in the session, as its last listing answer gave them.
@@ -107,11 +108,11 @@ pub(crate) struct IncrementalSession {
 }
 
 /// The index of `name` in `names`, added if new.
-fn key_of(names: &mut Vec<String>, name: &str) -> u32 {
-    match names.iter().position(|n| n == name) {
+fn key_of(names: &mut Vec<Arc<str>>, name: &str) -> u32 {
+    match names.iter().position(|n| **n == *name) {
         Some(i) => i as u32,
         None => {
-            names.push(name.to_owned());
+            names.push(Arc::from(name));
             (names.len() - 1) as u32
         }
     }
@@ -185,7 +186,7 @@ impl IncrementalSession {
             let mut gone: BTreeMap<&str, TopicForget> = BTreeMap::new();
             for (key @ (topic, partition), a) in &self.asked {
                 if !want.contains_key(key) {
-                    let name = self.names.get(*topic as usize).map_or("", String::as_str);
+                    let name = self.names.get(*topic as usize).map_or("", |n| &**n);
                     gone.entry(name)
                         .or_insert_with(|| TopicForget {
                             name: name.to_owned(),
@@ -259,7 +260,7 @@ impl IncrementalSession {
         for p in &view.partitions {
             // A topic the session never asked for is none of its business (and must not grow
             // `names` at a broker's word): it would be dropped below with what was not wanted.
-            let Some(topic) = self.names.iter().position(|n| *n == p.topic) else {
+            let Some(topic) = self.names.iter().position(|n| **n == *p.topic) else {
                 continue;
             };
             let key = (topic as u32, p.partition);
@@ -292,7 +293,7 @@ impl IncrementalSession {
                     continue;
                 };
                 left_out.push(FetchedPartition {
-                    topic: topic.clone(),
+                    topic: Arc::clone(topic),
                     partition: *partition,
                     error: ErrorCode::NONE,
                     high_watermark: e.high_watermark,

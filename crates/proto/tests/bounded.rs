@@ -143,7 +143,7 @@ fn build_fetch(
     topics: &[GenTopic],
     endpoints: &[(i32, String, i32, Option<String>)],
     top_unknown: &[(u8, Vec<u8>)],
-) -> (FetchResponse, HashMap<[u8; 16], String>) {
+) -> (FetchResponse, HashMap<[u8; 16], std::sync::Arc<str>>) {
     let flexible = version >= 12;
     let mut names = HashMap::new();
     let responses = topics
@@ -151,7 +151,7 @@ fn build_fetch(
         .enumerate()
         .map(|(i, (name, parts))| {
             let id = [i as u8 + 1; 16];
-            names.insert(id, name.clone());
+            names.insert(id, std::sync::Arc::from(name.as_str()));
             FetchableTopicResponse::default()
                 .with_topic(if version < 13 {
                     TopicName(s(name))
@@ -433,10 +433,13 @@ fn sasl_responses_decode_at_every_version_and_truncations_are_errors() {
 
 /// The names map of a capture round, from its Metadata answer (v12 with Fetch v16, v9 with
 /// Fetch v11).
-fn golden_names(fetch_version: i16) -> HashMap<[u8; 16], String> {
+fn golden_names(fetch_version: i16) -> HashMap<[u8; 16], std::sync::Arc<str>> {
     let mv = if fetch_version == 16 { 12 } else { 9 };
     let (_, m) = metadata::decode(data(&format!("metadata-v{mv}-response.bin")), mv).unwrap();
-    m.topics.into_iter().map(|t| (t.id, t.name)).collect()
+    m.topics
+        .into_iter()
+        .map(|t| (t.id, std::sync::Arc::from(t.name)))
+        .collect()
 }
 
 #[test]

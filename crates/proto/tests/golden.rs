@@ -133,7 +133,7 @@ fn fetch_v11_and_v16() {
         let names = metadata::view(&m)
             .topics
             .into_iter()
-            .map(|t| (t.id, t.name))
+            .map(|t| (t.id, std::sync::Arc::from(t.name)))
             .collect();
         assert_eq!(req.topics.len(), 1);
         let view = fetch::view(resp, v, &names).unwrap();

@@ -1238,34 +1238,44 @@ pub async fn wait_for_data(
                 ),
                 None => (1, 1),
             };
-            let mut topics: std::collections::BTreeMap<&str, fetch::TopicFetch> =
-                Default::default();
+            // Sorted by topic, then partition: one entry per topic below, and the answer's
+            // partitions found by binary search.
+            let mut parts = parts;
+            parts.sort_unstable_by(|a, b| {
+                (a.0.topic.as_str(), a.0.partition).cmp(&(b.0.topic.as_str(), b.0.partition))
+            });
+            let mut topics: Vec<fetch::TopicFetch> = Vec::new();
             let mut names = std::collections::HashMap::new();
-            for &(tp, pos, epoch, id) in &parts {
-                names.entry(id).or_insert_with(|| tp.topic.to_string());
-                // KIP-320: the records kept are validated as the batch's fetch would be.
-                let last_fetched_epoch = fetcher
-                    .state()
-                    .last_fetched(&tp.topic, tp.partition)
-                    .filter(|f| f.position == pos)
-                    .map_or(-1, |f| f.epoch);
-                topics
-                    .entry(tp.topic.as_str())
-                    .or_insert_with(|| fetch::TopicFetch {
-                        name: tp.topic.to_string(),
-                        id,
-                        partitions: Vec::new(),
-                    })
-                    .partitions
-                    .push(fetch::PartitionFetch {
+            {
+                let state = fetcher.state();
+                for &(tp, pos, epoch, id) in &parts {
+                    // KIP-320: the records kept are validated as the batch's fetch would be.
+                    let last_fetched_epoch = state
+                        .last_fetched(&tp.topic, tp.partition)
+                        .filter(|f| f.position == pos)
+                        .map_or(-1, |f| f.epoch);
+                    let partition = fetch::PartitionFetch {
                         partition: tp.partition,
                         fetch_offset: pos,
                         partition_max_bytes: part_bytes,
                         current_leader_epoch: epoch,
                         last_fetched_epoch,
-                    });
+                    };
+                    match topics.last_mut() {
+                        Some(t) if t.name == *tp.topic => t.partitions.push(partition),
+                        _ => {
+                            names
+                                .entry(id)
+                                .or_insert_with(|| Arc::<str>::from(&tp.topic));
+                            topics.push(fetch::TopicFetch {
+                                name: tp.topic.to_string(),
+                                id,
+                                partitions: vec![partition],
+                            });
+                        }
+                    }
+                }
             }
-            let topics: Vec<fetch::TopicFetch> = topics.into_values().collect();
             let mut version = conn.version::<Fetch>()?;
             if topics.iter().any(|t| t.id == [0; 16]) {
                 version = version.min(fetch::FIRST_TOPIC_ID_VERSION - 1);
@@ -1292,21 +1302,20 @@ pub async fn wait_for_data(
                 }
             }
             let hold = hold.map(Arc::new);
-            type AskedAt<'p> = (&'p TopicPartition, (i64, i32, [u8; 16]));
-            let asked_at: std::collections::HashMap<(&str, i32), AskedAt<'_>> = parts
-                .iter()
-                .map(|&(tp, pos, epoch, id)| {
-                    ((tp.topic.as_str(), tp.partition), (tp, (pos, epoch, id)))
-                })
-                .collect();
             let mut ends = Vec::with_capacity(answer.partitions.len());
             for p in answer.partitions {
                 if p.error.err().is_some() {
                     continue;
                 }
                 let end = session::partition_end(&p, iso);
-                let asked = asked_at.get(&(p.topic.as_str(), p.partition));
-                if let (Some(hold), Some(&(_, at))) = (&hold, asked) {
+                let asked = parts
+                    .binary_search_by(|a| {
+                        (a.0.topic.as_str(), a.0.partition).cmp(&(&*p.topic, p.partition))
+                    })
+                    .ok()
+                    .and_then(|i| parts.get(i))
+                    .map(|&(tp, pos, epoch, id)| (tp, (pos, epoch, id)));
+                if let (Some(hold), Some((_, at))) = (&hold, asked) {
                     let plain = p.diverging_epoch.is_none()
                         && (p.preferred_read_replica < 0 || p.preferred_read_replica == leader);
                     if plain && !p.records.is_empty() {
@@ -1316,7 +1325,7 @@ pub async fn wait_for_data(
                 // The key the caller asked with (its topic shared, no allocation).
                 let tp = asked.map_or_else(
                     || TopicPartition::new(p.topic.clone(), p.partition),
-                    |(tp, _)| (*tp).clone(),
+                    |(tp, _)| tp.clone(),
                 );
                 ends.push((
                     tp,
@@ -1493,7 +1502,7 @@ struct Asked<'a> {
     params: &'a FetchParams,
     topics: &'a [fetch::TopicFetch],
     rack: &'a str,
-    names: &'a std::collections::HashMap<[u8; 16], String>,
+    names: &'a std::collections::HashMap<[u8; 16], Arc<str>>,
 }
 
 /// One Fetch round trip to broker `node` at `version`, in one of the client's fetch sessions

@@ -42,7 +42,7 @@ pub struct LeaderRequest {
     /// The partitions asked, by topic.
     pub topics: Vec<TopicFetch>,
     /// Topic ids to names, for decoding the response (Fetch v13+ names topics by id).
-    pub names: HashMap<[u8; 16], String>,
+    pub names: HashMap<[u8; 16], Arc<str>>,
     /// The ranges asked: index into the session's ranges, and the bytes asked for each.
     items: Vec<(usize, usize)>,
 }
@@ -517,14 +517,16 @@ impl FetchSession {
             };
             // Topics in the order their first partition is asked (a starved one first).
             let mut topics: Vec<TopicFetch> = Vec::new();
-            let mut names: HashMap<[u8; 16], String> = HashMap::new();
+            let mut names: HashMap<[u8; 16], Arc<str>> = HashMap::new();
             let mut asked_items = Vec::with_capacity(items.len());
             for &(i, epoch) in &items {
                 let (Some(r), Some(&p)) = (self.ranges.get(i), self.pos.get(i)) else {
                     continue;
                 };
                 let id = view.topic(&r.topic).map(|t| t.id).unwrap_or([0; 16]);
-                names.insert(id, r.topic.to_string());
+                names
+                    .entry(id)
+                    .or_insert_with(|| Arc::<str>::from(&r.topic));
                 let bytes = self.part_bytes(state, i);
                 asked_items.push((i, usize::try_from(bytes).unwrap_or(0)));
                 if let Some(a) = self.asked_epoch.get_mut(i) {

@@ -9,7 +9,8 @@ use std::sync::Arc;
 /// per-partition keys and ranges a batch builds ([`TopicPartition`](super::TopicPartition),
 /// [`OffsetRange`](super::OffsetRange)) cost no allocation for their topic. It reads as a
 /// `str` (`Deref`, `Borrow<str>`, `AsRef<str>`), compares, orders and hashes as its text, and
-/// converts from `&str` and `String` (one allocation) and into `String`.
+/// converts from `&str` and `String` (one allocation), from and into `Arc<str>` (shared, no
+/// allocation: a Fetch answer's topic names) and into `String`.
 #[derive(Clone, Default)]
 pub struct Topic(Arc<str>);
 
@@ -108,6 +109,26 @@ impl From<String> for Topic {
     }
 }
 
+/// Shares the name (a Fetch answer's topic, `kdirect_proto::api::fetch::FetchedPartition`).
+impl From<Arc<str>> for Topic {
+    fn from(s: Arc<str>) -> Topic {
+        Topic(s)
+    }
+}
+
+impl From<&Arc<str>> for Topic {
+    fn from(s: &Arc<str>) -> Topic {
+        Topic(Arc::clone(s))
+    }
+}
+
+/// Shares the name, as an `Arc<str>` (what a Fetch request's names map holds).
+impl From<&Topic> for Arc<str> {
+    fn from(t: &Topic) -> Arc<str> {
+        Arc::clone(&t.0)
+    }
+}
+
 impl From<&Topic> for Topic {
     fn from(t: &Topic) -> Topic {
         t.clone()
@@ -129,6 +150,12 @@ impl PartialEq<str> for Topic {
 impl PartialEq<&str> for Topic {
     fn eq(&self, other: &&str) -> bool {
         *self.0 == **other
+    }
+}
+
+impl PartialEq<Arc<str>> for Topic {
+    fn eq(&self, other: &Arc<str>) -> bool {
+        Arc::ptr_eq(&self.0, other) || *self.0 == **other
     }
 }
 

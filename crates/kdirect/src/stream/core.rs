@@ -17,6 +17,7 @@
 //! file.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kdirect_commit::{Committed, PlannedBatch};
@@ -184,7 +185,7 @@ pub(crate) struct StreamCore {
     until: Option<BTreeMap<TopicPartition, i64>>,
     /// The last metadata refresh and the topics it subscribed: reused for
     /// `metadata.max.age.ms`, dropped on any error.
-    metadata: Option<(Duration, Vec<String>)>,
+    metadata: Option<(Duration, Arc<[String]>)>,
     /// Each partition's ends as the last Fetch answer for it gave them, and when: they plan
     /// the next batch while younger than `ends.max.age.ms`, instead of a ListOffsets round.
     observed: BTreeMap<TopicPartition, (ObservedEnds, Duration)>,
@@ -285,15 +286,15 @@ impl StreamCore {
 
     /// The subscribed topics of the last metadata refresh, while younger than
     /// `metadata.max.age.ms`.
-    pub fn cached_topics(&self, now: Duration) -> Option<&[String]> {
+    pub fn cached_topics(&self, now: Duration) -> Option<Arc<[String]>> {
         self.metadata
             .as_ref()
             .filter(|(at, _)| now.saturating_sub(*at) < self.cfg.metadata_max_age)
-            .map(|(_, names)| names.as_slice())
+            .map(|(_, names)| Arc::clone(names))
     }
 
     /// A metadata refresh found `names` subscribed.
-    pub fn metadata_refreshed(&mut self, now: Duration, names: Vec<String>) {
+    pub fn metadata_refreshed(&mut self, now: Duration, names: Arc<[String]>) {
         self.metadata = Some((now, names));
     }
 
@@ -386,7 +387,12 @@ impl StreamCore {
     /// True when the topic was re-created (and `failOnDataLoss=false` moved its partitions
     /// to the new log's start).
     pub fn check_topic_id(&mut self, topic: &str, id: [u8; 16]) -> Result<bool, EngineError> {
-        let previous = *self.topic_ids.entry(topic.to_owned()).or_insert(id);
+        // The steady state (the id seen before) allocates nothing.
+        let previous = match self.topic_ids.get(topic) {
+            Some(&previous) if previous == id => return Ok(false),
+            Some(&previous) => previous,
+            None => id,
+        };
         if previous == id || previous == [0; 16] || id == [0; 16] {
             self.topic_ids.insert(topic.to_owned(), id);
             return Ok(false);
@@ -483,15 +489,13 @@ impl StreamCore {
             return BTreeMap::new();
         }
         let young = |at: Duration| now.saturating_sub(at) < self.cfg.ends_max_age;
-        let mut fresh: BTreeMap<TopicPartition, ObservedEnds> = parts
-            .iter()
-            .filter_map(|tp| {
-                self.observed
-                    .get(tp)
-                    .filter(|(_, at)| young(*at))
-                    .map(|(o, _)| (tp.clone(), *o))
-            })
-            .collect();
+        // Built by inserts (a few partitions: one node), not collected (a sorted copy first).
+        let mut fresh: BTreeMap<TopicPartition, ObservedEnds> = BTreeMap::new();
+        for tp in parts {
+            if let Some((o, _)) = self.observed.get(tp).filter(|(_, at)| young(*at)) {
+                fresh.insert(tp.clone(), *o);
+            }
+        }
         // When every partition is caught up, the planner waits and the stream long-polls the
         // leaders at once (a Fetch the broker answers as soon as a record is appended), where
         // ListOffsets for earliest and latest would be two more round trips between a
@@ -501,24 +505,23 @@ impl StreamCore {
             return fresh;
         }
         let pos = self.planner.positions();
-        let caught: BTreeMap<&TopicPartition, CaughtUp> = parts
-            .iter()
-            .filter_map(|tp| {
-                let c = *self.caught_up.get(tp)?;
-                let still = pos.get(tp).is_some_and(|p| c.ends.end <= *p);
-                (still && young(c.at)).then_some((tp, c))
-            })
-            .collect();
+        let caught = |tp: &TopicPartition| {
+            let c = *self.caught_up.get(tp)?;
+            let still = pos.get(tp).is_some_and(|p| c.ends.end <= *p);
+            (still && young(c.at)).then_some(c)
+        };
         let idle = fresh
             .iter()
             .all(|(tp, o)| pos.get(tp).is_some_and(|p| o.end <= *p))
             && parts
                 .iter()
-                .all(|tp| fresh.contains_key(tp) || caught.contains_key(tp));
+                .all(|tp| fresh.contains_key(tp) || caught(tp).is_some());
         let next = self.planner.next_batch_id();
-        for (tp, c) in caught {
-            if idle || next.saturating_sub(c.batch) <= 1 {
-                fresh.insert(tp.clone(), c.ends);
+        for tp in parts {
+            if let Some(c) = caught(tp) {
+                if idle || next.saturating_sub(c.batch) <= 1 {
+                    fresh.insert(tp.clone(), c.ends);
+                }
             }
         }
         fresh
@@ -683,13 +686,13 @@ impl StreamCore {
     /// snapshot the planner has a position for.
     pub fn positions_in(&self, snap: &[PartitionSnapshot]) -> Vec<(TopicPartition, i64)> {
         let pos = self.planner.positions();
-        snap.iter()
-            .filter_map(|s| {
-                let tp = TopicPartition::new(s.topic.clone(), s.partition);
-                let p = *pos.get(&tp)?;
-                Some((tp, p))
-            })
-            .collect()
+        let mut out = Vec::with_capacity(snap.len());
+        out.extend(snap.iter().filter_map(|s| {
+            let tp = TopicPartition::new(s.topic.clone(), s.partition);
+            let p = *pos.get(&tp)?;
+            Some((tp, p))
+        }));
+        out
     }
 
     /// Truncations found before a plan (KIP-320). `failOnDataLoss=true` (the default) fails,

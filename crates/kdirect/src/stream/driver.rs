@@ -206,16 +206,15 @@ impl Driver {
     /// The subscribed topics with their metadata: refreshed when older than
     /// `metadata.max.age.ms` or after an error, else the cluster's current view (which the
     /// fetcher refreshes itself when a leader moves).
-    async fn metadata(&self) -> Result<(Arc<ClusterView>, Vec<String>), EngineError> {
-        let cached = self
-            .core()
-            .cached_topics(self.now())
-            .map(<[String]>::to_vec);
+    async fn metadata(&self) -> Result<(Arc<ClusterView>, Arc<[String]>), EngineError> {
+        let cached = self.core().cached_topics(self.now());
         if let Some(names) = cached {
             return Ok((self.cluster.view(), names));
         }
         let (view, names) = subscribed(&self.cluster, &self.config).await?;
-        self.core().metadata_refreshed(self.now(), names.clone());
+        let names: Arc<[String]> = names.into();
+        self.core()
+            .metadata_refreshed(self.now(), Arc::clone(&names));
         Ok((view, names))
     }
 

@@ -19,6 +19,7 @@
 //! same way: the reference `decode` is tested against.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
@@ -32,6 +33,10 @@ use crate::code::ErrorCode;
 use crate::error::ProtoError;
 use crate::message::Api;
 use crate::read::{Reader, Res};
+
+/// Topic ids to names, for answers that name topics by id (v13+): the names are shared with
+/// the view's partitions.
+pub type TopicNames = HashMap<[u8; 16], Arc<str>>;
 
 api!(
     /// Fetch: read record batches.
@@ -254,8 +259,9 @@ pub struct AbortedTransaction {
 /// One partition of a Fetch response.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchedPartition {
-    /// Topic name (resolved from the id at v13+).
-    pub topic: String,
+    /// Topic name (resolved from the id at v13+), shared by the answer's partitions of one
+    /// topic (and with the caller's `names`): cloning it allocates nothing.
+    pub topic: Arc<str>,
     /// Partition index.
     pub partition: i32,
     /// Partition-level error.
@@ -316,7 +322,7 @@ pub struct FetchView {
 pub fn view(
     resp: FetchResponse,
     version: i16,
-    names: &HashMap<[u8; 16], String>,
+    names: &TopicNames,
 ) -> Result<FetchView, ProtoError> {
     let mut partitions = Vec::new();
     for t in resp.responses {
@@ -333,7 +339,7 @@ pub fn view(
                     ),
                 })?
         } else {
-            t.topic.0.to_string()
+            Arc::from(t.topic.0.as_str())
         };
         for p in t.partitions {
             partitions.push(FetchedPartition {
@@ -387,7 +393,7 @@ pub fn view(
 pub fn decode(
     frame: Bytes,
     version: i16,
-    names: &HashMap<[u8; 16], String>,
+    names: &TopicNames,
 ) -> Result<(i32, FetchView), ProtoError> {
     crate::message::check_version::<Fetch>(version)?;
     let mut r = Reader::new(&frame, Fetch::KEY, version, false);
@@ -407,7 +413,7 @@ pub fn decode(
 pub(crate) fn walk(
     r: &mut Reader<'_>,
     version: i16,
-    out: Option<(&Bytes, &HashMap<[u8; 16], String>)>,
+    out: Option<(&Bytes, &TopicNames)>,
 ) -> Res<FetchView> {
     let throttle_time_ms = r.i32("throttle_time_ms")?;
     let (error, session_id) = if version >= 7 {
@@ -449,14 +455,14 @@ pub(crate) fn walk(
                             ),
                         })?
                 }
-                None => String::new(),
+                None => Arc::from(""),
             }
         } else {
             let name = r.topic_name(false, "topic")?.unwrap_or_default();
             if out.is_some() {
-                name.to_owned()
+                Arc::from(name)
             } else {
-                String::new()
+                Arc::from("")
             }
         };
         let n = r.count(partition_min, "partitions count")?;

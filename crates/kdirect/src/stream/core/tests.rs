@@ -833,10 +833,13 @@ fn a_group_member_reads_only_its_assignment_and_rejoins_on_a_changed_subscriptio
 fn metadata_is_reused_until_metadata_max_age_and_dropped_on_forget() {
     let mut core = core_with(config(DataLossPolicy::Fail));
     assert!(core.cached_topics(ms(0)).is_none());
-    core.metadata_refreshed(ms(0), vec!["t".into()]);
-    assert_eq!(core.cached_topics(ms(1000)), Some(&["t".to_owned()][..]));
+    core.metadata_refreshed(ms(0), vec!["t".to_owned()].into());
+    assert_eq!(
+        core.cached_topics(ms(1000)),
+        Some(vec!["t".to_owned()].into())
+    );
     assert!(core.cached_topics(Duration::from_secs(300)).is_none());
-    core.metadata_refreshed(ms(0), vec!["t".into()]);
+    core.metadata_refreshed(ms(0), vec!["t".to_owned()].into());
     core.forget();
     assert!(core.cached_topics(ms(1)).is_none());
 }
