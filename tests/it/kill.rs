@@ -187,7 +187,6 @@ fn run_with_kills_env(
 /// [`run_with_kills_env`] for a store whose runs take seconds to start and to commit (a Delta
 /// table on moto): each kill falls within the first `within_ms` of a run, instead of the
 /// first 100 ms, which would kill every run before its first commit.
-#[cfg(feature = "delta")]
 fn run_with_kills_within(
     name: &str,
     source: &Source,
@@ -390,7 +389,15 @@ fn parquet_sink_on_s3_survives_kill_9_exactly_once() {
     let prefix = crate::support::unique("pq-kill");
     let sink = format!("parquet:{}/{prefix}", t.root);
     let envs: Vec<(&str, &str)> = t.env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let n = run_with_kills_env("parquet on s3", &fake, &["--sink", &sink], &envs);
+    // Kills within 1.5 s of a start (a run reads its log from moto before its first batch),
+    // batches of 2000 offsets (each a file upload and a log commit on moto).
+    let n = run_with_kills_within(
+        "parquet on s3",
+        &fake,
+        &["--sink", &sink, "--max-offsets-per-batch", "2000"],
+        &envs,
+        1500,
+    );
     if let Some((_, seen, _)) = crate::lakehouse_object::pyarrow_rows(&t, &prefix, test) {
         assert_all(&seen, &n, true, "parquet sink on s3 (pyarrow)");
     }
@@ -698,11 +705,21 @@ fn object_store_checkpoint_and_file_sink_survive_kill_9_exactly_once() {
         ("AWS_SECRET_ACCESS_KEY", "test"),
         ("AWS_REGION", "us-east-1"),
     ];
-    let n = run_with_kills_env(
+    // Kills within 1 s of a start (a run reads the checkpoint from moto before its first
+    // batch, so kills within 100 ms would all fall before it), batches of 2000 offsets.
+    let n = run_with_kills_within(
         "s3 checkpoint",
         &fake,
-        &["--store", &ckpt, "--output-dir", out.to_str().unwrap()],
+        &[
+            "--store",
+            &ckpt,
+            "--output-dir",
+            out.to_str().unwrap(),
+            "--max-offsets-per-batch",
+            "2000",
+        ],
         &envs,
+        1000,
     );
     assert_all(&read_files(&out), &n, true, "s3 checkpoint + file sink");
 }

@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 
 use crate::cluster::Cluster;
 use crate::error::{BrokerName, Error, ErrorKind};
-use crate::group::common::{fault_error, lock, Fault, Generation, Joined, State, Tick};
+use crate::group::common::{fault_error, lock, Fault, Generation, Joined, Liveness, State, Tick};
 use crate::group::coordinator::Coordinator;
 use crate::group::GroupConfig;
 use crate::plan::TopicPartition;
@@ -43,6 +43,13 @@ pub trait MemberState: std::fmt::Debug + Send + 'static {
 
     /// Where the member stands.
     fn state(&self) -> &State;
+
+    /// Where the member stands, to change (the shared rules below: [`lose`](Self::lose)).
+    fn state_mut(&mut self) -> &mut State;
+
+    /// The member's two clocks, to change ([`handed_out`](Self::handed_out),
+    /// [`polling`](Self::polling)).
+    fn liveness_mut(&mut self) -> &mut Liveness;
 
     /// The member id (classic: empty before the first join).
     fn member_id(&self) -> &str;
@@ -68,13 +75,22 @@ pub trait MemberState: std::fmt::Debug + Send + 'static {
 
     /// The member lost its partitions, for `reason` (a store refused a commit as fenced, a
     /// fencing answer): nothing may be committed until it rejoins.
-    fn lose(&mut self, reason: String);
+    fn lose(&mut self, reason: String) {
+        let state = self.state_mut();
+        if !matches!(state, State::Unjoined) {
+            *state = State::Lost(reason);
+        }
+    }
 
     /// The user was handed a batch at `now`: `max.poll.interval.ms` starts.
-    fn handed_out(&mut self, now: Instant);
+    fn handed_out(&mut self, now: Instant) {
+        self.liveness_mut().handed_out(now);
+    }
 
     /// The user asked for the next batch: it holds none.
-    fn polling(&mut self);
+    fn polling(&mut self) {
+        self.liveness_mut().polling();
+    }
 
     /// Reads the member's clocks at `now` (`max.poll.interval.ms`, the session) and applies
     /// what expired.

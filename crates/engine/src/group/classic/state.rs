@@ -376,6 +376,14 @@ impl MemberState for Membership {
         &self.state
     }
 
+    fn state_mut(&mut self) -> &mut State {
+        &mut self.state
+    }
+
+    fn liveness_mut(&mut self) -> &mut Liveness {
+        &mut self.liveness
+    }
+
     /// The member id (empty before the first join).
     fn member_id(&self) -> &str {
         &self.member_id
@@ -399,23 +407,6 @@ impl MemberState for Membership {
             member_id: self.member_id.clone(),
             instance_id: self.config.instance_id.clone(),
         })
-    }
-
-    /// The generation is over for this member, for `reason`.
-    fn lose(&mut self, reason: String) {
-        if !matches!(self.state, State::Unjoined) {
-            self.state = State::Lost(reason);
-        }
-    }
-
-    /// The user was handed a batch at `now`: `max.poll.interval.ms` starts.
-    fn handed_out(&mut self, now: Instant) {
-        self.liveness.handed_out(now);
-    }
-
-    /// The user asked for the next batch: it holds none.
-    fn polling(&mut self) {
-        self.liveness.polling();
     }
 
     /// Reads the member's clocks at `now` (the driver does, every heartbeat interval, outside

@@ -431,6 +431,14 @@ impl MemberState for ConsumerMembership {
         &self.state
     }
 
+    fn state_mut(&mut self) -> &mut State {
+        &mut self.state
+    }
+
+    fn liveness_mut(&mut self) -> &mut Liveness {
+        &mut self.liveness
+    }
+
     /// The member id.
     fn member_id(&self) -> &str {
         &self.member_id
@@ -453,24 +461,6 @@ impl MemberState for ConsumerMembership {
             member_id: self.member_id.clone(),
             instance_id: self.config.instance_id.clone(),
         })
-    }
-
-    /// The member lost its partitions, for `reason` (a store refused a commit as fenced, a
-    /// fencing answer): nothing may be committed until it rejoins with epoch 0.
-    fn lose(&mut self, reason: String) {
-        if !matches!(self.state, State::Unjoined) {
-            self.state = State::Lost(reason);
-        }
-    }
-
-    /// The user was handed a batch at `now`: `max.poll.interval.ms` starts.
-    fn handed_out(&mut self, now: Instant) {
-        self.liveness.handed_out(now);
-    }
-
-    /// The user asked for the next batch: it holds none.
-    fn polling(&mut self) {
-        self.liveness.polling();
     }
 
     /// Reads the member's clocks at `now` (the driver does, more often than heartbeats go):
