@@ -174,19 +174,10 @@ fn run_with_kills(name: &str, source: &Source, extra: &[&str]) -> Vec<i64> {
     run_with_kills_under(name, source, extra, true, &[])
 }
 
-/// [`run_with_kills`] with environment variables for every consumer run.
-fn run_with_kills_env(
-    name: &str,
-    source: &Source,
-    extra: &[&str],
-    envs: &[(&str, &str)],
-) -> Vec<i64> {
-    run_with_kills_under(name, source, extra, true, envs)
-}
-
-/// [`run_with_kills_env`] for a store whose runs take seconds to start and to commit (a Delta
-/// table on moto): each kill falls within the first `within_ms` of a run, instead of the
-/// first 100 ms, which would kill every run before its first commit.
+/// [`run_with_kills`] with environment variables for every run, for a store whose runs take
+/// seconds to start and to commit (object storage, an emulator's Delta table): each kill
+/// falls within the first `within_ms` of a run, instead of the first 100 ms, which would kill
+/// every run before its first commit.
 fn run_with_kills_within(
     name: &str,
     source: &Source,
@@ -382,24 +373,37 @@ fn parquet_sink_survives_kill_9_exactly_once() {
 #[test]
 fn parquet_sink_on_s3_survives_kill_9_exactly_once() {
     let test = "parquet_sink_on_s3_survives_kill_9_exactly_once";
-    let Some(t) = crate::lakehouse_object::s3(test) else {
-        return;
-    };
+    if let Some(t) = crate::lakehouse_object::s3(test) {
+        parquet_sink_on_survives_kill_9(&t, "parquet on s3", test);
+    }
+}
+
+/// The same on Azure Blob Storage (Azurite), read back by pyarrow's own Azure client.
+#[test]
+fn parquet_sink_on_azure_survives_kill_9_exactly_once() {
+    let test = "parquet_sink_on_azure_survives_kill_9_exactly_once";
+    if let Some(t) = crate::lakehouse_object::azure(test) {
+        parquet_sink_on_survives_kill_9(&t, "parquet on azure", test);
+    }
+}
+
+/// `--sink parquet:<target>/PREFIX` through the kill -9s, read back by pyarrow.dataset.
+fn parquet_sink_on_survives_kill_9(t: &crate::lakehouse_object::Target, name: &str, test: &str) {
     let fake = fake();
     let prefix = crate::support::unique("pq-kill");
     let sink = format!("parquet:{}/{prefix}", t.root);
     let envs: Vec<(&str, &str)> = t.env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    // Kills within 1.5 s of a start (a run reads its log from moto before its first batch),
-    // batches of 2000 offsets (each a file upload and a log commit on moto).
+    // Kills within 1.5 s of a start (a run reads its log from the emulator before its first
+    // batch), batches of 2000 offsets (each a file upload and a log commit).
     let n = run_with_kills_within(
-        "parquet on s3",
+        name,
         &fake,
         &["--sink", &sink, "--max-offsets-per-batch", "2000"],
         &envs,
         1500,
     );
-    if let Some((_, seen, _)) = crate::lakehouse_object::pyarrow_rows(&t, &prefix, test) {
-        assert_all(&seen, &n, true, "parquet sink on s3 (pyarrow)");
+    if let Some((_, seen, _)) = crate::lakehouse_object::pyarrow_rows(t, &prefix, test) {
+        assert_all(&seen, &n, true, &format!("{name} (pyarrow)"));
     }
 }
 
@@ -436,9 +440,24 @@ fn delta_sink_survives_kill_9_exactly_once() {
 #[test]
 fn delta_sink_on_s3_survives_kill_9_exactly_once() {
     let test = "delta_sink_on_s3_survives_kill_9_exactly_once";
-    let Some(t) = crate::lakehouse_object::s3(test) else {
-        return;
-    };
+    if let Some(t) = crate::lakehouse_object::s3(test) {
+        delta_sink_on_survives_kill_9(&t, "delta on s3", test);
+    }
+}
+
+/// The same on Azure Blob Storage (Azurite).
+#[cfg(feature = "delta")]
+#[test]
+fn delta_sink_on_azure_survives_kill_9_exactly_once() {
+    let test = "delta_sink_on_azure_survives_kill_9_exactly_once";
+    if let Some(t) = crate::lakehouse_object::azure(test) {
+        delta_sink_on_survives_kill_9(&t, "delta on azure", test);
+    }
+}
+
+/// `--sink delta:<target>/PREFIX` through the kill -9s, read back by Python `deltalake`.
+#[cfg(feature = "delta")]
+fn delta_sink_on_survives_kill_9(t: &crate::lakehouse_object::Target, name: &str, test: &str) {
     let Some(python) = crate::lakehouse::delta_python(test) else {
         return;
     };
@@ -446,11 +465,11 @@ fn delta_sink_on_s3_survives_kill_9_exactly_once() {
     let url = format!("{}/{}", t.root, crate::support::unique("delta-kill"));
     let sink = format!("delta:{url}");
     let envs: Vec<(&str, &str)> = t.env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    // A Delta commit on moto costs about a second (a debug build, the log listed and read
-    // back at each): batches of 200 would take the rest of the run as hundreds of commits, and
-    // kills within 100 ms of a start would all fall before the first commit.
+    // A Delta commit on an emulator costs about a second (a debug build, the log listed and
+    // read back at each): batches of 200 would take the rest of the run as hundreds of
+    // commits, and kills within 100 ms of a start would all fall before the first commit.
     let n = run_with_kills_within(
-        "delta on s3",
+        name,
         &fake,
         &["--sink", &sink, "--max-offsets-per-batch", "20000"],
         &envs,
@@ -458,10 +477,10 @@ fn delta_sink_on_s3_survives_kill_9_exactly_once() {
     );
     let app_ids: Vec<String> = (0..PARTITIONS).map(|p| format!("k-{p}")).collect();
     let app_ids: Vec<&str> = app_ids.iter().map(String::as_str).collect();
-    let (seen, txns) = crate::lakehouse_object::deltalake_rows(&python, &t, &url, &app_ids);
-    assert_all(&seen, &n, true, "delta sink on s3 (Python deltalake)");
+    let (seen, txns) = crate::lakehouse_object::deltalake_rows(&python, t, &url, &app_ids);
+    assert_all(&seen, &n, true, &format!("{name} (Python deltalake)"));
     let last: Vec<Option<i64>> = n.iter().map(|&e| Some(e - 1)).collect();
-    assert_eq!(txns, last, "delta sink on s3: txn versions");
+    assert_eq!(txns, last, "{name}: txn versions");
 }
 
 /// The trigger decides when batches start, not how they are logged and committed: the
@@ -751,11 +770,20 @@ fn azure_checkpoint_and_file_sink_survive_kill_9_exactly_once() {
         ),
         ("AZURE_ALLOW_HTTP", "true"),
     ];
-    let n = run_with_kills_env(
+    // As on S3: kills within 1 s of a start, batches of 2000 offsets.
+    let n = run_with_kills_within(
         "azure checkpoint",
         &fake,
-        &["--store", &ckpt, "--output-dir", out.to_str().unwrap()],
+        &[
+            "--store",
+            &ckpt,
+            "--output-dir",
+            out.to_str().unwrap(),
+            "--max-offsets-per-batch",
+            "2000",
+        ],
         &envs,
+        1000,
     );
     assert_all(&read_files(&out), &n, true, "azure checkpoint + file sink");
 }

@@ -84,7 +84,7 @@ pub(crate) fn s3(test: &str) -> Option<Target> {
     })
 }
 
-fn azure(test: &str) -> Option<Target> {
+pub(crate) fn azure(test: &str) -> Option<Target> {
     let v = service("KDIRECT_TEST_AZURE", test)?;
     let (endpoint, container) = v.rsplit_once('/').unwrap();
     let (base, account) = endpoint.rsplit_once('/').unwrap();

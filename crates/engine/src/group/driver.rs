@@ -336,31 +336,34 @@ async fn heartbeats<P: Protocol>(driver: Weak<Driver<P>>) {
             continue;
         }
         let now = Instant::now();
-        let (tick, member, interval, config) = {
+        let (tick, interval) = {
             let mut s = lock(&d.state);
-            let member = s.member_id().to_owned();
-            (
-                s.tick(now),
-                member,
-                s.heartbeat_interval(),
-                s.config().clone(),
-            )
+            (s.tick(now), s.heartbeat_interval())
         };
-        let group = config.group.as_str();
         match tick {
             Tick::Alive => {}
             Tick::PollExpired { leave } => {
                 d.wake();
+                // Read only here: an ordinary tick copies nothing.
+                let (group, member, max_poll) = {
+                    let s = lock(&d.state);
+                    let c = s.config();
+                    (
+                        c.group.clone(),
+                        s.member_id().to_owned(),
+                        c.max_poll_interval,
+                    )
+                };
                 tracing::warn!(
-                    group,
+                    group = group.as_str(),
                     member = member.as_str(),
                     "a batch was held longer than max.poll.interval.ms ({} ms): leaving the \
                      group; its commit will be refused",
-                    config.max_poll_interval.as_millis()
+                    max_poll.as_millis()
                 );
                 if let Some(l) = leave {
                     if let Err(e) = P::leave(&d, l, "max.poll.interval.ms exceeded").await {
-                        tracing::warn!(group, "leaving the group failed: {e}");
+                        tracing::warn!(group = group.as_str(), "leaving the group failed: {e}");
                     }
                 }
                 continue;
