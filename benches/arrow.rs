@@ -8,6 +8,11 @@
 //! - `walk` (the floor): the records walked and discarded (`Batch::for_each_record`);
 //! - `to_arrow`: the walk plus every column built (`ArrowConverter::to_record_batches`).
 //!
+//! With feature `json-values`, `arrow/<records>xJSON<size>B/none`: values that are JSON
+//! objects of about 100 bytes (an id, a name, a time, a score, a flag: the lakehouse suite's
+//! shape), `to_arrow` with the values as binary against `to_arrow_json`, the values decoded
+//! to five columns (`ArrowConverter::with_json_values`).
+//!
 //! `cargo bench --bench arrow`; the figures are in docs/bench.md.
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -73,6 +78,70 @@ fn bench(c: &mut Criterion) {
         drop(batch);
         drop(fake);
     }
+    #[cfg(feature = "json-values")]
+    json(c, &rt);
+}
+
+/// One batch of `RECORDS` JSON values of about `SIZE` bytes, binary against decoded.
+#[cfg(feature = "json-values")]
+fn json(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
+    use arrow_schema::{DataType, Field, Schema, TimeUnit};
+    let (fake, batch) = rt.block_on(async {
+        let fake = FakeCluster::builder().topic("j", 1).build().await.unwrap();
+        let recs: Vec<FakeRecord> = (0..RECORDS)
+            .map(|i| {
+                let v = format!(
+                    r#"{{"id":{i},"name":"user-{:08}","ts":"2026-12-07T10:{:02}:{:02}Z","score":{}.25,"ok":{}}}"#,
+                    i * 7919,
+                    i / 60 % 60,
+                    i % 60,
+                    i % 1000,
+                    i % 2 == 0
+                );
+                FakeRecord::value(Bytes::from(v)).with_timestamp(1_700_000_000_000 + i as i64)
+            })
+            .collect();
+        fake.append_batch("j", 0, encode_batch(&recs, &BatchOptions::codec(Codec::None)).unwrap())
+            .unwrap();
+        let mut stream = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["j"])
+            .start(StartPolicy::Earliest)
+            .until_latest(true)
+            .build()
+            .await
+            .unwrap();
+        let batch = stream.next_batch().await.unwrap().unwrap();
+        (fake, batch)
+    });
+    let schema = std::sync::Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+            true,
+        ),
+        Field::new("score", DataType::Float64, true),
+        Field::new("ok", DataType::Boolean, true),
+    ]));
+    let mut g = c.benchmark_group(format!("arrow/{RECORDS}xJSON{SIZE}B/none"));
+    g.throughput(Throughput::Elements(RECORDS as u64));
+    let mut conv = ArrowConverter::new();
+    g.bench_function("to_arrow", |b| {
+        b.iter(|| conv.to_record_batches(&batch).unwrap())
+    });
+    let mut conv = ArrowConverter::new().with_json_values(schema).unwrap();
+    g.bench_function("to_arrow_json", |b| {
+        b.iter(|| {
+            let rbs = conv.to_record_batches(&batch).unwrap();
+            assert_eq!(rbs.iter().map(|r| r.num_rows()).sum::<usize>(), RECORDS);
+            rbs
+        })
+    });
+    g.finish();
+    drop(batch);
+    drop(fake);
 }
 
 criterion_group!(benches, bench);

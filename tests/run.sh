@@ -36,5 +36,6 @@ export KDIRECT_REQUIRE_SERVICES=1
 # With the Delta sink (feature `delta`, off by default): its unit tests and the CLI's
 # `--sink delta:` read back by the Python deltalake package; and with SASL/GSSAPI (feature
 # `gssapi`, off by default): tests/it/kerberos.rs against the KDC and the Kerberized Kafka
-# node. One build: the features only add delta-rs's crates and libloading to the test build.
-cargo test --workspace --features kdirect/delta,kdirect/gssapi "$@"
+# node; and JSON values to Arrow columns (feature `json-values`, off by default). One build: the
+# features only add delta-rs's crates (arrow-json among them) and libloading to the test build.
+cargo test --workspace --features kdirect/delta,kdirect/gssapi,kdirect/json-values "$@"

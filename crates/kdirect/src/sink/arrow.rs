@@ -19,6 +19,15 @@
 //! record without headers, as Spark's source gives it; a header key that is not UTF-8 (Kafka's
 //! keys are strings, but the wire does not check) is converted lossily (U+FFFD).
 //!
+//! With [`ArrowConverter::with_json_values`] (feature `json-values`) each value is decoded as
+//! one JSON object of a given Arrow schema, as Spark's `from_json` and kafka-delta-ingest do:
+//! the schema's fields come first, as columns, then the columns above without `value`. Fields
+//! the schema does not name are ignored, a missing or `null` field is null (an error if the
+//! field is not nullable), and a tombstone is a row of nulls. A value that is not one JSON
+//! object of the schema (not JSON, two objects, a string where a number is asked for) fails
+//! the batch with [`SinkErrorKind::JsonValue`] naming its topic, partition and offset: the
+//! stream's exactly-once promise holds for what is written, and nothing is dropped silently.
+//!
 //! Built in one pass over the decoded records: each column's buffers are sized before the walk
 //! from what the fetch already knows (records: the stored batches' record counts, bounded by
 //! the range's offsets; bytes: the stored batches' sizes), so appending a record only copies
@@ -96,6 +105,9 @@ pub struct ArrowConverter {
     scratch: Scratch,
     max_rows: usize,
     max_decompressed: usize,
+    /// The schema values are decoded with, and the `RecordBatch`es' schema then.
+    #[cfg(feature = "json-values")]
+    json: Option<(SchemaRef, SchemaRef)>,
 }
 
 impl Default for ArrowConverter {
@@ -111,7 +123,54 @@ impl ArrowConverter {
             scratch: Scratch::new(),
             max_rows: DEFAULT_MAX_ROWS,
             max_decompressed: DecodeOptions::DEFAULT_MAX_DECOMPRESSED,
+            #[cfg(feature = "json-values")]
+            json: None,
         }
+    }
+
+    /// Decodes each record's value as one JSON object of `schema` (feature `json-values`; see
+    /// the [module docs](self)): the `RecordBatch`es have `schema`'s fields, then
+    /// [`kafka_schema`]'s without `value` ([`schema`](Self::schema)). Refused
+    /// ([`SinkErrorKind::Spec`]) when a field of `schema` has the name of one of those
+    /// columns.
+    #[cfg(feature = "json-values")]
+    pub fn with_json_values(mut self, schema: SchemaRef) -> Result<ArrowConverter, SinkError> {
+        let kafka = kafka_schema();
+        let kept: Vec<arrow_schema::FieldRef> = kafka
+            .fields()
+            .iter()
+            .filter(|f| f.name() != "value")
+            .cloned()
+            .collect();
+        if let Some(f) = schema
+            .fields()
+            .iter()
+            .find(|f| kept.iter().any(|k| k.name() == f.name()))
+        {
+            return Err(SinkErrorKind::Spec {
+                spec: "json values".into(),
+                reason: format!(
+                    "the values' schema has a field '{}', which is also a Kafka column; rename it",
+                    f.name()
+                ),
+            }
+            .into());
+        }
+        let fields: Vec<arrow_schema::FieldRef> =
+            schema.fields().iter().cloned().chain(kept).collect();
+        self.json = Some((schema, Arc::new(Schema::new(fields))));
+        Ok(self)
+    }
+
+    /// The schema of the `RecordBatch`es this converter makes: [`kafka_schema`], or with
+    /// [`with_json_values`](Self::with_json_values) the values' fields and the Kafka columns
+    /// but `value`.
+    pub fn schema(&self) -> SchemaRef {
+        #[cfg(feature = "json-values")]
+        if let Some((_, out)) = &self.json {
+            return out.clone();
+        }
+        kafka_schema()
     }
 
     /// At most `rows` rows per `RecordBatch` (at least 1).
@@ -147,6 +206,7 @@ impl ArrowConverter {
         mut emit: impl FnMut(RecordBatch) -> Result<(), E>,
     ) -> Result<u64, E> {
         let batch_id = batch.id();
+        let json = self.json_schema().cloned();
         let data = batch.range_data();
         // What the fetch knows before the walk: records (each stored batch's count, bounded
         // by its range's offsets: the count is read off the wire) and bytes.
@@ -191,7 +251,7 @@ impl ArrowConverter {
                                     bytes.min(MAX_BYTES),
                                 ),
                             );
-                            emit(full.finish(batch_id)?)?;
+                            emit(full.finish(batch_id, json.as_ref())?)?;
                         }
                         cols.push(topic, partition, ts_type, &r);
                         n += 1;
@@ -200,9 +260,19 @@ impl ArrowConverter {
             }
         }
         if cols.rows > 0 {
-            emit(cols.finish(batch_id)?)?;
+            emit(cols.finish(batch_id, json.as_ref())?)?;
         }
         Ok(n)
+    }
+
+    #[cfg(feature = "json-values")]
+    fn json_schema(&self) -> Option<&(SchemaRef, SchemaRef)> {
+        self.json.as_ref()
+    }
+
+    #[cfg(not(feature = "json-values"))]
+    fn json_schema(&self) -> Option<&(SchemaRef, SchemaRef)> {
+        None
     }
 }
 
@@ -308,7 +378,13 @@ impl Columns {
             .push(i32::try_from(self.header_key.len()).unwrap_or(i32::MAX));
     }
 
-    fn finish(mut self, batch_id: u64) -> Result<RecordBatch, SinkError> {
+    /// The `RecordBatch` of the rows pushed: in [`kafka_schema`], or with `json` (the values'
+    /// schema, the output schema) the values decoded to columns.
+    fn finish(
+        mut self,
+        batch_id: u64,
+        json: Option<&(SchemaRef, SchemaRef)>,
+    ) -> Result<RecordBatch, SinkError> {
         let arrow = |source| SinkError::from(SinkErrorKind::Arrow { batch_id, source });
         let entries = StructArray::try_new(
             header_fields(),
@@ -328,19 +404,136 @@ impl Columns {
             nulls,
         )
         .map_err(arrow)?;
-        RecordBatch::try_new(
-            kafka_schema(),
-            vec![
-                Arc::new(self.key.finish()),
-                Arc::new(self.value.finish()),
-                Arc::new(self.topic.finish()),
-                Arc::new(self.partition.finish()),
-                Arc::new(self.offset.finish()),
-                Arc::new(self.timestamp.finish()),
-                Arc::new(self.timestamp_type.finish()),
-                Arc::new(headers),
-            ],
-        )
-        .map_err(arrow)
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(self.key.finish()),
+            Arc::new(self.value.finish()),
+            Arc::new(self.topic.finish()),
+            Arc::new(self.partition.finish()),
+            Arc::new(self.offset.finish()),
+            Arc::new(self.timestamp.finish()),
+            Arc::new(self.timestamp_type.finish()),
+            Arc::new(headers),
+        ];
+        match json {
+            None => RecordBatch::try_new(kafka_schema(), columns).map_err(arrow),
+            #[cfg(feature = "json-values")]
+            Some((values, out)) => {
+                let decoded = json::decode(values, &columns, batch_id)?;
+                let mut all = decoded.columns().to_vec();
+                all.extend(
+                    columns
+                        .into_iter()
+                        .enumerate()
+                        .filter(|(i, _)| *i != 1)
+                        .map(|(_, c)| c),
+                );
+                RecordBatch::try_new(out.clone(), all).map_err(arrow)
+            }
+            #[cfg(not(feature = "json-values"))]
+            Some(_) => unreachable!("no JSON schema without the json-values feature"),
+        }
+    }
+}
+
+/// JSON values to columns (feature `json-values`).
+#[cfg(feature = "json-values")]
+mod json {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Int32Type, Int64Type};
+    use arrow_array::{Array, ArrayRef, RecordBatch};
+    use arrow_json::reader::{Decoder, ReaderBuilder};
+    use arrow_schema::SchemaRef;
+
+    use crate::sink::{SinkError, SinkErrorKind};
+
+    /// A tombstone's row: every field null.
+    const NO_VALUE: &[u8] = b"{}";
+
+    /// Decodes the `value` column of `kafka` (columns in [`super::kafka_schema`]'s order) as
+    /// one JSON object of `schema` per row. The first row that is not names itself.
+    pub(super) fn decode(
+        schema: &SchemaRef,
+        kafka: &[ArrayRef],
+        batch_id: u64,
+    ) -> Result<RecordBatch, SinkError> {
+        let values = kafka[1].as_binary::<i32>();
+        let rows = values.len();
+        let fail = |row: usize, reason: String| -> SinkError {
+            SinkErrorKind::JsonValue {
+                batch_id,
+                topic: kafka[2].as_string::<i32>().value(row).to_owned(),
+                partition: kafka[3].as_primitive::<Int32Type>().value(row),
+                offset: kafka[4].as_primitive::<Int64Type>().value(row),
+                reason,
+            }
+            .into()
+        };
+        let mut decoder = decoder(schema, rows).map_err(|e| fail(0, e.to_string()))?;
+        for row in 0..rows {
+            let value = if values.is_null(row) {
+                NO_VALUE
+            } else {
+                values.value(row)
+            };
+            push(&mut decoder, value).map_err(|reason| fail(row, reason))?;
+        }
+        match decoder.flush() {
+            Ok(Some(batch)) if batch.num_rows() == rows => Ok(batch),
+            Ok(other) => Err(fail(
+                0,
+                format!(
+                    "{} rows decoded for {rows} values",
+                    other.map_or(0, |b| b.num_rows())
+                ),
+            )),
+            // A value of the wrong shape for the schema shows only when the columns are built:
+            // find the first one, each alone.
+            Err(e) => {
+                for row in 0..rows {
+                    let value = if values.is_null(row) {
+                        NO_VALUE
+                    } else {
+                        values.value(row)
+                    };
+                    let mut one = decoder_for_one(schema).map_err(|e| fail(row, e.to_string()))?;
+                    let alone = push(&mut one, value)
+                        .and_then(|()| one.flush().map(|_| ()).map_err(|e| e.to_string()));
+                    if let Err(reason) = alone {
+                        return Err(fail(row, reason));
+                    }
+                }
+                Err(fail(0, e.to_string()))
+            }
+        }
+    }
+
+    fn decoder(schema: &SchemaRef, rows: usize) -> Result<Decoder, arrow_schema::ArrowError> {
+        // One more than the rows: a value holding two objects is counted, not cut off.
+        ReaderBuilder::new(schema.clone())
+            .with_batch_size(rows + 1)
+            .build_decoder()
+    }
+
+    fn decoder_for_one(schema: &SchemaRef) -> Result<Decoder, arrow_schema::ArrowError> {
+        decoder(schema, 1)
+    }
+
+    /// Feeds one value: exactly one whole JSON object, or an error saying what it was.
+    fn push(decoder: &mut Decoder, value: &[u8]) -> Result<(), String> {
+        let before = decoder.len();
+        let used = decoder.decode(value).map_err(|e| e.to_string())?;
+        // A newline ends a bare number or literal; between objects it is whitespace.
+        let ended = decoder.decode(b"\n").map_err(|e| e.to_string())?;
+        if used != value.len() || ended != 1 {
+            return Err("more than one JSON value".into());
+        }
+        if decoder.has_partial_record() {
+            return Err("not a whole JSON object (truncated?)".into());
+        }
+        match decoder.len() - before {
+            1 => Ok(()),
+            0 => Err("empty: no JSON object".into()),
+            n => Err(format!("more than one JSON value ({n} objects)")),
+        }
     }
 }

@@ -140,6 +140,22 @@ pub enum SinkErrorKind {
         /// delta-rs's error.
         source: Box<deltalake_core::DeltaTableError>,
     },
+    /// A record's value is not one JSON object of the schema its values are decoded with
+    /// ([`ArrowConverter::with_json_values`](crate::sink::arrow::ArrowConverter::with_json_values)).
+    #[cfg(feature = "json-values")]
+    #[error("batch {batch_id}: {topic}-{partition} offset {offset}: the value is not one JSON object of the given schema: {reason}")]
+    JsonValue {
+        /// The batch.
+        batch_id: u64,
+        /// The record's topic.
+        topic: String,
+        /// Its partition.
+        partition: i32,
+        /// Its offset.
+        offset: i64,
+        /// What is wrong (arrow-json's words, or the row count).
+        reason: String,
+    },
     /// A sink log file does not parse.
     #[error("corrupt sink log file {}: {reason}; nothing was overwritten — fix or remove the file", path.display())]
     Corrupt {

@@ -974,3 +974,181 @@ mod delta_sink {
         });
     }
 }
+
+/// Topic `j`, one partition, the given values (None: a tombstone) from offset 0.
+#[cfg(feature = "json-values")]
+async fn json_topic(values: &[Option<&str>]) -> FakeCluster {
+    let fake = FakeCluster::builder().topic("j", 1).build().await.unwrap();
+    let recs: Vec<FakeRecord> = values
+        .iter()
+        .map(|v| {
+            let mut r = FakeRecord::value(Bytes::from(v.unwrap_or("").to_owned()));
+            if v.is_none() {
+                r.value = None;
+            }
+            r
+        })
+        .collect();
+    fake.append_records("j", 0, &recs, Codec::None).unwrap();
+    fake
+}
+
+/// Every batch of topic `j` through a converter decoding values with `schema`.
+#[cfg(feature = "json-values")]
+async fn json_batches(
+    fake: &FakeCluster,
+    schema: arrow_schema::SchemaRef,
+) -> Result<Vec<arrow_array::RecordBatch>, super::SinkError> {
+    let mut stream = DirectStream::builder()
+        .bootstrap(&fake.bootstrap())
+        .topics(&["j"])
+        .start(StartPolicy::Earliest)
+        .until_latest(true)
+        .build()
+        .await
+        .unwrap();
+    let mut conv = super::arrow::ArrowConverter::new()
+        .with_max_rows(4)
+        .with_json_values(schema)?;
+    let mut out = Vec::new();
+    while let Some(batch) = stream.next_batch().await.unwrap() {
+        let rbs = conv.to_record_batches(&batch);
+        stream.done(batch);
+        for rb in rbs? {
+            assert_eq!(rb.schema(), conv.schema());
+            out.push(rb);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(feature = "json-values")]
+fn id_name_schema() -> arrow_schema::SchemaRef {
+    use arrow_schema::{DataType, Field, Schema};
+    std::sync::Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, true),
+        Field::new("name", DataType::Utf8, true),
+    ]))
+}
+
+/// Issue 34 item 1: values decoded to columns as Spark's `from_json` does: fields the schema
+/// does not name ignored, a missing one null, a tombstone a row of nulls; the Kafka columns
+/// but `value` follow.
+#[cfg(feature = "json-values")]
+#[test]
+fn json_values_become_columns_of_the_given_schema() {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    use arrow_array::Array;
+
+    rt().block_on(async {
+        let values: Vec<String> = (0..10)
+            .map(|o| format!(r#"{{"id": {o}, "name": "n{o}", "extra": [1, {{"x": true}}]}}"#))
+            .collect();
+        let mut vals: Vec<Option<&str>> = values.iter().map(|v| Some(v.as_str())).collect();
+        vals[3] = Some(r#"{"id": 3}"#);
+        vals[5] = None;
+        vals[6] = Some(" \n {\"name\": \"six\", \"id\": null} \t");
+        let fake = json_topic(&vals).await;
+        let rbs = json_batches(&fake, id_name_schema()).await.unwrap();
+        let names: Vec<String> = rbs[0]
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "id",
+                "name",
+                "key",
+                "topic",
+                "partition",
+                "offset",
+                "timestamp",
+                "timestampType",
+                "headers"
+            ]
+        );
+        let mut rows = 0;
+        for rb in &rbs {
+            let id = rb.column(0).as_primitive::<Int64Type>();
+            let name = rb.column(1).as_string::<i32>();
+            let off = rb.column(5).as_primitive::<Int64Type>();
+            for i in 0..rb.num_rows() {
+                let o = off.value(i);
+                assert_eq!(o, rows, "offsets in order");
+                rows += 1;
+                match o {
+                    3 => {
+                        assert_eq!(id.value(i), 3);
+                        assert!(name.is_null(i), "a missing field is null");
+                    }
+                    5 => assert!(id.is_null(i) && name.is_null(i), "a tombstone: nulls"),
+                    6 => {
+                        assert!(id.is_null(i));
+                        assert_eq!(name.value(i), "six");
+                    }
+                    _ => {
+                        assert_eq!(id.value(i), o);
+                        assert_eq!(name.value(i), format!("n{o}"));
+                    }
+                }
+            }
+        }
+        assert_eq!(rows, 10);
+    });
+}
+
+/// A value that is not one JSON object of the schema fails the batch, naming the record: a
+/// type the schema does not allow (found when the columns are built), two objects in one
+/// value, a truncated object, text that is not JSON, an empty value. A field of the values'
+/// schema named like a Kafka column is refused up front.
+#[cfg(feature = "json-values")]
+#[test]
+fn a_value_that_is_not_one_json_object_of_the_schema_is_an_error_naming_it() {
+    use super::SinkErrorKind;
+
+    rt().block_on(async {
+        for (bad, what) in [
+            (r#"{"id": "seven"}"#, ""),
+            (r#"{"id": 1}{"id": 2}"#, "more than one JSON value"),
+            (r#"{"id": 1"#, "not a whole JSON object"),
+            ("not json", ""),
+            ("", "empty"),
+        ] {
+            let mut vals: Vec<Option<&str>> = vec![Some(r#"{"id": 1}"#); 10];
+            vals[7] = Some(bad);
+            let fake = json_topic(&vals).await;
+            let err = json_batches(&fake, id_name_schema()).await.unwrap_err();
+            match err.kind() {
+                SinkErrorKind::JsonValue {
+                    topic,
+                    partition,
+                    offset,
+                    reason,
+                    ..
+                } => {
+                    assert_eq!(
+                        (topic.as_str(), *partition, *offset),
+                        ("j", 0, 7),
+                        "{bad:?}: {err}"
+                    );
+                    assert!(reason.contains(what), "{bad:?}: {reason}");
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+            assert!(err.to_string().contains("j-0 offset 7"), "{err}");
+        }
+        let clash = std::sync::Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+            "offset",
+            arrow_schema::DataType::Int64,
+            true,
+        )]));
+        let err = super::arrow::ArrowConverter::new()
+            .with_json_values(clash)
+            .unwrap_err();
+        assert!(err.to_string().contains("'offset'"), "{err}");
+    });
+}
