@@ -5,8 +5,10 @@
 //! outlived its principal). Kafka's Java tools write through the node's PLAINTEXT port;
 //! kdirect reads through the GSSAPI one with a keytab and with a ticket cache that `kinit`
 //! filled, and each usual mistake gets the error it gives: an unknown client or service
-//! principal, a principal not in the keytab, no ticket cache, an expired ticket, a clock
-//! skewed past the KDC's limit.
+//! principal, a principal not in the keytab, no ticket cache, an expired ticket (at start, and
+//! in the middle of a run), a clock skewed past the KDC's limit. The node's GSSAPI sessions
+//! last 3 s: paced consumers re-authenticate in place (KIP-368), and a keytab login of
+//! `brief`, whose tickets last 20 s, reads for more than two ticket lifetimes.
 //!
 //! Every run is the `kdirect` CLI in a process of its own, with the realm's `krb5.conf`
 //! (`KRB5_CONFIG`) and a ticket cache of the test's own (`KRB5CCNAME`): the Kerberos library
@@ -489,4 +491,251 @@ fn gssapi_silent_kdc_fails_within_the_request_timeout() {
         assert!(line.contains(want), "{want}: {line}");
     }
     assert!(took < Duration::from_secs(10), "took {took:?}: {line}");
+}
+
+/// `kdirect consume` paced to `per_batch` offsets a second (at most one batch a second), so
+/// the run outlasts several GSSAPI sessions (3 s on the kerberos node) no matter how fast the
+/// machine is, printing `partition offset` per record and the engine's connection log.
+fn consume_paced(
+    r: &Realm,
+    t: &str,
+    per_batch: u64,
+    more: &[&str],
+    settings: &[(&str, &str)],
+    cache: &str,
+) -> Output {
+    let per_batch = per_batch.to_string();
+    let mut args = vec![
+        "consume",
+        "-t",
+        t,
+        "--starting",
+        "earliest",
+        "--until-latest",
+        "--trigger",
+        "processing-time=1000",
+        "--max-offsets-per-batch",
+        &per_batch,
+        "-f",
+        "%p %o\n",
+    ];
+    args.extend_from_slice(more);
+    r.kdirect(
+        &args,
+        settings,
+        cache,
+        &[("KDIRECT_LOG", "warn,kdirect_engine::conn=debug")],
+    )
+}
+
+/// Checks that `out` printed every offset of `t` (3 partitions, `count` records) once.
+fn every_offset_once(out: &Output, count: usize) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut seen = std::collections::BTreeMap::<i32, Vec<i64>>::new();
+    for line in stdout.lines() {
+        let (p, o) = line.split_once(' ').expect("partition offset");
+        seen.entry(p.parse().unwrap())
+            .or_default()
+            .push(o.parse().unwrap());
+    }
+    let mut total = 0;
+    for (p, offsets) in &seen {
+        let want: Vec<i64> = (0..offsets.len() as i64).collect();
+        let mut sorted = offsets.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, want, "partition {p}: every offset from 0, once");
+        total += offsets.len();
+    }
+    assert_eq!(total, count, "{stderr}");
+}
+
+/// What the engine's connection log (`KDIRECT_LOG=kdirect_engine::conn=debug`) says about
+/// SASL sessions: how many connections authenticated, and the re-authentications in place of
+/// each, by the connection's local address.
+struct Sessions {
+    opened: Vec<String>,
+    reauthenticated: std::collections::BTreeMap<String, usize>,
+}
+
+fn sessions(out: &Output) -> Sessions {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let from = |line: &str| {
+        let rest = line.split("connection from ").nth(1)?;
+        let end = rest.find([',', ')'])?;
+        Some(rest[..end].to_owned())
+    };
+    let mut s = Sessions {
+        opened: Vec::new(),
+        reauthenticated: Default::default(),
+    };
+    for line in stderr.lines() {
+        if line.contains("SASL GSSAPI: re-authenticated with") {
+            *s.reauthenticated
+                .entry(from(line).expect(line))
+                .or_default() += 1;
+        } else if line.contains("SASL GSSAPI: authenticated with") {
+            s.opened.push(from(line).expect(line));
+        }
+    }
+    for conn in s.reauthenticated.keys() {
+        assert!(s.opened.contains(conn), "{conn} re-authenticated: {stderr}");
+    }
+    s
+}
+
+/// KIP-368 over GSSAPI: the kerberos node's GSSAPI sessions last 3 s
+/// (`listener.name.sasl_plaintext.gssapi.connections.max.reauth.ms`), after which the broker
+/// closes a connection at its next request. A consumer paced over about five sessions (with a
+/// group whose offsets the coordinator commits, over GSSAPI too) re-authenticates its
+/// connections in place — SaslHandshake and a new GSS context on the same connection — reads
+/// every offset once, and opens fewer connections than it re-authenticates (renewing by
+/// reconnecting would open one per session).
+#[test]
+fn gssapi_sessions_are_reauthenticated_in_place_while_consuming() {
+    let Some(r) = Realm::get("gssapi_sessions_are_reauthenticated_in_place_while_consuming") else {
+        return;
+    };
+    let t = r.topic_with("gssapi-reauth", 450);
+    let (_, no_cache) = r.cache("none");
+    let keytab = r.file("alice.keytab");
+    let alice = r.principal("alice");
+    let group = format!("{t}-g");
+    let out = consume_paced(
+        &r,
+        &t,
+        30,
+        &["--store", "kafka", "-g", &group],
+        &[
+            ("sasl.kerberos.service.name", "kafka"),
+            ("sasl.kerberos.keytab", keytab.as_str()),
+            ("sasl.kerberos.principal", alice.as_str()),
+        ],
+        &no_cache,
+    );
+    every_offset_once(&out, 450);
+    let s = sessions(&out);
+    let most = s.reauthenticated.values().copied().max().unwrap_or(0);
+    let total: usize = s.reauthenticated.values().sum();
+    assert!(
+        most >= 3,
+        "one connection re-authenticated at least 3 times: {:?} (opened {:?})",
+        s.reauthenticated,
+        s.opened
+    );
+    assert!(
+        s.opened.len() < total,
+        "sessions were renewed in place, not by new connections: opened {:?}, \
+         re-authenticated {:?}",
+        s.opened,
+        s.reauthenticated
+    );
+
+    // With the ticket cache kinit filled (each re-authentication takes a new service ticket
+    // or the cached one, and a new context).
+    let (_, cache) = r.cache("alice");
+    r.kinit("alice", &cache, &[]);
+    let out = consume_paced(
+        &r,
+        &t,
+        90,
+        &[],
+        &[("sasl.kerberos.service.name", "kafka")],
+        &cache,
+    );
+    every_offset_once(&out, 450);
+    assert!(!sessions(&out).reauthenticated.is_empty());
+}
+
+/// How many TGTs the KDC issued to `principal` (its log's AS_REQ lines).
+fn tgts_issued(r: &Realm, principal: &str) -> usize {
+    let log = std::fs::read_to_string(r.file("kdc.log")).unwrap_or_default();
+    let tgt = format!("{principal} for krbtgt/");
+    log.lines()
+        .filter(|l| l.contains("AS_REQ") && l.contains("ISSUE") && l.contains(&tgt))
+        .count()
+}
+
+/// A keytab login outlives its tickets: `brief`'s tickets last 20 s (its max life in the
+/// KDC), and a consumer paced over more than two of those lifetimes re-authenticates every
+/// 3 s with tickets the library gets anew from the keytab (as the Java client's
+/// Krb5LoginModule re-login, or `kinit -kt`): every offset once, no Kerberos error, and the
+/// KDC issued more than one TGT to `brief` during the run. (MIT asks for a new TGT when the
+/// cached one ends within 30 s, so with 20-second tickets it does at every authentication;
+/// with longer ones, after half their lifetime.)
+#[test]
+fn gssapi_keytab_login_outlives_its_tickets() {
+    let Some(r) = Realm::get("gssapi_keytab_login_outlives_its_tickets") else {
+        return;
+    };
+    let t = r.topic_with("gssapi-relogin", 1350);
+    let (_, no_cache) = r.cache("none");
+    let keytab = r.file("brief.keytab");
+    let brief = r.principal("brief");
+    let before = tgts_issued(&r, &brief);
+    // 45 batches of 30 offsets, at most one a second: more than two 20-second lifetimes.
+    let out = consume_paced(
+        &r,
+        &t,
+        30,
+        &[],
+        &[
+            ("sasl.kerberos.service.name", "kafka"),
+            ("sasl.kerberos.keytab", keytab.as_str()),
+            ("sasl.kerberos.principal", brief.as_str()),
+        ],
+        &no_cache,
+    );
+    every_offset_once(&out, 1350);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("expired"), "{stderr}");
+    let s = sessions(&out);
+    assert!(
+        s.reauthenticated.values().copied().max().unwrap_or(0) >= 10,
+        "{:?}",
+        s.reauthenticated
+    );
+    let issued = tgts_issued(&r, &brief) - before;
+    assert!(
+        issued >= 2,
+        "the KDC issued {issued} TGTs to {brief} over more than two ticket lifetimes"
+    );
+}
+
+/// A ticket cache without a keytab cannot outlive its ticket: kinit for 8 s, then a consumer
+/// paced over 15 s. Its connections re-authenticate every 3 s until the ticket has expired;
+/// the next re-authentication fails with the typed error, one line saying to run kinit again,
+/// after the records read so far (no retry loop on an error only the user can fix).
+#[test]
+fn gssapi_ticket_cache_expiring_mid_run_is_named() {
+    let Some(r) = Realm::get("gssapi_ticket_cache_expiring_mid_run_is_named") else {
+        return;
+    };
+    let t = r.topic_with("gssapi-expiring", 450);
+    let (_, cache) = r.cache("brief");
+    r.kinit("alice", &cache, &["-l", "8s"]);
+    let out = consume_paced(
+        &r,
+        &t,
+        30,
+        &[],
+        &[("sasl.kerberos.service.name", "kafka")],
+        &cache,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let read = String::from_utf8_lossy(&out.stdout).lines().count();
+    assert!(read < 450, "read {read} records: {stderr}");
+    let last = stderr
+        .lines()
+        .rfind(|l| !l.trim().is_empty())
+        .unwrap_or_default();
+    for want in [
+        "SASL GSSAPI authentication with",
+        "the Kerberos ticket has expired: run kinit again",
+        &format!("[ticket cache {cache}]"),
+    ] {
+        assert!(last.contains(want), "{want}: {last}\n{stderr}");
+    }
 }

@@ -360,12 +360,14 @@ fn cli_tls_mistakes_against_the_fake_broker_are_one_clear_line_each() {
 }
 
 /// KIP-368 with a broker that enforces it: the fake's sessions last 3 s and a request after
-/// that closes the connection (counted in `sessions_expired`). A connection past its session
-/// is closed by the broker at its next request; a stream paced over about three lifetimes
-/// reads everything with no connection ever used past its session, because kdirect moves new
-/// requests to a fresh, authenticated connection at 85% of the lifetime.
+/// that closes the connection (counted in `sessions_expired`). kdirect re-authenticates a
+/// connection in place (SaslHandshake and SaslAuthenticate again) once its session is between
+/// 85% and 95% through, before the next request; a stream paced over about five lifetimes
+/// reads everything with no request on an ended session, and the broker counts more
+/// authentications than connections: the sessions were renewed on the connections they
+/// belong to.
 #[test]
-fn sasl_sessions_are_renewed_before_the_fake_broker_would_close_them() {
+fn sasl_sessions_are_reauthenticated_in_place_before_the_fake_broker_would_close_them() {
     use kdirect::engine::cluster::Cluster;
     use kdirect::engine::conn::ConnConfig;
     use kdirect::proto::api::metadata::{self, Metadata};
@@ -384,25 +386,35 @@ fn sasl_sessions_are_renewed_before_the_fake_broker_would_close_them() {
         let cluster = Cluster::connect(&[c.bootstrap()], config).await.unwrap();
         let first = cluster.connection(1).await.unwrap();
         assert_eq!(first.sasl_session_lifetime(), Some(lifetime));
-        tokio::time::sleep(lifetime + Duration::from_millis(300)).await;
-        assert!(first.needs_renewal() && !first.is_usable());
+        assert_eq!(first.sasl_reauthentications(), 0);
+        let deadline = tokio::time::Instant::now() + lifetime * 2;
+        while !first.reauthentication_due() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "re-authentication never came due"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let before = c.stats(1).unwrap();
         let v = first.version::<Metadata>().unwrap();
-        let e = first
+        first
             .request_at::<Metadata>(&metadata::request(Some(&[]), v), v)
             .await
-            .expect_err("the broker closes a connection whose session ended");
-        assert!(matches!(e.kind(), ErrorKind::Disconnected { .. }), "{e}");
-        assert_eq!(c.stats(1).unwrap().sessions_expired, 1);
-        let second = cluster.connection(1).await.unwrap();
-        assert!(second.is_usable());
-        cluster.refresh(Some(&[])).await.expect("a fresh session");
+            .expect("the request re-authenticates first, on the same connection");
+        assert_eq!(first.sasl_reauthentications(), 1);
+        assert!(first.is_usable() && !first.reauthentication_due());
+        assert_eq!(first.sasl_session_lifetime(), Some(lifetime));
+        let after = c.stats(1).unwrap();
+        assert_eq!(after.connections_accepted, before.connections_accepted);
+        assert_eq!(after.sasl_authentications, before.sasl_authentications + 1);
+        assert_eq!(after.sessions_expired, 0, "{after:?}");
     });
 
     let before = c.stats(1).unwrap();
     let mut paced = settings.clone();
     paced.extend([
         ("trigger", "processing-time=800".to_owned()),
-        ("maxOffsetsPerTrigger", "30".to_owned()),
+        ("maxOffsetsPerTrigger", "15".to_owned()),
     ]);
     let values = rt()
         .block_on(read(&c.bootstrap(), Some("g-fake-renew"), &paced))
@@ -413,8 +425,11 @@ fn sasl_sessions_are_renewed_before_the_fake_broker_would_close_them() {
         after.sessions_expired, before.sessions_expired,
         "no request arrived on a connection past its session: {after:?}"
     );
+    let connections = after.connections_accepted - before.connections_accepted;
+    let authentications = after.sasl_authentications - before.sasl_authentications;
     assert!(
-        after.sasl_authentications >= before.sasl_authentications + 3,
-        "sessions were renewed with fresh connections: {before:?} → {after:?}"
+        authentications >= connections + 3,
+        "sessions were renewed in place: {connections} connections, {authentications} \
+         authentications ({before:?} → {after:?})"
     );
 }

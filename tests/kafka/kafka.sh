@@ -26,7 +26,7 @@
 #   kerberos  Kafka 4.1.1, 1 node: 38090 PLAINTEXT (the Java tools), 38092 SASL_PLAINTEXT with
 #           GSSAPI only, advertised as localhost (service principal kafka/localhost), controller
 #           38093; the realm, its KDC and the broker's keytab are tests/kerberos/kdc.sh's
-#           (started first when not up)
+#           (started first when not up); GSSAPI sessions last 3 s (KIP-368 re-authentication)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -207,6 +207,8 @@ listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
 listener.name.sasl_plaintext.sasl.enabled.mechanisms=GSSAPI
 sasl.kerberos.service.name=kafka
 listener.name.sasl_plaintext.gssapi.sasl.jaas.config=com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true storeKey=true keyTab="$k/broker.keytab" principal="kafka/localhost@KDIRECT.TEST";
+connections.max.reauth.ms=3600000
+listener.name.sasl_plaintext.gssapi.connections.max.reauth.ms=3000
 PROPS
 }
 

@@ -14,7 +14,8 @@
 #
 # The realm: principals kafka/localhost (the broker; keytab broker.keytab), alice (keytab
 # alice.keytab), and ghost, whose keytab ghost.keytab outlives the principal (deleted from
-# the database: "client not found"). Its krb5.conf turns off everything that would make a
+# the database: "client not found"), and brief (keytab brief.keytab), whose tickets last 20
+# seconds (for logins that must outlive their tickets; added to a realm made before it). Its krb5.conf turns off everything that would make a
 # test depend on this machine: DNS (no lookups, no canonicalisation: the service principal is
 # kafka/localhost for a broker reached as localhost), UDP (TCP only), and the client's silent
 # correction of its clock from the KDC's (kdc_timesync = 0: a skewed clock is an error).
@@ -113,6 +114,18 @@ CONF
   say "made realm $realm in $home"
 }
 
+# Principals added after the first realms were made: each once, into an existing realm.
+later_principals() {
+  [ -f "$home/brief.keytab" ] && return 0
+  (
+    realm_env
+    # MIT takes the smallest of the principal's, krbtgt's and the realm's max_life: 20 s.
+    kadmin.local -r "$realm" -q "addprinc -randkey -maxlife \"20 seconds\" brief@$realm"
+    kadmin.local -r "$realm" -q "ktadd -k $home/brief.keytab brief@$realm"
+  ) >>"$home/setup.log" 2>&1 || { tail -5 "$home/setup.log" >&2; say "FAIL: could not add brief@$realm"; return 1; }
+  say "added brief@$realm (tickets of 20 s)"
+}
+
 start() {
   if up "$port"; then
     if ! live_pid "$home/krb5kdc.pid" "$home" >/dev/null; then
@@ -140,7 +153,7 @@ stop() {
 }
 
 case "${1:-}" in
-  up) install; make_realm; start ;;
+  up) install; make_realm; later_principals; start ;;
   down) stop ;;
   is-up) up "$port" ;;
   env)

@@ -10,6 +10,14 @@
 //! generic over the read half, so a plaintext connection runs exactly the code it ran before
 //! TLS existed (no dynamic dispatch, no lock around the socket).
 //!
+//! A SASL session with a lifetime (KIP-368: the broker's `connections.max.reauth.ms`, announced
+//! in SaslAuthenticate v1+) is re-authenticated on the same connection before it ends, as the
+//! Java client does: at a point between 85% and 95% of the lifetime, the next request first
+//! runs SaslHandshake and SaslAuthenticate again with a fresh mechanism exchange (a new GSSAPI
+//! context, a new SCRAM nonce, a fresh OAUTHBEARER token), holding the write half so that no
+//! other request reaches the broker in the middle of it; responses to requests already in
+//! flight still arrive and are matched as before.
+//!
 //! [`BrokerConnection::request`] then sends any API at the negotiated version. Several
 //! requests may be in flight at once: each gets a correlation id and a waiting slot; a reader
 //! task matches responses to slots. A request without an answer
@@ -98,9 +106,36 @@ struct Shared {
     /// Set when the connection closed over a TLS problem (a TLS alert, a refused client
     /// certificate, a plaintext client on a TLS port): requests fail with it, typed.
     close_tls: Mutex<Option<TlsProblem>>,
+    /// The SASL session (KIP-368), shared by the connection's clones.
+    session: Mutex<SaslSession>,
+    /// This end's address, in log lines (tells one connection from another).
+    local: Option<std::net::SocketAddr>,
+}
+
+/// Where a connection's SASL session is (KIP-368).
+#[derive(Debug, Default, Clone, Copy)]
+struct SaslSession {
+    /// The lifetime the broker announced at the last (re-)authentication.
+    lifetime: Option<Duration>,
+    /// When the next request re-authenticates first.
+    reauth_at: Option<tokio::time::Instant>,
+    /// Re-authentications done on this connection.
+    reauthentications: u64,
+}
+
+/// How far into a SASL session kdirect re-authenticates: a point drawn between 85% and 95% of
+/// its lifetime, as the Java client (`SaslClientAuthenticator`: 85% for latency and clock
+/// drift, plus up to 10% of jitter so that many connections do not re-authenticate at once).
+fn reauth_fraction() -> f64 {
+    use rand::RngCore;
+    0.85 + 0.10 * f64::from(rand::rngs::OsRng.next_u32()) / f64::from(u32::MAX)
 }
 
 impl Shared {
+    fn session(&self) -> std::sync::MutexGuard<'_, SaslSession> {
+        self.session.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<i32, Slot>> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -187,15 +222,6 @@ pub struct BrokerConnection {
     versions: Arc<BrokerVersions>,
     config: Arc<ConnConfig>,
     reader: Arc<ReaderGuard>,
-    /// The SASL session's lifetime as the broker announced it (SaslAuthenticate v1+,
-    /// KIP-368, `connections.max.reauth.ms`): a broker closes a connection whose session
-    /// ended at its next request.
-    sasl_session_lifetime: Option<Duration>,
-    /// When this connection stops taking new requests from the cluster: 85% into the SASL
-    /// session (the Java client re-authenticates between 85% and 95%). kdirect renews a
-    /// session by opening a fresh, authenticated connection rather than re-authenticating
-    /// in place; requests already sent on this one finish.
-    renew_at: Option<tokio::time::Instant>,
 }
 
 /// The write half of a connection: the socket's own for plaintext, a TLS stream's for TLS.
@@ -328,9 +354,32 @@ impl BrokerConnection {
         .into())
     }
 
-    /// SASL after the ApiVersions handshake: SaslHandshake v1 names the mechanism, then
-    /// SaslAuthenticate carries the tokens until the mechanism is done.
-    async fn authenticate(mut self) -> Result<BrokerConnection, Error> {
+    /// SASL after the ApiVersions handshake (see [`BrokerConnection::sasl_exchange`]).
+    async fn authenticate(self) -> Result<BrokerConnection, Error> {
+        {
+            let mut w = self.writer.lock().await;
+            self.sasl_exchange(&mut w, false).await?;
+        }
+        Ok(self)
+    }
+
+    /// Re-authenticates in place (KIP-368) with the write half held; a failure closes the
+    /// connection, and the request that was about to go fails with the SASL error.
+    async fn reauthenticate(&self, w: &mut Writer) -> Result<(), Error> {
+        match self.sasl_exchange(w, true).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.close(&format!("SASL re-authentication failed: {e}"));
+                Err(e)
+            }
+        }
+    }
+
+    /// The SASL exchange on this connection, with its write half `w` held: SaslHandshake v1
+    /// names the mechanism, then SaslAuthenticate carries the tokens until the mechanism is
+    /// done. `again`: a re-authentication of a session that the broker gave a lifetime
+    /// (KIP-368), which Kafka starts with a SaslHandshake on the authenticated connection.
+    async fn sasl_exchange(&self, w: &mut Writer, again: bool) -> Result<(), Error> {
         let config = self.config.clone();
         let security = &config.security;
         let mechanism = security.sasl_mechanism.map_or("?", |m| m.name());
@@ -377,7 +426,7 @@ impl BrokerConnection {
             )));
         };
         let resp = self
-            .request_at::<SaslHandshake>(&sasl_handshake::request(mechanism), hv)
+            .request_on::<SaslHandshake>(w, &sasl_handshake::request(mechanism), hv)
             .await?;
         match ErrorCode(resp.error_code) {
             ErrorCode::NONE => {}
@@ -415,7 +464,7 @@ impl BrokerConnection {
         // a broker bug.
         for _ in 0..5 {
             let resp = self
-                .request_at::<SaslAuthenticate>(&sasl_authenticate::request(token), av)
+                .request_on::<SaslAuthenticate>(w, &sasl_authenticate::request(token), av)
                 .await?;
             if let Some(code) = ErrorCode(resp.error_code).err() {
                 self.close("SASL authentication failed");
@@ -432,16 +481,18 @@ impl BrokerConnection {
                 }
                 return Err(fail(SaslProblem::Refused(message)));
             }
-            if av >= 1 && resp.session_lifetime_ms > 0 {
-                let lifetime =
-                    Duration::from_millis(u64::try_from(resp.session_lifetime_ms).unwrap_or(0));
-                self.sasl_session_lifetime = Some(lifetime);
-                self.renew_at = Some(started + lifetime.mul_f64(0.85));
-            }
+            // The lifetime counts from the broker's end of the exchange; counting from before
+            // the handshake errs on the early side.
+            let lifetime = (av >= 1 && resp.session_lifetime_ms > 0).then(|| {
+                Duration::from_millis(u64::try_from(resp.session_lifetime_ms).unwrap_or(0))
+            });
             let answer = resp.auth_bytes.to_vec();
             match sasl_step(&mut auth, limit, move |a| a.next(&answer)).await {
                 Ok(Step::Send(next)) => token = next,
-                Ok(Step::Done) => return Ok(self),
+                Ok(Step::Done) => {
+                    self.session_started(mechanism, started, lifetime, again);
+                    return Ok(());
+                }
                 Err(problem) => {
                     self.close("SASL exchange failed");
                     return Err(fail(problem));
@@ -454,22 +505,71 @@ impl BrokerConnection {
         )))
     }
 
-    /// The SASL session lifetime the broker announced (KIP-368), if any.
-    pub fn sasl_session_lifetime(&self) -> Option<Duration> {
-        self.sasl_session_lifetime
+    /// Records a finished (re-)authentication: the session's lifetime and when to
+    /// re-authenticate, and says so in the log (with this end's address, which tells the
+    /// connections apart).
+    fn session_started(
+        &self,
+        mechanism: &str,
+        started: tokio::time::Instant,
+        lifetime: Option<Duration>,
+        again: bool,
+    ) {
+        let n = {
+            let mut session = self.shared.session();
+            session.lifetime = lifetime;
+            session.reauth_at = lifetime.map(|l| started + l.mul_f64(reauth_fraction()));
+            if again {
+                session.reauthentications += 1;
+            }
+            session.reauthentications
+        };
+        let local = self
+            .shared
+            .local
+            .map_or_else(|| "?".to_owned(), |a| a.to_string());
+        let session = lifetime.map_or_else(
+            || "a session without a lifetime".to_owned(),
+            |l| format!("a session of {} ms", l.as_millis()),
+        );
+        if again {
+            tracing::debug!(
+                "SASL {mechanism}: re-authenticated with {} in place (KIP-368; connection from \
+                 {local}, re-authentication {n}), {session}",
+                self.shared.broker
+            );
+        } else {
+            tracing::debug!(
+                "SASL {mechanism}: authenticated with {} (connection from {local}), {session}",
+                self.shared.broker
+            );
+        }
     }
 
-    /// True once the SASL session is 85% through its lifetime: new requests should go on a
-    /// fresh connection (see [`BrokerConnection::is_usable`]).
-    pub fn needs_renewal(&self) -> bool {
-        self.renew_at
+    /// The SASL session lifetime the broker announced at the last (re-)authentication
+    /// (KIP-368), if any.
+    pub fn sasl_session_lifetime(&self) -> Option<Duration> {
+        self.shared.session().lifetime
+    }
+
+    /// How many times this connection re-authenticated in place (KIP-368).
+    pub fn sasl_reauthentications(&self) -> u64 {
+        self.shared.session().reauthentications
+    }
+
+    /// True once the SASL session is far enough into its lifetime that the next request
+    /// re-authenticates first.
+    pub fn reauthentication_due(&self) -> bool {
+        self.shared
+            .session()
+            .reauth_at
             .is_some_and(|at| tokio::time::Instant::now() >= at)
     }
 
-    /// Whether to send new requests on this connection: open, and its SASL session (if any)
-    /// not near its end. [`crate::cluster::Cluster`] opens a fresh connection otherwise.
+    /// Whether to send new requests on this connection: it is open. (A SASL session near its
+    /// end is re-authenticated in place by the next request.)
     pub fn is_usable(&self) -> bool {
-        !self.is_closed() && !self.needs_renewal()
+        !self.is_closed()
     }
 
     /// Opens the socket (and TLS) on the runtime that runs kdirect's network tasks
@@ -504,12 +604,15 @@ impl BrokerConnection {
             Err(_) => return Err(timed_out(broker, "connection", config.connect_timeout)),
         };
         let _ = stream.set_nodelay(true);
+        let local = stream.local_addr().ok();
         let shared = Arc::new(Shared {
             broker: broker.clone(),
             pending: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
             close_reason: Mutex::new(None),
             close_tls: Mutex::new(None),
+            session: Mutex::new(SaslSession::default()),
+            local,
         });
         let frames = FrameDecoder::new(config.max_frame_size);
         let pool = config.frame_pool.clone();
@@ -562,8 +665,6 @@ impl BrokerConnection {
             versions: Arc::new(versions),
             config: Arc::new(config.clone()),
             reader: Arc::new(ReaderGuard(task.abort_handle())),
-            sasl_session_lifetime: None,
-            renew_at: None,
         })
     }
 
@@ -661,6 +762,45 @@ impl BrokerConnection {
         if self.is_closed() {
             return Err(self.shared.disconnected());
         }
+        let (correlation_id, rx) = {
+            let mut w = self.writer.lock().await;
+            // Closed while this request waited for the write half (a failed
+            // re-authentication, a dropped socket).
+            if self.is_closed() {
+                return Err(self.shared.disconnected());
+            }
+            if self.reauthentication_due() {
+                self.reauthenticate(&mut w).await?;
+            }
+            self.write_on::<A>(&mut w, request, version).await?
+        };
+        self.answer::<A>(correlation_id, rx, timeout).await
+    }
+
+    /// Sends `request` on the write half `w` (held by the caller) and decodes the answer, within
+    /// `request.timeout.ms`: the SASL exchange's requests, which nothing may come between.
+    async fn request_on<A: Api>(
+        &self,
+        w: &mut Writer,
+        request: &A::Request,
+        version: i16,
+    ) -> Result<A::Response, Error> {
+        let (correlation_id, rx) = self.write_on::<A>(w, request, version).await?;
+        let frame = self
+            .answer::<A>(correlation_id, rx, self.config.request_timeout)
+            .await?;
+        decode_response::<A>(frame, version)
+            .map(|(_, body)| body)
+            .map_err(|source| self.protocol_error(source))
+    }
+
+    /// Encodes `request`, gives it a correlation id and a slot for its answer, and writes it.
+    async fn write_on<A: Api>(
+        &self,
+        w: &mut Writer,
+        request: &A::Request,
+        version: i16,
+    ) -> Result<(i32, oneshot::Receiver<Result<Bytes, Error>>), Error> {
         let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed) & i32::MAX;
         let frame = encode_request::<A>(
             request,
@@ -671,11 +811,7 @@ impl BrokerConnection {
         .map_err(|source| self.protocol_error(source))?;
         let (tx, rx) = oneshot::channel();
         self.shared.pending().insert(correlation_id, tx);
-        let written = {
-            let mut w = self.writer.lock().await;
-            w.write_all(&frame).await
-        };
-        if let Err(e) = written {
+        if let Err(e) = w.write_all(&frame).await {
             self.shared.pending().remove(&correlation_id);
             self.reader.0.abort();
             match crate::tls::io_problem(&e, crate::tls::host_of(&self.shared.broker.addr)) {
@@ -684,6 +820,17 @@ impl BrokerConnection {
             }
             return Err(self.shared.disconnected());
         }
+        Ok((correlation_id, rx))
+    }
+
+    /// Waits for the answer to the request `correlation_id` up to `timeout`, then closes the
+    /// connection.
+    async fn answer<A: Api>(
+        &self,
+        correlation_id: i32,
+        rx: oneshot::Receiver<Result<Bytes, Error>>,
+        timeout: Duration,
+    ) -> Result<Bytes, Error> {
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(self.shared.disconnected()),
@@ -1272,5 +1419,17 @@ mod pool_tests {
         assert_eq!(size_class(1_048_451), 1_048_576);
         assert_eq!(size_class(1_048_577), 1_572_864);
         assert_eq!(size_class(3_145_880), 4_194_304);
+    }
+}
+
+#[cfg(test)]
+mod reauth_tests {
+    /// KIP-368 as the Java client: 85% of the session for latency and clock drift, plus up to
+    /// 10% of jitter.
+    #[test]
+    fn reauthentication_comes_between_85_and_95_percent_of_the_session() {
+        let fractions: Vec<f64> = (0..1000).map(|_| super::reauth_fraction()).collect();
+        assert!(fractions.iter().all(|f| (0.85..=0.95).contains(f)));
+        assert!(fractions.iter().any(|f| *f < 0.87) && fractions.iter().any(|f| *f > 0.93));
     }
 }

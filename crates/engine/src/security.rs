@@ -132,9 +132,9 @@ pub type TokenFuture =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<Secret, String>> + Send>>;
 
 /// An OAUTHBEARER token callback (the Java client's `sasl.login.callback.handler.class`, in
-/// the library): called for every new SASL connection — bootstrap, leaders, the group
-/// coordinator, and the reconnection that re-authenticates before the broker's session
-/// lifetime ends (KIP-368) — so a token that expires is replaced by a fresh one.
+/// the library): called for every SASL authentication — of each new connection (bootstrap,
+/// leaders, the group coordinator) and each re-authentication in place before the broker's
+/// session lifetime ends (KIP-368) — so a token that expires is replaced by a fresh one.
 #[derive(Clone)]
 pub struct TokenProvider(std::sync::Arc<dyn Fn() -> TokenFuture + Send + Sync>);
 
@@ -184,7 +184,7 @@ pub struct Security {
     pub sasl_password: Option<Secret>,
     /// `sasl.oauthbearer.token`: a static OAUTHBEARER token (a JWT).
     pub sasl_oauthbearer_token: Option<Secret>,
-    /// An OAUTHBEARER token callback, asked for a fresh token on every new connection (it
+    /// An OAUTHBEARER token callback, asked for a fresh token at every authentication (it
     /// takes precedence over `sasl.oauthbearer.token`).
     pub sasl_oauthbearer_token_provider: Option<TokenProvider>,
     /// `sasl.kerberos.service.name` (GSSAPI): the primary of the brokers' Kerberos principal,

@@ -17,6 +17,13 @@
 //! — the Java client's `useKeyTab=true` with `storeKey`. Without a keytab, `gss_acquire_cred` from the default ticket cache
 //! (`KRB5CCNAME`, or krb5.conf's `default_ccache_name`), which `kinit` filled.
 //!
+//! Each authentication — a new connection, or a KIP-368 re-authentication in place — is a new
+//! `System`: credentials acquired and a context started anew. With a keytab, MIT gets a new
+//! TGT from it when the memory cache's is expired or near its end (after half its lifetime,
+//! or when it ends within 30 s), so the
+//! login outlives its tickets (the Java client's Krb5LoginModule re-login); a ticket cache
+//! whose ticket expired fails with `KerberosFailure::Expired`.
+//!
 //! This is the one module of the engine with `unsafe` besides the decoder's window read
 //! (ARCHITECTURE.md, "Unsafe code"): each block is one call into the library with buffers
 //! that live across it, and every buffer the library returns is copied and released at once.
