@@ -1028,6 +1028,11 @@ fn id_name_schema() -> arrow_schema::SchemaRef {
     std::sync::Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, true),
         Field::new("name", DataType::Utf8, true),
+        Field::new(
+            "at",
+            DataType::Timestamp(arrow_schema::TimeUnit::Millisecond, Some("UTC".into())),
+            true,
+        ),
     ]))
 }
 
@@ -1043,7 +1048,11 @@ fn json_values_become_columns_of_the_given_schema() {
 
     rt().block_on(async {
         let values: Vec<String> = (0..10)
-            .map(|o| format!(r#"{{"id": {o}, "name": "n{o}", "extra": [1, {{"x": true}}]}}"#))
+            .map(|o| {
+                format!(
+                    r#"{{"id": {o}, "name": "n{o}", "at": "2026-12-07T10:00:0{o}Z", "extra": [1, {{"x": true}}]}}"#
+                )
+            })
             .collect();
         let mut vals: Vec<Option<&str>> = values.iter().map(|v| Some(v.as_str())).collect();
         vals[3] = Some(r#"{"id": 3}"#);
@@ -1062,6 +1071,7 @@ fn json_values_become_columns_of_the_given_schema() {
             [
                 "id",
                 "name",
+                "at",
                 "key",
                 "topic",
                 "partition",
@@ -1075,7 +1085,8 @@ fn json_values_become_columns_of_the_given_schema() {
         for rb in &rbs {
             let id = rb.column(0).as_primitive::<Int64Type>();
             let name = rb.column(1).as_string::<i32>();
-            let off = rb.column(5).as_primitive::<Int64Type>();
+            let at = rb.column(2).as_primitive::<arrow_array::types::TimestampMillisecondType>();
+            let off = rb.column(6).as_primitive::<Int64Type>();
             for i in 0..rb.num_rows() {
                 let o = off.value(i);
                 assert_eq!(o, rows, "offsets in order");
@@ -1093,6 +1104,8 @@ fn json_values_become_columns_of_the_given_schema() {
                     _ => {
                         assert_eq!(id.value(i), o);
                         assert_eq!(name.value(i), format!("n{o}"));
+                        // 2026-12-07T10:00:00Z, plus o seconds.
+                        assert_eq!(at.value(i), 1_796_637_600_000 + o * 1000);
                     }
                 }
             }
