@@ -356,7 +356,7 @@ fn zstd_impl(c: &mut Criterion) {
 
 /// Where the CRC's cost goes at 1000 x 100 B: the walk alone, and the walk right after a CRC
 /// pass computed outside the reader (crc-fast over the batch, crc-fast over 512 bytes only,
-/// the `crc32c` crate over the batch; crc-fast followed by clearing every vector register).
+/// the `crc32c` crate over the batch).
 fn crc_experiment(c: &mut Criterion) {
     let buf = batch(1000, 100, false, KpCompression::None);
     let no_crc = DecodeOptions::new().check_crc(false);
@@ -387,44 +387,9 @@ fn crc_experiment(c: &mut Criterion) {
             black_box(kdirect(&buf, &no_crc, &mut scratch))
         })
     });
-    g.bench_function("crcfast+clear+walk", |b| {
-        b.iter(|| {
-            black_box(kdirect_engine::record::crc32c(black_box(&buf[..])));
-            clear_vectors();
-            black_box(kdirect(&buf, &no_crc, &mut scratch))
-        })
-    });
     g.finish();
 }
 
-/// Zeroes zmm16-31 (which VZEROUPPER leaves alone) and the upper halves of zmm0-15.
-#[allow(unsafe_code)]
-#[inline(never)]
-fn clear_vectors() {
-    // SAFETY: only vector registers are written, each declared clobbered.
-    unsafe {
-        std::arch::asm!(
-            "vpxord zmm16, zmm16, zmm16",
-            "vpxord zmm17, zmm17, zmm17",
-            "vpxord zmm18, zmm18, zmm18",
-            "vpxord zmm19, zmm19, zmm19",
-            "vpxord zmm20, zmm20, zmm20",
-            "vpxord zmm21, zmm21, zmm21",
-            "vpxord zmm22, zmm22, zmm22",
-            "vpxord zmm23, zmm23, zmm23",
-            "vpxord zmm24, zmm24, zmm24",
-            "vpxord zmm25, zmm25, zmm25",
-            "vpxord zmm26, zmm26, zmm26",
-            "vpxord zmm27, zmm27, zmm27",
-            "vpxord zmm28, zmm28, zmm28",
-            "vpxord zmm29, zmm29, zmm29",
-            "vpxord zmm30, zmm30, zmm30",
-            "vpxord zmm31, zmm31, zmm31",
-            "vzeroupper",
-            clobber_abi("C"),
-        );
-    }
-}
 
 criterion_group! {
     name = benches;
