@@ -913,7 +913,12 @@ mod tests {
         assert_eq!(text, "a,b,1,7\nt,0,5\n");
         let read = positions_from_csv(&format!("# exported\n\n{text}")).unwrap();
         assert_eq!(read, p);
-        for (bad, line) in [("t,0", 1), ("x\nt,-1,3", 2), ("t,0,z", 1), ("t,0,-4", 1)] {
+        for (bad, line) in [
+            ("t,0", 1),
+            ("t,1,2\nt,-1,3", 2),
+            ("t,0,z", 1),
+            ("t,0,-4", 1),
+        ] {
             assert_eq!(
                 positions_from_csv(bad),
                 Err(AdminError::Csv { line }),
