@@ -192,3 +192,142 @@ fn migrate_copies_positions_and_continues_batch_ids() {
         assert_eq!(again.before.positions, got.positions);
     });
 }
+
+/// `Admin::plan_import`, what `kdirect offsets import --from kafka` does: another group's
+/// committed offsets read through the admin's cluster, checked against the log (refused with
+/// every partition named, or clamped), the partitions the source left out listed, and written
+/// as the batch after the destination's last; a source without positions is refused.
+#[test]
+fn an_import_from_another_groups_offsets_planned_checked_and_executed() {
+    use kdirect::admin::{AdminError, Source, SqlLayout, REDIS_KEY};
+    rt().block_on(async {
+        let fake = cluster().await;
+        let conn = kdirect::engine::conn::ConnConfig::default();
+        let cluster = std::sync::Arc::new(
+            kdirect::engine::cluster::Cluster::connect(&[fake.bootstrap()], conn)
+                .await
+                .unwrap(),
+        );
+        let admin = Admin::from_cluster(cluster.clone());
+        let mut options = kdirect::commit::OpenOptions::default();
+        options.cluster = Some(cluster);
+        let old = kdirect::open_store("kafka", "old-job", &options)
+            .await
+            .unwrap();
+        // Partition 2's log starts at 12: 3 is below it; partition 1 has no position.
+        kdirect::admin::set_positions(&old, &kdirect::Positions::from([(tp(0), 4), (tp(2), 3)]))
+            .await
+            .unwrap();
+        let source = Source::parse("kafka", SqlLayout::default(), REDIS_KEY).unwrap();
+        let e = admin
+            .plan_import(&source, "adm", "old-job", false)
+            .await
+            .unwrap_err();
+        let Some(AdminError::OutsideLog { refused, .. }) = e.admin() else {
+            panic!("{e}");
+        };
+        assert_eq!(refused.len(), 1);
+        assert_eq!(
+            e.to_string(),
+            "adm-2: the source's position 3 is outside the log [12, 30] (retention deleted the \
+             records since); nothing was written"
+        );
+        let import = admin
+            .plan_import(&source, "adm", "old-job", true)
+            .await
+            .unwrap();
+        assert_eq!(
+            import.positions,
+            kdirect::Positions::from([(tp(0), 4), (tp(2), 12)])
+        );
+        assert_eq!(import.clamped.len(), 1);
+        assert_eq!(import.unread, vec![tp(1)]);
+        let dir = tempdir("admin-import");
+        let store = CheckpointStore::open(&dir, 10).unwrap();
+        kdirect::admin::set_positions(&store, &kdirect::Positions::from([(tp(1), 1)]))
+            .await
+            .unwrap();
+        let done = import.execute(&store).await.unwrap();
+        assert_eq!((done.batch_id, done.before.batch_id), (1, Some(0)));
+        let got = store.load(&[]).await.unwrap();
+        assert_eq!(
+            got.positions,
+            kdirect::Positions::from([(tp(0), 4), (tp(1), 1), (tp(2), 12)])
+        );
+        // Another group holds nothing.
+        let e = admin
+            .plan_import(&source, "adm", "nobody", false)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e.admin(), Some(AdminError::NoPositions { .. })),
+            "{e}"
+        );
+    });
+}
+
+/// `Admin::plan_import_spark`, what `kdirect offsets import-spark` does: a Structured
+/// Streaming checkpoint's positions checked against the log, an empty store continuing
+/// Spark's batch ids; a position past the end refused, nothing written.
+#[test]
+fn a_spark_checkpoint_imported_continues_sparks_batch_ids() {
+    use kdirect::admin::{AdminError, SparkCheckpoint};
+    let spark = |dir: &std::path::Path, o: [i64; 3]| {
+        for d in ["offsets", "commits"] {
+            std::fs::create_dir_all(dir.join(d)).unwrap();
+        }
+        for id in 0..=4 {
+            std::fs::write(
+                dir.join(format!("offsets/{id}")),
+                format!(
+                    "v1\n{{\"batchWatermarkMs\":0,\"batchTimestampMs\":1,\"conf\":{{}}}}\n\
+                     {{\"adm\":{{\"0\":{},\"1\":{},\"2\":{}}}}}",
+                    o[0], o[1], o[2]
+                ),
+            )
+            .unwrap();
+            std::fs::write(
+                dir.join(format!("commits/{id}")),
+                "v1\n{\"nextBatchWatermarkMs\":0}",
+            )
+            .unwrap();
+        }
+    };
+    rt().block_on(async {
+        let fake = cluster().await;
+        let admin = Admin::connect(&fake.bootstrap(), &[]).await.unwrap();
+        let tmp = tempdir("admin-spark");
+        spark(&tmp.join("spark"), [5, 20, 13]);
+        let resolved = SparkCheckpoint::read(tmp.join("spark"))
+            .unwrap()
+            .resolve(None, None)
+            .unwrap();
+        assert_eq!(resolved.batch_id, Some(4));
+        let import = admin.plan_import_spark(&resolved).await.unwrap();
+        assert!(import.unread.is_empty() && import.clamped.is_empty());
+        let store = CheckpointStore::open(tmp.join("kd"), 10).unwrap();
+        let done = import.execute(&store).await.unwrap();
+        assert_eq!(done.batch_id, 4, "an empty store continues Spark's ids");
+        let got = store.load(&[]).await.unwrap();
+        assert_eq!(got.batch_id, Some(4));
+        assert_eq!(got.positions, import.positions);
+        // Once the store holds batches, its own ids go on.
+        assert_eq!(import.batch_id(&got), 5);
+
+        spark(&tmp.join("far"), [5, 21, 13]);
+        let far = SparkCheckpoint::read(tmp.join("far"))
+            .unwrap()
+            .resolve(None, None)
+            .unwrap();
+        let e = admin.plan_import_spark(&far).await.unwrap_err();
+        assert!(
+            matches!(e.admin(), Some(AdminError::OutsideLog { .. })),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .starts_with("adm-1: Spark's position 21 is outside the log [0, 20]"),
+            "{e}"
+        );
+    });
+}

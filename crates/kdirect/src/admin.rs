@@ -2,7 +2,10 @@
 //! embedder — each partition's log bounds as a map, positions reset with
 //! `kafka-consumer-groups`' vocabulary ([`ResetTo`]), positions checked against the log
 //! ([`inside_log`]), positions written to any store as the batch after its last
-//! ([`set_positions`]), positions copied from one store to another ([`migrate`]), a store's lag against the log ([`Admin::lag`]) and a group's members
+//! ([`set_positions`]), positions copied from one store to another ([`migrate`]), positions
+//! imported from a Spark Structured Streaming checkpoint ([`Admin::plan_import_spark`]) or
+//! from the layouts Spark Streaming jobs keep their own offsets in ([`Admin::plan_import`]), a
+//! store's lag against the log ([`Admin::lag`]) and a group's members
 //! ([`Admin::describe_group`]).
 //!
 //! ```no_run
@@ -32,6 +35,42 @@ use kdirect_proto::api::list_offsets::OffsetSpec;
 use kdirect_proto::IsolationLevel;
 
 use crate::{DirectStream, Error};
+
+pub use kdirect_commit::import::{Source, SqlLayout, REDIS_KEY};
+pub use kdirect_commit::spark::{SparkCheckpoint, SparkImport, Take};
+
+/// An administration request refused before anything was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdminError {
+    /// The program imported from holds no position for the topic.
+    #[error("{from} holds no offsets for topic {topic}; nothing was written")]
+    NoPositions {
+        /// Where the positions were read, as [`Source::describe`] names it.
+        from: String,
+        /// The topic.
+        topic: String,
+    },
+    /// Positions outside their partitions' logs (or of partitions the cluster does not have),
+    /// every one of them named ([`inside_log`]).
+    #[error(
+        "{}; nothing was written",
+        refused.iter().map(|o| o.describe(whose)).collect::<Vec<_>>().join("; ")
+    )]
+    OutsideLog {
+        /// Whose positions they are, for the message: `the source's`, `Spark's`.
+        whose: &'static str,
+        /// Each position refused.
+        refused: Vec<OutsideLog>,
+    },
+    /// A line of a positions CSV ([`positions_from_csv`]) that is not
+    /// `topic,partition,offset`.
+    #[error("line {line}: expected topic,partition,offset")]
+    Csv {
+        /// The line, from 1.
+        line: usize,
+    },
+}
 
 /// One partition's lag, as `kafka-consumer-groups --describe` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,6 +239,31 @@ impl OutsideLog {
     }
 }
 
+impl OutsideLog {
+    /// The refusal in words, `whose` naming where the position came from (`the source's`,
+    /// `Spark's`): `t-1: Spark's position 600 is outside the log [0, 100] (past the end: …)`.
+    pub fn describe(&self, whose: &str) -> String {
+        let tp = &self.partition;
+        match self.log {
+            None => format!(
+                "{}-{}: in {whose} offsets but {}",
+                tp.topic,
+                tp.partition,
+                self.reason()
+            ),
+            Some(l) => format!(
+                "{}-{}: {whose} position {} is outside the log [{}, {}] ({})",
+                tp.topic,
+                tp.partition,
+                self.position,
+                l.start,
+                l.end,
+                self.reason()
+            ),
+        }
+    }
+}
+
 impl std::fmt::Display for OutsideLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let tp = &self.partition;
@@ -322,6 +386,99 @@ pub async fn migrate<A: OffsetStore, B: OffsetStore>(
         before,
         source_pending: src.pending.map(|p| p.id),
     })
+}
+
+/// Positions another program kept, checked against the log and ready to be written to a store
+/// ([`Admin::plan_import`], [`Admin::plan_import_spark`]): a dry run prints it,
+/// [`execute`](Self::execute) writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Import {
+    /// The positions to write, each inside its partition's log.
+    pub positions: Positions,
+    /// Positions that were outside their logs and were moved to the nearest bound (only when
+    /// the plan was asked to clamp), as given.
+    pub clamped: Vec<OutsideLog>,
+    /// The partitions of the topics that the program kept no position for: a stream starts
+    /// them by its start policy.
+    pub unread: Vec<TopicPartition>,
+    /// The last batch id of the program imported from (Spark's batch), which a store holding
+    /// nothing continues ([`batch_id_for`]); `None` for programs without batch ids.
+    pub continuing: Option<u64>,
+}
+
+/// What [`Import::execute`] wrote.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Imported {
+    /// What the store held before.
+    pub before: Committed,
+    /// The batch id the positions were written under.
+    pub batch_id: u64,
+}
+
+impl Import {
+    /// The topics the positions name, sorted, each once.
+    pub fn topics(&self) -> Vec<String> {
+        let mut t: Vec<String> = self
+            .positions
+            .keys()
+            .map(|tp| tp.topic.to_string())
+            .collect();
+        t.dedup();
+        t
+    }
+
+    /// The batch id the positions take in a store holding `dest` ([`batch_id_for`]: an empty
+    /// store continues the program's batch ids, one that holds batches keeps its own).
+    pub fn batch_id(&self, dest: &Committed) -> u64 {
+        batch_id_for(dest, self.continuing)
+    }
+
+    /// Writes the positions to `store` under [`batch_id`](Self::batch_id), without
+    /// compare-and-set (administration: no stream may be running on the store). Partitions
+    /// not named keep their positions.
+    pub async fn execute<S: OffsetStore>(&self, store: &S) -> Result<Imported, Error> {
+        let before = store.load(&self.topics()).await?;
+        let batch_id = self.batch_id(&before);
+        store.set_positions(batch_id, &self.positions).await?;
+        Ok(Imported { before, batch_id })
+    }
+}
+
+/// Positions from the CSV `kafka-consumer-groups --reset-offsets --export` writes and
+/// `--from-file` reads ([`ResetTo::Positions`]): `topic,partition,offset` lines, blank lines
+/// and `#` comments skipped; the topic is everything before the last two commas. A line that
+/// is not one (a negative partition or offset included) is [`AdminError::Csv`] with its number.
+pub fn positions_from_csv(text: &str) -> Result<Positions, AdminError> {
+    let mut out = Positions::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let bad = || AdminError::Csv { line: n + 1 };
+        let mut f = line.rsplitn(3, ',');
+        let (Some(o), Some(p), Some(t)) = (f.next(), f.next(), f.next()) else {
+            return Err(bad());
+        };
+        let p: i32 = p.trim().parse().map_err(|_| bad())?;
+        let o: i64 = o.trim().parse().map_err(|_| bad())?;
+        if p < 0 || o < 0 {
+            return Err(bad());
+        }
+        out.insert(TopicPartition::new(t.trim().to_owned(), p), o);
+    }
+    Ok(out)
+}
+
+/// `positions` as `topic,partition,offset` lines, what `kafka-consumer-groups
+/// --reset-offsets --export` prints and [`positions_from_csv`] reads back.
+pub fn positions_to_csv(positions: &Positions) -> String {
+    positions
+        .iter()
+        .map(|(tp, o)| format!("{},{},{o}\n", tp.topic, tp.partition))
+        .collect()
 }
 
 /// The positions `to` names, from the partitions' logs (`bounds`), what the store holds
@@ -506,6 +663,106 @@ impl Admin {
         Ok(Reset { before, positions })
     }
 
+    /// Where a Spark Streaming (DStream) job's own offsets say `topic` stands for `group`,
+    /// read from `source` in the layouts the articles keep them in (a Redis hash, a SQL
+    /// table, ZooKeeper's `/consumers/<group>/offsets/<topic>/<partition>`, or the group's
+    /// offsets in Kafka, read through this admin's cluster), checked against each
+    /// partition's log: a position outside it is refused
+    /// ([`AdminError::OutsideLog`], every one named) unless `clamp` moves it to the nearest
+    /// bound. A source that holds nothing for `topic` is [`AdminError::NoPositions`]. Nothing
+    /// is written: [`Import::execute`] writes the plan.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), kdirect::Error> {
+    /// use kdirect::admin::{Admin, Source, SqlLayout, REDIS_KEY};
+    /// let admin = Admin::connect("127.0.0.1:9092", &[]).await?;
+    /// let source = Source::parse("redis://127.0.0.1:6379", SqlLayout::default(), REDIS_KEY)?;
+    /// let import = admin.plan_import(&source, "events", "spark-job", false).await?;
+    /// import.execute(&kdirect::CheckpointStore::open("/data/ckpt", 100)?).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn plan_import(
+        &self,
+        source: &Source,
+        topic: &str,
+        group: &str,
+        clamp: bool,
+    ) -> Result<Import, Error> {
+        let read = source
+            .read(topic, group, Some(self.cluster.clone()))
+            .await?;
+        if read.is_empty() {
+            return Err(AdminError::NoPositions {
+                from: source.describe(topic, group),
+                topic: topic.to_owned(),
+            }
+            .into());
+        }
+        self.checked_import(read, &[topic.to_owned()], "the source's", clamp, None)
+            .await
+    }
+
+    /// Where a Spark Structured Streaming query stopped, as an import of its Kafka source's
+    /// positions (`import`, from [`SparkCheckpoint::resolve`]), checked against each
+    /// partition's log: a position outside it is refused ([`AdminError::OutsideLog`]: Spark
+    /// never leaves one there, so the checkpoint is another cluster's or the topic was
+    /// re-created). A store holding nothing continues Spark's batch ids (its next batch is
+    /// Spark's next). Nothing is written: [`Import::execute`] writes the plan.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), kdirect::Error> {
+    /// use kdirect::admin::{Admin, SparkCheckpoint};
+    /// let admin = Admin::connect("127.0.0.1:9092", &[]).await?;
+    /// let spark = SparkCheckpoint::read("/data/spark-checkpoint")?.resolve(None, None)?;
+    /// let import = admin.plan_import_spark(&spark).await?;
+    /// import.execute(&kdirect::CheckpointStore::open("/data/ckpt", 100)?).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn plan_import_spark(&self, import: &SparkImport) -> Result<Import, Error> {
+        let mut topics: Vec<String> = import
+            .positions
+            .keys()
+            .map(|tp| tp.topic.to_string())
+            .collect();
+        topics.dedup();
+        let continuing = Some(import.batch_id.unwrap_or(0));
+        self.checked_import(
+            import.positions.clone(),
+            &topics,
+            "Spark's",
+            false,
+            continuing,
+        )
+        .await
+    }
+
+    /// `read` checked against the logs of `topics` ([`inside_log`]), with the partitions it
+    /// leaves out.
+    async fn checked_import(
+        &self,
+        read: Positions,
+        topics: &[String],
+        whose: &'static str,
+        clamp: bool,
+        continuing: Option<u64>,
+    ) -> Result<Import, Error> {
+        let bounds = self
+            .log_bounds(topics, IsolationLevel::ReadUncommitted)
+            .await?;
+        let (positions, clamped) = inside_log(&read, &bounds, clamp)
+            .map_err(|refused| AdminError::OutsideLog { whose, refused })?;
+        let unread = bounds
+            .into_keys()
+            .filter(|tp| !positions.contains_key(tp))
+            .collect();
+        Ok(Import {
+            positions,
+            clamped,
+            unread,
+            continuing,
+        })
+    }
+
     async fn partitions(&self, topics: &[String]) -> Result<Vec<(String, i32)>, Error> {
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
         let view = self.cluster.refresh(Some(&names)).await?;
@@ -647,6 +904,57 @@ mod tests {
         };
         assert_eq!(batch_id_for(&held, Some(41)), 8);
         assert_eq!(batch_id_for(&held, None), 8);
+    }
+
+    #[test]
+    fn positions_csv_round_trips_as_kafka_consumer_groups_writes_it() {
+        let p = Positions::from([(tp(0), 5), (TopicPartition::new("a,b", 1), 7)]);
+        let text = positions_to_csv(&p);
+        assert_eq!(text, "a,b,1,7\nt,0,5\n");
+        let read = positions_from_csv(&format!("# exported\n\n{text}")).unwrap();
+        assert_eq!(read, p);
+        for (bad, line) in [
+            ("t,0", 1),
+            ("t,1,2\nt,-1,3", 2),
+            ("t,0,z", 1),
+            ("t,0,-4", 1),
+        ] {
+            assert_eq!(
+                positions_from_csv(bad),
+                Err(AdminError::Csv { line }),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_import_takes_the_batch_after_the_stores_or_continues_the_programs() {
+        let import = Import {
+            positions: Positions::from([(tp(2), 1), (tp(0), 3), (TopicPartition::new("u", 0), 0)]),
+            clamped: Vec::new(),
+            unread: Vec::new(),
+            continuing: Some(9),
+        };
+        assert_eq!(import.topics(), ["t", "u"]);
+        assert_eq!(import.batch_id(&Committed::default()), 9);
+        let held = Committed {
+            batch_id: Some(2),
+            ..Committed::default()
+        };
+        assert_eq!(import.batch_id(&held), 3);
+        let refused = AdminError::OutsideLog {
+            whose: "Spark's",
+            refused: vec![OutsideLog {
+                partition: tp(7),
+                position: 1,
+                log: None,
+            }],
+        };
+        assert_eq!(
+            refused.to_string(),
+            "t-7: in Spark's offsets but not a partition of the cluster (topic re-created with \
+             fewer partitions?); nothing was written"
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ use kdirect_commit::StoreError;
 use kdirect_engine::error::BrokerName;
 use kdirect_engine::{ErrorKind as EngineKind, LostOffsets};
 
+use crate::admin::AdminError;
 use crate::sink::SinkError;
 
 /// An error from a [`DirectStream`](crate::DirectStream) or a [sink](crate::sink). See
@@ -38,6 +39,9 @@ pub enum Kind {
     /// The stream was used in an order that would break its guarantees.
     #[error(transparent)]
     Misuse(Misuse),
+    /// An administration request ([`crate::admin`]) refused before anything was written.
+    #[error(transparent)]
+    Admin(AdminError),
 }
 
 /// A call out of order, or a stream put together in a way that cannot keep its guarantees.
@@ -152,7 +156,7 @@ impl Error {
         match self.kind() {
             Kind::Engine(e) => e.is_retriable(),
             Kind::Store(s) => s.is_retriable(),
-            Kind::Sink(_) | Kind::Misuse(_) => false,
+            Kind::Sink(_) | Kind::Misuse(_) | Kind::Admin(_) => false,
         }
     }
 
@@ -165,7 +169,7 @@ impl Error {
         match self.kind() {
             Kind::Engine(e) => e.is_fenced(),
             Kind::Store(s) => s.is_fenced(),
-            Kind::Sink(_) | Kind::Misuse(_) => false,
+            Kind::Sink(_) | Kind::Misuse(_) | Kind::Admin(_) => false,
         }
     }
 
@@ -203,6 +207,14 @@ impl Error {
     pub fn partition(&self) -> Option<(&str, i32)> {
         match self.kind() {
             Kind::Engine(e) => e.partition(),
+            _ => None,
+        }
+    }
+
+    /// The refusal, when an administration request ([`crate::admin`]) was refused.
+    pub fn admin(&self) -> Option<&AdminError> {
+        match self.kind() {
+            Kind::Admin(a) => Some(a),
             _ => None,
         }
     }
@@ -249,6 +261,12 @@ impl From<StoreError> for Error {
 impl From<SinkError> for Error {
     fn from(e: SinkError) -> Self {
         Kind::Sink(e).into()
+    }
+}
+
+impl From<AdminError> for Error {
+    fn from(e: AdminError) -> Self {
+        Kind::Admin(e).into()
     }
 }
 

@@ -41,6 +41,10 @@
 //! replacing an earlier attempt), the JSON-lines sink, and behind features the Arrow view of a
 //! batch (`arrow`) and the Parquet sink whose log is the stream's store (`parquet`).
 //!
+//! The [`admin`] module does what `kdirect offsets` and `kdirect lag` do, for an embedder:
+//! log bounds, resets in `kafka-consumer-groups`' vocabulary, migrations between stores,
+//! imports from a Spark checkpoint or a Spark Streaming job's own offsets, and lag.
+//!
 //! With a SQL store (feature `sql`), [`DirectStream::begin`] opens the transaction that
 //! holds both the batch's offsets and your results; [`DirectStream::commit_transaction`]
 //! commits them together.

@@ -155,15 +155,3 @@ pub async fn connect(
     // Cluster::connect splits comma-separated entries itself.
     Ok(Cluster::connect(&[bootstrap.to_owned()], config).await?)
 }
-
-/// Every partition of `topics` (fresh metadata) with its log start and end
-/// ([`kdirect::admin::Admin::log_bounds`]).
-pub async fn log_bounds(
-    cluster: &std::sync::Arc<Cluster>,
-    topics: &[String],
-    isolation: kdirect_proto::IsolationLevel,
-) -> Result<std::collections::BTreeMap<kdirect::TopicPartition, kdirect::admin::LogBounds>, CliError>
-{
-    let admin = kdirect::admin::Admin::from_cluster(cluster.clone());
-    Ok(admin.log_bounds(topics, isolation).await?)
-}

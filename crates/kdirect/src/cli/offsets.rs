@@ -344,7 +344,7 @@ pub struct ImportSparkArgs {
     /// `planned` the uncommitted batch's end (its records are skipped). Without it, such a
     /// checkpoint is refused.
     #[arg(long, value_name = "SIDE", value_parser = parse_take)]
-    take: Option<kdirect_commit::spark::Take>,
+    take: Option<kdirect::admin::Take>,
     /// Which Kafka source to import when the query has several (its index, as in
     /// `sources/<i>/`; comma-separated for several on distinct partitions).
     #[arg(long, value_name = "N", value_delimiter = ',')]
@@ -376,7 +376,7 @@ pub struct ImportArgs {
     #[arg(long, value_name = "G")]
     from_group: Option<String>,
     /// Redis: the hash's key, `{topic}` and `{group}` replaced.
-    #[arg(long, value_name = "KEY", default_value = kdirect_commit::import::REDIS_KEY)]
+    #[arg(long, value_name = "KEY", default_value = kdirect::admin::REDIS_KEY)]
     from_key: String,
     /// SQL: the table.
     #[arg(long, value_name = "TABLE", default_value = "offsets")]
@@ -405,7 +405,7 @@ pub struct ImportArgs {
 }
 
 impl ImportArgs {
-    fn layout(&self) -> Result<kdirect_commit::import::SqlLayout, CliError> {
+    fn layout(&self) -> Result<kdirect::admin::SqlLayout, CliError> {
         let cols: Vec<&str> = self.from_columns.split(',').map(str::trim).collect();
         let (t, g, p, o, ts) = match cols.as_slice() {
             [t, g, p, o] => (t, g, p, o, None),
@@ -418,7 +418,7 @@ impl ImportArgs {
                 )))
             }
         };
-        Ok(kdirect_commit::import::SqlLayout {
+        Ok(kdirect::admin::SqlLayout {
             table: self.from_table.clone(),
             topic: (*t).to_owned(),
             group: (*g).to_owned(),
@@ -430,10 +430,10 @@ impl ImportArgs {
 }
 
 /// Parses `committed|planned`.
-fn parse_take(s: &str) -> Result<kdirect_commit::spark::Take, String> {
+fn parse_take(s: &str) -> Result<kdirect::admin::Take, String> {
     match s {
-        "committed" => Ok(kdirect_commit::spark::Take::Committed),
-        "planned" => Ok(kdirect_commit::spark::Take::Planned),
+        "committed" => Ok(kdirect::admin::Take::Committed),
+        "planned" => Ok(kdirect::admin::Take::Planned),
         _ => Err(format!("'{s}' is not committed or planned")),
     }
 }
@@ -463,13 +463,10 @@ mod store_cmd {
     use std::io::Write;
     use std::process::ExitCode;
 
-    use std::collections::BTreeMap;
-
-    use kdirect::admin::{Admin, LogBounds, OutsideLog, ResetTo};
+    use kdirect::admin::{Admin, AdminError, Import, ResetTo, Source, SparkCheckpoint, Take};
     use kdirect::ErrorKind;
     use kdirect_commit::{Committed, OffsetStore, Positions, TopicPartition};
     use kdirect_proto::api::list_offsets::OffsetSpec;
-    use kdirect_proto::IsolationLevel;
     use serde_json::json;
 
     use super::{ImportArgs, ImportSparkArgs, MigrateArgs, ResetArgs, SetArgs, ShowArgs};
@@ -642,9 +639,7 @@ mod store_cmd {
         let (before, positions) = (&reset.before, &reset.positions);
         let mut out = crate::cli::report_out();
         if args.export {
-            for (tp, o) in positions {
-                writeln!(out, "{},{},{o}", tp.topic, tp.partition)?;
-            }
+            write!(out, "{}", kdirect::admin::positions_to_csv(positions))?;
         }
         if args.execute {
             drop(out);
@@ -675,31 +670,12 @@ mod store_cmd {
     fn read_reset_csv(path: &std::path::Path) -> Result<Positions, CliError> {
         let shown = path.display();
         let text = std::fs::read_to_string(path).map_err(|e| CliError(format!("{shown}: {e}")))?;
-        let mut out = Positions::new();
-        for (n, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
+        kdirect::admin::positions_from_csv(&text).map_err(|e| match e {
+            AdminError::Csv { line } => {
+                CliError(format!("{shown}:{line}: expected topic,partition,offset"))
             }
-            let bad = || {
-                CliError(format!(
-                    "{shown}:{}: expected topic,partition,offset",
-                    n + 1
-                ))
-            };
-            let mut f = line.rsplitn(3, ',');
-            let (o, p, t) = (f.next(), f.next(), f.next());
-            let (Some(o), Some(p), Some(t)) = (o, p, t) else {
-                return Err(bad());
-            };
-            let p: i32 = p.trim().parse().map_err(|_| bad())?;
-            let o: i64 = o.trim().parse().map_err(|_| bad())?;
-            if p < 0 || o < 0 {
-                return Err(bad());
-            }
-            out.insert(TopicPartition::new(t.trim().to_owned(), p), o);
-        }
-        Ok(out)
+            e => CliError(format!("{shown}: {e}")),
+        })
     }
 
     pub async fn migrate(args: MigrateArgs) -> Result<ExitCode, CliError> {
@@ -738,56 +714,25 @@ mod store_cmd {
         );
         Ok(ExitCode::SUCCESS)
     }
-    /// Checks `positions` against the log ([`kdirect::admin::inside_log`]): every partition
-    /// known to the cluster, every position inside `[log start, end]`. Out of the log is
-    /// refused (with the range), or with `clamp` moved to the nearest bound (a note per
-    /// partition moved); `None`: the command has no --clamp.
-    fn inside_log(
-        positions: &Positions,
-        bounds: &BTreeMap<TopicPartition, LogBounds>,
-        whose: &str,
-        clamp: Option<bool>,
-    ) -> Result<(Positions, Vec<String>), CliError> {
-        let say = |o: &OutsideLog| {
-            let tp = &o.partition;
-            match o.log {
-                None => format!(
-                    "{}-{}: in {whose} offsets but {}",
-                    tp.topic,
-                    tp.partition,
-                    o.reason()
-                ),
-                Some(l) => format!(
-                    "{}-{}: {whose} position {} is outside the log [{}, {}] ({})",
-                    tp.topic,
-                    tp.partition,
-                    o.position,
-                    l.start,
-                    l.end,
-                    o.reason()
-                ),
+    /// The notes for the positions an import moved into the log (`--clamp`).
+    fn clamp_notes(import: &Import, whose: &str) -> Vec<String> {
+        import
+            .clamped
+            .iter()
+            .map(|o| {
+                let to = o.log.map_or(o.position, |l| l.clamp(o.position));
+                format!("{}; --clamp moves it to {to}", o.describe(whose))
+            })
+            .collect()
+    }
+
+    /// An import's refusal, with the flag that would take a position outside the log.
+    fn refused(e: kdirect::Error, clamp: bool) -> CliError {
+        match e.admin() {
+            Some(AdminError::OutsideLog { .. }) if !clamp => {
+                CliError(format!("{e} (--clamp moves positions into the log)"))
             }
-        };
-        match kdirect::admin::inside_log(positions, bounds, clamp == Some(true)) {
-            Ok((out, moved)) => {
-                let notes = moved
-                    .iter()
-                    .map(|o| {
-                        let to = o.log.map_or(o.position, |l| l.clamp(o.position));
-                        format!("{}; --clamp moves it to {to}", say(o))
-                    })
-                    .collect();
-                Ok((out, notes))
-            }
-            Err(refused) => Err(CliError(format!(
-                "{}; nothing was written{}",
-                refused.iter().map(say).collect::<Vec<_>>().join("; "),
-                if clamp == Some(false) {
-                    " (--clamp moves positions into the log)"
-                } else {
-                    ""
-                }
-            ))),
+            _ => e.into(),
         }
     }
 
@@ -831,7 +776,6 @@ mod store_cmd {
     }
 
     pub async fn import(args: ImportArgs) -> Result<ExitCode, CliError> {
-        use kdirect_commit::import::Source;
         let source = Source::parse(&args.from, args.layout()?, &args.from_key)?;
         let from_group = args
             .from_group
@@ -839,53 +783,41 @@ mod store_cmd {
             .unwrap_or_else(|| args.store.group.clone());
         let what = source.describe(&args.topic, &from_group);
         let cluster = args.store.require_cluster("offsets import").await?;
-        let read = source
-            .read(&args.topic, &from_group, Some(cluster.clone()))
-            .await?;
-        if read.is_empty() {
-            return Err(CliError(format!(
-                "{what} holds no offsets for topic {}; nothing was written",
-                args.topic
-            )));
-        }
-        let topics = vec![args.topic.clone()];
-        let bounds =
-            crate::cli::common::log_bounds(&cluster, &topics, IsolationLevel::ReadUncommitted)
-                .await?;
-        let (positions, notes) = inside_log(&read, &bounds, "the source's", Some(args.clamp))?;
-        let (store, before) = import_target(&args.store, args.execute, cluster, &topics).await?;
-        let batch_id = kdirect::admin::batch_id_for(&before, None);
-        let unread: Vec<String> = bounds
-            .keys()
-            .filter(|tp| !positions.contains_key(*tp))
-            .map(ToString::to_string)
-            .collect();
+        let import = Admin::from_cluster(cluster.clone())
+            .plan_import(&source, &args.topic, &from_group, args.clamp)
+            .await
+            .map_err(|e| refused(e, args.clamp))?;
+        let notes = clamp_notes(&import, "the source's");
+        let (store, before) =
+            import_target(&args.store, args.execute, cluster, &import.topics()).await?;
+        let batch_id = import.batch_id(&before);
         let mut out = crate::cli::report_out();
         writeln!(out, "# from {what}")?;
         for n in &notes {
             writeln!(out, "# {n}")?;
         }
-        if !unread.is_empty() {
+        if !import.unread.is_empty() {
             writeln!(
                 out,
                 "# not in the source (kdirect consume starts them per --starting): {}",
-                unread.join(", ")
+                list(&import.unread)
             )?;
         }
         if args.execute {
             drop(out);
             let store = store.expect("opened for --execute");
-            store.set_positions(batch_id, &positions).await?;
-            report_written(&before, &positions)?;
+            let done = import.execute(&store).await?;
+            report_written(&done.before, &import.positions)?;
             eprintln!(
-                "imported {} positions from {what} into {} as batch {batch_id}; `kdirect \
+                "imported {} positions from {what} into {} as batch {}; `kdirect \
                  consume --store …` resumes there",
-                positions.len(),
-                store.describe()
+                import.positions.len(),
+                store.describe(),
+                done.batch_id
             );
         } else {
             writeln!(out, "TOPIC\tPARTITION\tCURRENT-OFFSET\tNEW-OFFSET")?;
-            for (tp, o) in &positions {
+            for (tp, o) in &import.positions {
                 let was = before
                     .positions
                     .get(tp)
@@ -897,12 +829,20 @@ mod store_cmd {
         Ok(ExitCode::SUCCESS)
     }
 
+    /// `topic-partition, …`.
+    fn list(partitions: &[TopicPartition]) -> String {
+        partitions
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     pub async fn import_spark(args: ImportSparkArgs) -> Result<ExitCode, CliError> {
-        use kdirect_commit::spark::{SparkCheckpoint, Take};
         use kdirect_commit::StoreErrorKind;
         let ckpt = SparkCheckpoint::read(&args.checkpoint)?;
         let sources = (!args.source.is_empty()).then_some(args.source.as_slice());
-        let import = ckpt
+        let spark = ckpt
             .resolve(args.take, sources)
             .map_err(|e| match e.kind() {
                 StoreErrorKind::SparkUncommitted { .. } => {
@@ -913,7 +853,7 @@ mod store_cmd {
                 }
                 _ => CliError(e.to_string()),
             })?;
-        if args.take.is_some() && import.uncommitted.is_none() {
+        if args.take.is_some() && spark.uncommitted.is_none() {
             eprintln!(
                 "note: Spark's last batch {} is committed; --take changes nothing",
                 ckpt.last.id
@@ -921,27 +861,15 @@ mod store_cmd {
         }
         // Every position inside its partition's log, every partition known to the cluster.
         let cluster = args.store.require_cluster("offsets import-spark").await?;
-        let mut topics: Vec<String> = import
-            .positions
-            .keys()
-            .map(|tp| tp.topic.to_string())
-            .collect();
-        topics.dedup();
-        let bounds =
-            crate::cli::common::log_bounds(&cluster, &topics, IsolationLevel::ReadUncommitted)
-                .await?;
-        let (_, notes) = inside_log(&import.positions, &bounds, "Spark's", None)?;
-        debug_assert!(notes.is_empty());
-        let unread: Vec<String> = bounds
-            .keys()
-            .filter(|tp| !import.positions.contains_key(*tp))
-            .map(ToString::to_string)
-            .collect();
-        let (store, before) = import_target(&args.store, args.execute, cluster, &topics).await?;
+        let import = Admin::from_cluster(cluster.clone())
+            .plan_import_spark(&spark)
+            .await?;
+        let (store, before) =
+            import_target(&args.store, args.execute, cluster, &import.topics()).await?;
         // An empty store continues Spark's batch ids (the next batch is Spark's next); one
         // that holds batches keeps its own.
-        let batch_id = kdirect::admin::batch_id_for(&before, Some(import.batch_id.unwrap_or(0)));
-        let spark_batch = import
+        let batch_id = import.batch_id(&before);
+        let spark_batch = spark
             .batch_id
             .map_or_else(|| "-".to_owned(), |b| b.to_string());
         let mut out = crate::cli::report_out();
@@ -954,7 +882,7 @@ mod store_cmd {
                 .map(|q| format!(" (query {q})"))
                 .unwrap_or_default()
         )?;
-        let side = match (import.batch_id, import.uncommitted) {
+        let side = match (spark.batch_id, spark.uncommitted) {
             (Some(b), None) => format!("batch {b} is the last, committed"),
             (Some(b), Some((u, Take::Committed))) => format!(
                 "batch {u} was planned but not committed: taking batch {b}'s end (batch {u}'s \
@@ -971,31 +899,32 @@ mod store_cmd {
         writeln!(
             out,
             "# {side}; positions from {}, source {}",
-            import.from_file.display(),
-            import
+            spark.from_file.display(),
+            spark
                 .sources
                 .iter()
                 .map(usize::to_string)
                 .collect::<Vec<_>>()
                 .join(",")
         )?;
-        if !unread.is_empty() {
+        if !import.unread.is_empty() {
             writeln!(
                 out,
                 "# not in Spark's offsets (kdirect consume starts them per --starting): {}",
-                unread.join(", ")
+                list(&import.unread)
             )?;
         }
         if args.execute {
             drop(out);
             let store = store.expect("opened for --execute");
-            store.set_positions(batch_id, &import.positions).await?;
-            report_written(&before, &import.positions)?;
+            let done = import.execute(&store).await?;
+            report_written(&done.before, &import.positions)?;
             eprintln!(
-                "imported {} positions of Spark batch {spark_batch} into {} as batch {batch_id}; \
+                "imported {} positions of Spark batch {spark_batch} into {} as batch {}; \
                  `kdirect consume --store …` resumes there",
                 import.positions.len(),
-                store.describe()
+                store.describe(),
+                done.batch_id
             );
         } else {
             writeln!(out, "TOPIC\tPARTITION\tNEW-OFFSET\tSPARK-BATCH")?;
