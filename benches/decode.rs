@@ -390,7 +390,6 @@ fn crc_experiment(c: &mut Criterion) {
     g.finish();
 }
 
-
 criterion_group! {
     name = benches;
     config = Criterion::default()
