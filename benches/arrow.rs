@@ -29,34 +29,14 @@ fn bench(c: &mut Criterion) {
         .build()
         .unwrap();
     for codec in [Codec::None, Codec::Lz4] {
-        let (fake, batch) = rt.block_on(async {
-            let fake = FakeCluster::builder().topic("b", 1).build().await.unwrap();
-            let recs: Vec<FakeRecord> = (0..RECORDS)
-                .map(|i| {
-                    let mut v = format!("{i:08}").into_bytes();
-                    v.resize(SIZE, b'x');
-                    FakeRecord::value(Bytes::from(v)).with_timestamp(1_700_000_000_000 + i as i64)
-                })
-                .collect();
-            fake.append_batch(
-                "b",
-                0,
-                encode_batch(&recs, &BatchOptions::codec(codec)).unwrap(),
-            )
-            .unwrap();
-            let mut stream = DirectStream::builder()
-                .bootstrap(&fake.bootstrap())
-                .topics(&["b"])
-                .start(StartPolicy::Earliest)
-                .until_latest(true)
-                .build()
-                .await
-                .unwrap();
-            let batch = stream.next_batch().await.unwrap().unwrap();
-            assert_eq!(batch.for_each_record(|_, _| {}).unwrap(), RECORDS as u64);
-            // The stream is dropped; the batch keeps its buffers.
-            (fake, batch)
-        });
+        let recs: Vec<FakeRecord> = (0..RECORDS)
+            .map(|i| {
+                let mut v = format!("{i:08}").into_bytes();
+                v.resize(SIZE, b'x');
+                FakeRecord::value(Bytes::from(v)).with_timestamp(1_700_000_000_000 + i as i64)
+            })
+            .collect();
+        let (fake, batch) = first_batch(&rt, &recs, codec);
         let mut g = c.benchmark_group(format!("arrow/{RECORDS}x{SIZE}B/{}", codec.name()));
         g.throughput(Throughput::Elements(RECORDS as u64));
         g.bench_function("walk", |b| {
@@ -86,34 +66,20 @@ fn bench(c: &mut Criterion) {
 #[cfg(feature = "json-values")]
 fn json(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
     use arrow_schema::{DataType, Field, Schema, TimeUnit};
-    let (fake, batch) = rt.block_on(async {
-        let fake = FakeCluster::builder().topic("j", 1).build().await.unwrap();
-        let recs: Vec<FakeRecord> = (0..RECORDS)
-            .map(|i| {
-                let v = format!(
-                    r#"{{"id":{i},"name":"user-{:08}","ts":"2026-12-07T10:{:02}:{:02}Z","score":{}.25,"ok":{}}}"#,
-                    i * 7919,
-                    i / 60 % 60,
-                    i % 60,
-                    i % 1000,
-                    i % 2 == 0
-                );
-                FakeRecord::value(Bytes::from(v)).with_timestamp(1_700_000_000_000 + i as i64)
-            })
-            .collect();
-        fake.append_batch("j", 0, encode_batch(&recs, &BatchOptions::codec(Codec::None)).unwrap())
-            .unwrap();
-        let mut stream = DirectStream::builder()
-            .bootstrap(&fake.bootstrap())
-            .topics(&["j"])
-            .start(StartPolicy::Earliest)
-            .until_latest(true)
-            .build()
-            .await
-            .unwrap();
-        let batch = stream.next_batch().await.unwrap().unwrap();
-        (fake, batch)
-    });
+    let recs: Vec<FakeRecord> = (0..RECORDS)
+        .map(|i| {
+            let v = format!(
+                r#"{{"id":{i},"name":"user-{:08}","ts":"2026-12-07T10:{:02}:{:02}Z","score":{}.25,"ok":{}}}"#,
+                i * 7919,
+                i / 60 % 60,
+                i % 60,
+                i % 1000,
+                i % 2 == 0
+            );
+            FakeRecord::value(Bytes::from(v)).with_timestamp(1_700_000_000_000 + i as i64)
+        })
+        .collect();
+    let (fake, batch) = first_batch(rt, &recs, Codec::None);
     let schema = std::sync::Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, false),
         Field::new("name", DataType::Utf8, true),
@@ -142,6 +108,35 @@ fn json(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
     g.finish();
     drop(batch);
     drop(fake);
+}
+
+/// Topic `b` on a fake broker holding `recs` in one stored batch, and the batch a real
+/// `DirectStream` reads of it (the stream is dropped; the batch keeps its buffers).
+fn first_batch(
+    rt: &tokio::runtime::Runtime,
+    recs: &[FakeRecord],
+    codec: Codec,
+) -> (FakeCluster, kdirect::Batch) {
+    rt.block_on(async {
+        let fake = FakeCluster::builder().topic("b", 1).build().await.unwrap();
+        fake.append_batch(
+            "b",
+            0,
+            encode_batch(recs, &BatchOptions::codec(codec)).unwrap(),
+        )
+        .unwrap();
+        let mut stream = DirectStream::builder()
+            .bootstrap(&fake.bootstrap())
+            .topics(&["b"])
+            .start(StartPolicy::Earliest)
+            .until_latest(true)
+            .build()
+            .await
+            .unwrap();
+        let batch = stream.next_batch().await.unwrap().unwrap();
+        assert_eq!(batch.for_each_record(|_, _| {}).unwrap(), recs.len() as u64);
+        (fake, batch)
+    })
 }
 
 criterion_group!(benches, bench);

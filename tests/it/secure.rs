@@ -573,14 +573,12 @@ fn sasl_sessions_that_end_are_reauthenticated_in_place() {
             lifetime <= Duration::from_secs(3) && lifetime > Duration::ZERO,
             "{lifetime:?}"
         );
-        let deadline = tokio::time::Instant::now() + lifetime * 2;
-        while !first.reauthentication_due() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "re-authentication never came due"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        kdirect_test_support::wait_until_async(
+            lifetime * 2,
+            "the re-authentication comes due",
+            || first.reauthentication_due(),
+        )
+        .await;
         let v = first.version::<Metadata>().unwrap();
         first
             .request_at::<Metadata>(&metadata::request(Some(&[]), v), v)

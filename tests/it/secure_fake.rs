@@ -387,14 +387,12 @@ fn sasl_sessions_are_reauthenticated_in_place_before_the_fake_broker_would_close
         let first = cluster.connection(1).await.unwrap();
         assert_eq!(first.sasl_session_lifetime(), Some(lifetime));
         assert_eq!(first.sasl_reauthentications(), 0);
-        let deadline = tokio::time::Instant::now() + lifetime * 2;
-        while !first.reauthentication_due() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "re-authentication never came due"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        kdirect_test_support::wait_until_async(
+            lifetime * 2,
+            "the re-authentication comes due",
+            || first.reauthentication_due(),
+        )
+        .await;
         let before = c.stats(1).unwrap();
         let v = first.version::<Metadata>().unwrap();
         first
