@@ -421,3 +421,260 @@ fn deltalake_reads_the_delta_sink_every_offset_once() {
     assert_eq!(txns, [Some(59), Some(49)]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The values' schema of the `--value-schema` tests, as Spark's DDL.
+const VALUE_DDL: &str = "id BIGINT NOT NULL, name STRING, price DOUBLE, tags ARRAY<STRING>, \
+                         at TIMESTAMP, who STRUCT<city: STRING>";
+
+/// Appends `n` JSON values to `topic`-`p` from record `from` on: `id` is `p * 1000 + i`,
+/// every tenth record has no `name`, and each has a field the schema does not name.
+fn produce_json(fake: &FakeCluster, topic: &str, p: i32, from: i64, n: i64) {
+    let recs: Vec<FakeRecord> = (from..from + n)
+        .map(|i| {
+            let name = if i % 10 == 3 {
+                String::new()
+            } else {
+                format!(r#""name": "n{i}", "#)
+            };
+            FakeRecord::value(Bytes::from(format!(
+                r#"{{"id": {}, {name}"price": {}, "tags": ["t{i}", "x"], "at": "2026-12-08T01:02:{:02}Z", "who": {{"city": "c{p}"}}, "extra": [1, 2]}}"#,
+                i64::from(p) * 1000 + i,
+                i as f64 * 0.5,
+                i % 60
+            )))
+            .with_key(Bytes::from(format!("k{i}")))
+        })
+        .collect();
+    fake.append_records(topic, p, &recs, Codec::Lz4).unwrap();
+}
+
+/// What the independent reader must see for record `i` of partition `p`, as the Python
+/// script below prints it.
+fn json_row(p: i32, i: i64) -> serde_json::Value {
+    serde_json::json!([
+        p,
+        i,
+        i64::from(p) * 1000 + i,
+        if i % 10 == 3 {
+            None
+        } else {
+            Some(format!("n{i}"))
+        },
+        i as f64 * 0.5,
+        [format!("t{i}"), "x"],
+        format!("2026-12-08T01:02:{:02}+00:00", i % 60),
+        format!("c{p}"),
+        format!("k{i}"),
+    ])
+}
+
+/// Reads the table or dataset at `dir` with Python (`pyarrow.dataset`, or the `deltalake`
+/// package when `delta`): the schema, one line per field, and each row as `json_row` has it.
+fn python_json_rows(python: &str, dir: &Path, delta: bool) -> (String, Vec<serde_json::Value>) {
+    let script = r#"
+import sys, json
+if sys.argv[2] == "delta":
+    from deltalake import DeltaTable
+    t = DeltaTable(sys.argv[1]).to_pyarrow_table()
+else:
+    import pyarrow.dataset as ds
+    t = ds.dataset(sys.argv[1], format="parquet").to_table()
+for f in t.schema:
+    print("field", f.name, f.type)
+for r in t.to_pylist():
+    print(json.dumps([r["partition"], r["offset"], r["id"], r["name"], r["price"], r["tags"],
+        r["at"].isoformat(), r["who"]["city"], r["key"].decode()]))
+"#;
+    let out = Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .arg(dir)
+        .arg(if delta { "delta" } else { "parquet" })
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (mut schema, mut rows) = (String::new(), Vec::new());
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        match line.strip_prefix("field ") {
+            Some(f) => {
+                schema.push_str(f);
+                schema.push('\n');
+            }
+            None => rows.push(serde_json::from_str(line).unwrap()),
+        }
+    }
+    rows.sort_by_key(|r: &serde_json::Value| (r[0].as_i64(), r[1].as_i64()));
+    (schema, rows)
+}
+
+/// The rows `json_row` gives for offsets `0..ends[p]` of partitions 0 and 1.
+fn json_rows(ends: [i64; 2]) -> Vec<serde_json::Value> {
+    (0..2)
+        .flat_map(|p| (0..ends[p as usize]).map(move |i| json_row(p, i)))
+        .collect()
+}
+
+fn consume_with_schema(
+    fake: &FakeCluster,
+    topic: &str,
+    sink: &str,
+    ddl: &str,
+) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kdirect"))
+        .args(["consume", "-b", &fake.bootstrap(), "-t", topic])
+        .args(["--until-latest", "--max-offsets-per-batch", "25"])
+        .args(["--sink", sink, "--value-schema", ddl])
+        .output()
+        .unwrap()
+}
+
+/// `--sink parquet:DIR --value-schema DDL`: each JSON value's fields are typed columns
+/// (nested, lists, a UTC timestamp, a missing field null, a field not named dropped), read
+/// back by pyarrow; a value that is not JSON fails its batch naming its partition and offset,
+/// and what was committed before it stays, each offset once.
+#[test]
+fn the_parquet_sink_writes_json_values_as_the_columns_of_a_spark_ddl_schema() {
+    let test = "the_parquet_sink_writes_json_values_as_the_columns_of_a_spark_ddl_schema";
+    let fake = FakeCluster::builder().topic("js", 2).start().unwrap();
+    produce_json(&fake, "js", 0, 0, 40);
+    produce_json(&fake, "js", 1, 0, 30);
+    let dir = tempdir("parquet-json");
+    let sink = format!("parquet:{}", dir.display());
+    let out = consume_with_schema(&fake, "js", &sink, VALUE_DDL);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = parquet_rows(&dir);
+    assert_eq!(rows.len(), 70);
+    assert!(rows.values().all(|n| *n == 1));
+    // A value that is not one JSON object: the batch fails, naming it; nothing of it shows.
+    fake.append_records(
+        "js",
+        1,
+        &[FakeRecord::value(Bytes::from_static(
+            b"{\"id\": 1} trailing",
+        ))],
+        Codec::None,
+    )
+    .unwrap();
+    let bad = consume_with_schema(&fake, "js", &sink, VALUE_DDL);
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("js-1 offset 30: the value is not one JSON object"),
+        "{stderr}"
+    );
+    assert_eq!(parquet_rows(&dir), rows);
+    // NOT NULL is in the files (pyarrow.dataset's schema does not show it).
+    let first = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "parquet"))
+        .unwrap();
+    let reader =
+        ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(first).unwrap()).unwrap();
+    let fields = reader.schema().fields().clone();
+    assert!(
+        !fields[0].is_nullable() && fields[1].is_nullable(),
+        "{fields:?}"
+    );
+    // The schema is checked before anything is read.
+    let typo = consume_with_schema(&fake, "js", &sink, "id BIGINT, at TIMESTMP");
+    let stderr = String::from_utf8_lossy(&typo.stderr);
+    assert!(
+        stderr.contains("--value-schema")
+            && stderr.contains("at character 15: unknown type 'TIMESTMP'"),
+        "{stderr}"
+    );
+    let Some(python) = service("KDIRECT_TEST_PYARROW", test) else {
+        return;
+    };
+    let (schema, seen) = python_json_rows(&python, &dir, false);
+    assert_eq!(
+        schema,
+        "id int64\nname string\nprice double\ntags list<element: string>\n\
+         at timestamp[us, tz=UTC]\nwho struct<city: string>\nkey binary\ntopic string\n\
+         partition int32\noffset int64\ntimestamp timestamp[ms, tz=UTC]\ntimestampType int32\n\
+         headers list<element: struct<key: string not null, value: binary> not null>\n"
+    );
+    assert_eq!(seen, json_rows([40, 30]));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--sink delta:PATH --value-schema DDL`: the table's columns are the values' fields, then
+/// the Kafka columns; the Python `deltalake` package reads every offset once with its fields;
+/// a run with another schema is refused before it reads anything.
+#[cfg(feature = "delta")]
+#[test]
+fn the_delta_sink_writes_json_values_as_the_columns_of_a_spark_ddl_schema() {
+    let test = "the_delta_sink_writes_json_values_as_the_columns_of_a_spark_ddl_schema";
+    let fake = FakeCluster::builder().topic("jd", 2).start().unwrap();
+    produce_json(&fake, "jd", 0, 0, 40);
+    produce_json(&fake, "jd", 1, 0, 30);
+    let dir = tempdir("delta-json");
+    let sink = format!("delta:{}", dir.display());
+    let out = consume_with_schema(&fake, "jd", &sink, VALUE_DDL);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    produce_json(&fake, "jd", 0, 40, 10);
+    let out = consume_with_schema(&fake, "jd", &sink, VALUE_DDL);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let once: Rows = (0..2)
+        .flat_map(|p: i32| (0..[50, 30][p as usize]).map(move |o| ((p, o), 1)))
+        .collect();
+    assert_eq!(
+        delta_rows(&dir, &["jd-0", "jd-1"]),
+        (once, vec![Some(49), Some(29)])
+    );
+    let other = consume_with_schema(&fake, "jd", &sink, "id BIGINT NOT NULL, name STRING");
+    let stderr = String::from_utf8_lossy(&other.stderr);
+    assert!(!other.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the table's schema is not the one the Delta sink writes"),
+        "{stderr}"
+    );
+    let plain = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+        .args([
+            "consume",
+            "-b",
+            &fake.bootstrap(),
+            "-t",
+            "jd",
+            "--until-latest",
+        ])
+        .arg("--sink")
+        .arg(&sink)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&plain.stderr);
+    assert!(
+        !plain.status.success() && stderr.contains("not Spark's Kafka source schema"),
+        "{stderr}"
+    );
+    let Some(python) = delta_python(test) else {
+        return;
+    };
+    let (schema, seen) = python_json_rows(&python, &dir, true);
+    assert_eq!(
+        schema,
+        "id int64\nname string\nprice double\ntags list<element: string>\n\
+         at timestamp[us, tz=UTC]\nwho struct<city: string>\nkey binary\ntopic string\n\
+         partition int32\noffset int64\ntimestamp timestamp[us, tz=UTC]\ntimestampType int32\n\
+         headers list<element: struct<key: string not null, value: binary> not null>\n"
+    );
+    assert_eq!(seen, json_rows([50, 30]));
+    let _ = std::fs::remove_dir_all(&dir);
+}

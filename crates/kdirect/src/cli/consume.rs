@@ -251,6 +251,14 @@ pub struct Args {
     /// `--sink parquet:`'s rows per row group at most.
     #[arg(long, value_name = "ROWS", default_value_t = 1024 * 1024, requires = "sink")]
     parquet_row_group_rows: usize,
+    /// `--sink parquet:`/`delta:`: decode each value as one JSON object of this schema,
+    /// written as Spark SQL's DDL (`'id BIGINT NOT NULL, name STRING, tags ARRAY<STRING>'`, as
+    /// Spark's `from_json` takes it; `@FILE` reads it from a file): its fields become the
+    /// first columns, then the Kafka columns but `value`. Fields the schema does not name
+    /// are ignored, a missing field is null; a value that is not one JSON object of the
+    /// schema fails the batch, naming its topic, partition and offset (nothing is skipped).
+    #[arg(long, value_name = "DDL", requires = "sink")]
+    value_schema: Option<String>,
 }
 
 /// A `--sink` that is its own offset store.
@@ -280,9 +288,7 @@ async fn open_sink(args: &Args) -> Result<Option<TableSink>, CliError> {
             "--sink parquet: needs a directory, e.g. parquet:/data/events".into(),
         ));
     }
-    let options = ParquetOptions::default()
-        .compression(args.parquet_compression)
-        .row_group_rows(args.parquet_row_group_rows);
+    let options = parquet_options(args)?;
     if dir.starts_with("s3://") || dir.starts_with("az://") {
         // The checkpoint's clients and environment (AWS_*, AZURE_STORAGE_*).
         let sink = ParquetSink::open_object(dir, options, &[]).await?;
@@ -295,6 +301,40 @@ async fn open_sink(args: &Args) -> Result<Option<TableSink>, CliError> {
         )));
     }
     Ok(Some(TableSink::Parquet(ParquetSink::open(dir, options)?)))
+}
+
+/// The data files' options: `--parquet-*`, `--value-schema`.
+fn parquet_options(args: &Args) -> Result<ParquetOptions, CliError> {
+    let options = ParquetOptions::default()
+        .compression(args.parquet_compression)
+        .row_group_rows(args.parquet_row_group_rows);
+    let Some(ddl) = &args.value_schema else {
+        return Ok(options);
+    };
+    let ddl = match ddl.strip_prefix('@') {
+        Some(file) => std::fs::read_to_string(file)
+            .map_err(|e| CliError(format!("--value-schema @{file}: {e}")))?,
+        None => ddl.clone(),
+    };
+    value_schema(options, &ddl)
+}
+
+#[cfg(feature = "json-values")]
+fn value_schema(options: ParquetOptions, ddl: &str) -> Result<ParquetOptions, CliError> {
+    let schema = kdirect::sink::ddl::parse(ddl.trim())
+        .map_err(|e| CliError(format!("--value-schema: {e}")))?;
+    options
+        .json_values(schema)
+        .map_err(|e| CliError(format!("--value-schema: {e}")))
+}
+
+#[cfg(not(feature = "json-values"))]
+fn value_schema(_: ParquetOptions, _: &str) -> Result<ParquetOptions, CliError> {
+    Err(CliError(
+        "--value-schema: this kdirect was built without JSON values (cargo feature \
+         `json-values`)"
+            .into(),
+    ))
 }
 
 /// `--sink delta:PATH[?app_id=ID]`.
@@ -313,11 +353,7 @@ async fn open_delta(args: &Args, spec: &str, path: &str) -> Result<TableSink, Cl
              az://CONTAINER/PREFIX"
         )));
     }
-    let mut options = DeltaOptions::default().parquet(
-        ParquetOptions::default()
-            .compression(args.parquet_compression)
-            .row_group_rows(args.parquet_row_group_rows),
-    );
+    let mut options = DeltaOptions::default().parquet(parquet_options(args)?);
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
             Some(("app_id", id)) if !id.is_empty() => {

@@ -178,21 +178,37 @@ impl DeltaOptions {
 pub fn delta_schema() -> SchemaRef {
     static SCHEMA: std::sync::OnceLock<SchemaRef> = std::sync::OnceLock::new();
     SCHEMA
-        .get_or_init(|| {
-            let fields: Vec<Field> = kafka_schema()
-                .fields()
-                .iter()
-                .map(|f| match f.data_type() {
-                    DataType::Timestamp(_, tz) => f
-                        .as_ref()
-                        .clone()
-                        .with_data_type(DataType::Timestamp(TimeUnit::Microsecond, tz.clone())),
-                    _ => f.as_ref().clone(),
-                })
-                .collect();
-            Arc::new(Schema::new(fields))
-        })
+        .get_or_init(|| delta_schema_of(&kafka_schema()))
         .clone()
+}
+
+/// Whether the sink decodes the values as JSON (the table holds their fields).
+fn is_json(options: &DeltaOptions) -> bool {
+    #[cfg(feature = "json-values")]
+    return options.parquet.value_schema.is_some();
+    #[cfg(not(feature = "json-values"))]
+    {
+        let _ = options;
+        false
+    }
+}
+
+/// `rows` (the rows the sink's converter makes: [`kafka_schema`], or the values' fields and
+/// the Kafka columns) as the table holds them: each timestamp column in microseconds,
+/// Delta's `timestamp` type (Arrow's Kafka `timestamp` is in milliseconds).
+fn delta_schema_of(rows: &SchemaRef) -> SchemaRef {
+    let fields: Vec<Field> = rows
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::Timestamp(TimeUnit::Millisecond, tz) => f
+                .as_ref()
+                .clone()
+                .with_data_type(DataType::Timestamp(TimeUnit::Microsecond, tz.clone())),
+            _ => f.as_ref().clone(),
+        })
+        .collect();
+    Arc::new(Schema::new(fields))
 }
 
 /// Why the sink cannot append its rows (of schema `ours`) to a table of schema `theirs`, if
@@ -282,8 +298,9 @@ fn field_unwritable(
     }
 }
 
-/// `rb` (of [`kafka_schema`]) in [`delta_schema`]: the timestamp column in microseconds.
-fn to_delta(rb: &RecordBatch) -> Result<RecordBatch, arrow_schema::ArrowError> {
+/// `rb` (of the converter's schema) in `schema` (the table's, [`delta_schema_of`] it):
+/// each millisecond timestamp column in microseconds.
+fn to_delta(rb: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, arrow_schema::ArrowError> {
     let mut columns: Vec<ArrayRef> = rb.columns().to_vec();
     for (i, f) in rb.schema().fields().iter().enumerate() {
         if let DataType::Timestamp(TimeUnit::Millisecond, tz) = f.data_type() {
@@ -301,7 +318,7 @@ fn to_delta(rb: &RecordBatch) -> Result<RecordBatch, arrow_schema::ArrowError> {
             columns[i] = Arc::new(us);
         }
     }
-    RecordBatch::try_new(delta_schema(), columns)
+    RecordBatch::try_new(schema.clone(), columns)
 }
 
 /// The Delta sink; see the [module docs](self). Its [`log`](Self::log) is the stream's offset
@@ -323,6 +340,8 @@ struct Inner {
     /// are uploaded with it).
     bucket: Option<Bucket>,
     options: DeltaOptions,
+    /// The data files' schema ([`delta_schema_of`] the options' rows).
+    schema: SchemaRef,
     /// Files finished by a writer and not yet committed, by batch id.
     staged: Mutex<BTreeMap<u64, Staged>>,
     /// What this process committed: each partition's position and the batch that wrote it
@@ -500,15 +519,17 @@ impl DeltaSink {
             .is_delta_table_location()
             .await
             .map_err(delta("look for the log of"))?;
-        let schema: StructType = delta_schema()
+        let rows = options.parquet.row_schema()?;
+        let arrow_schema = delta_schema_of(&rows);
+        let schema: StructType = arrow_schema
             .as_ref()
             .try_into_kernel()
             .map_err(|e| delta("convert the schema of")(e.into()))?;
         if exists {
             table.load().await.map_err(delta("load"))?;
-            // The data files are Spark's Kafka source schema: a table of another schema
-            // (kafka-delta-ingest's tables hold the values' JSON fields as columns) is
-            // refused here, not at a reader's first scan.
+            // The data files are Spark's Kafka source schema, or the values' fields and the
+            // Kafka columns: a table of another schema (kafka-delta-ingest's tables hold the
+            // values' JSON fields alone) is refused here, not at a reader's first scan.
             let theirs = table
                 .snapshot()
                 .map_err(delta("read the schema of"))?
@@ -516,10 +537,17 @@ impl DeltaSink {
             if let Some(why) = unwritable(&theirs, &schema) {
                 return Err(SinkErrorKind::Spec {
                     spec: dir.display().to_string(),
-                    reason: format!(
-                        "the table's schema is not Spark's Kafka source schema that the Delta \
-                         sink writes: {why}"
-                    ),
+                    reason: if is_json(&options) {
+                        format!(
+                            "the table's schema is not the one the Delta sink writes (the \
+                             values' fields, then Spark's Kafka columns but value): {why}"
+                        )
+                    } else {
+                        format!(
+                            "the table's schema is not Spark's Kafka source schema that the \
+                             Delta sink writes: {why}"
+                        )
+                    },
                 }
                 .into());
             }
@@ -537,7 +565,11 @@ impl DeltaSink {
                 .with_columns(schema.fields().cloned())
                 .with_save_mode(SaveMode::Ignore)
                 .with_table_name("kafka")
-                .with_comment("Kafka records in Spark's Kafka source schema, written by kdirect")
+                .with_comment(if is_json(&options) {
+                    "Kafka records, their JSON values as columns, written by kdirect"
+                } else {
+                    "Kafka records in Spark's Kafka source schema, written by kdirect"
+                })
                 .await
                 .map_err(delta("create"))?;
         }
@@ -548,6 +580,7 @@ impl DeltaSink {
                 table: tokio::sync::Mutex::new(table),
                 bucket,
                 options,
+                schema: arrow_schema,
                 staged: Mutex::new(BTreeMap::new()),
                 written: Mutex::new(BTreeMap::new()),
                 last_batch: Mutex::new(None),
@@ -915,7 +948,7 @@ impl Sink for DeltaSink {
             inner: self.inner.clone(),
             batch_id,
             file: None,
-            converter: ArrowConverter::new(),
+            converter: self.inner.options.parquet.converter()?,
             rows: 0,
         })
     }
@@ -975,7 +1008,8 @@ impl DeltaWriter {
 
     fn append(&mut self, rb: &RecordBatch) -> Result<(), SinkError> {
         let batch_id = self.batch_id;
-        let rb = to_delta(rb).map_err(|source| SinkErrorKind::Arrow { batch_id, source })?;
+        let rb = to_delta(rb, &self.inner.schema)
+            .map_err(|source| SinkErrorKind::Arrow { batch_id, source })?;
         let open = match &mut self.file {
             Some(open) => open,
             None => {
@@ -999,7 +1033,7 @@ impl DeltaWriter {
                     (file, path)
                 };
                 let props = self.inner.options.parquet.properties(batch_id);
-                match ArrowWriter::try_new(file, delta_schema(), Some(props)) {
+                match ArrowWriter::try_new(file, self.inner.schema.clone(), Some(props)) {
                     Ok(writer) => self.file.insert(Open {
                         writer,
                         name,

@@ -27,7 +27,8 @@
 //!   keeps one stream's positions: the file is cut back on resume to what the store covers
 //!   (the CLI's `--output FILE` with `--store`).
 //! - [`arrow`] (feature `arrow`): not a sink but the Arrow view every columnar sink builds on —
-//!   a batch as `RecordBatch`es in Spark's Kafka source schema.
+//!   a batch as `RecordBatch`es in Spark's Kafka source schema; [`ddl`] reads a values'
+//!   schema written as Spark SQL's DDL (`id BIGINT, name STRING`).
 //! - [`parquet`] (feature `parquet`): one Parquet file per batch, hidden until committed, with
 //!   its own commit log inside the directory that is also the stream's offset store, so the
 //!   directory alone is exactly-once (the CLI's `--sink parquet:DIR`).
@@ -51,6 +52,8 @@ use crate::Batch;
 #[cfg(feature = "arrow")]
 pub mod arrow;
 pub mod cover;
+#[cfg(feature = "arrow")]
+pub mod ddl;
 #[cfg(feature = "delta")]
 pub mod delta;
 mod error;

@@ -76,7 +76,7 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 
-use super::arrow::{kafka_schema, ArrowConverter};
+use super::arrow::ArrowConverter;
 use super::{BatchWriter, Sink, SinkCommit, SinkError, SinkErrorKind};
 use crate::Batch;
 
@@ -127,6 +127,12 @@ pub struct ParquetOptions {
     /// records held gigabytes before its first row group of 1,048,576 rows was flushed (and
     /// a re-run after the crash did the same). Memory is the budget plus this.
     pub row_group_bytes: usize,
+    /// Each record's value decoded as one JSON object of this schema, its fields as columns
+    /// (feature `json-values`; [`ArrowConverter::with_json_values`]); `None`: the value as
+    /// one binary column, Spark's Kafka source schema. Set it with
+    /// [`json_values`](Self::json_values), which checks it.
+    #[cfg(feature = "json-values")]
+    pub value_schema: Option<arrow_schema::SchemaRef>,
 }
 
 impl Default for ParquetOptions {
@@ -135,6 +141,8 @@ impl Default for ParquetOptions {
             compression: ParquetCompression::default(),
             row_group_rows: 1024 * 1024,
             row_group_bytes: 64 << 20,
+            #[cfg(feature = "json-values")]
+            value_schema: None,
         }
     }
 }
@@ -157,6 +165,34 @@ impl ParquetOptions {
     pub fn row_group_bytes(mut self, bytes: usize) -> Self {
         self.row_group_bytes = bytes.max(64 << 10);
         self
+    }
+
+    /// With each record's value decoded as one JSON object of `schema`, its fields as the
+    /// first columns (feature `json-values`; see [`ArrowConverter::with_json_values`]):
+    /// refused when a field has the name of a Kafka column (`key`, `topic`, `partition`,
+    /// `offset`, `timestamp`, `timestampType`, `headers`).
+    #[cfg(feature = "json-values")]
+    pub fn json_values(mut self, schema: arrow_schema::SchemaRef) -> Result<Self, SinkError> {
+        ArrowConverter::new().with_json_values(schema.clone())?;
+        self.value_schema = Some(schema);
+        Ok(self)
+    }
+
+    /// The converter the files' rows are made with: the binary value, or the values'
+    /// schema.
+    pub(crate) fn converter(&self) -> Result<ArrowConverter, SinkError> {
+        let converter = ArrowConverter::new().with_max_rows(self.row_group_rows.min(64 * 1024));
+        #[cfg(feature = "json-values")]
+        if let Some(schema) = &self.value_schema {
+            return converter.with_json_values(schema.clone());
+        }
+        Ok(converter)
+    }
+
+    /// The schema of the files' rows: [`kafka_schema`](super::arrow::kafka_schema), or the values' fields and the
+    /// Kafka columns but `value`.
+    pub fn row_schema(&self) -> Result<arrow_schema::SchemaRef, SinkError> {
+        Ok(self.converter()?.schema())
     }
 
     /// The part of a data file's name that says its codec (`zstd.`, `snappy.`, none), as
@@ -383,8 +419,7 @@ impl Sink for ParquetSink {
             inner: self.inner.clone(),
             batch_id,
             file: None,
-            converter: ArrowConverter::new()
-                .with_max_rows(self.inner.options.row_group_rows.min(64 * 1024)),
+            converter: self.inner.options.converter()?,
             rows: 0,
         })
     }
@@ -622,7 +657,8 @@ impl ParquetWriter {
         }
     }
 
-    /// Appends `rb` (of [`kafka_schema`]) to the file, creating it first if needed.
+    /// Appends `rb` (of the options' [`row_schema`](ParquetOptions::row_schema)) to the
+    /// file, creating it first if needed.
     fn append(&mut self, rb: &arrow_array::RecordBatch) -> Result<(), SinkError> {
         let batch_id = self.batch_id;
         let open = match &mut self.file {
@@ -635,7 +671,7 @@ impl ParquetWriter {
                     Some(batch_id),
                 ))?;
                 let props = self.inner.options.properties(batch_id);
-                match ArrowWriter::try_new(file, kafka_schema(), Some(props)) {
+                match ArrowWriter::try_new(file, rb.schema(), Some(props)) {
                     Ok(writer) => self.file.insert(Open { writer, tmp }),
                     Err(e) => {
                         let _ = fs::remove_file(&tmp);
