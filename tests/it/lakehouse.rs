@@ -423,12 +423,13 @@ fn deltalake_reads_the_delta_sink_every_offset_once() {
 }
 
 /// The values' schema of the `--value-schema` tests, as Spark's DDL.
-const VALUE_DDL: &str = "id BIGINT NOT NULL, name STRING, price DOUBLE, tags ARRAY<STRING>, \
+pub(crate) const VALUE_DDL: &str =
+    "id BIGINT NOT NULL, name STRING, price DOUBLE, tags ARRAY<STRING>, \
                          at TIMESTAMP, who STRUCT<city: STRING>";
 
 /// Appends `n` JSON values to `topic`-`p` from record `from` on: `id` is `p * 1000 + i`,
 /// every tenth record has no `name`, and each has a field the schema does not name.
-fn produce_json(fake: &FakeCluster, topic: &str, p: i32, from: i64, n: i64) {
+pub(crate) fn produce_json(fake: &FakeCluster, topic: &str, p: i32, from: i64, n: i64) {
     let recs: Vec<FakeRecord> = (from..from + n)
         .map(|i| {
             let name = if i % 10 == 3 {

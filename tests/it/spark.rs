@@ -609,6 +609,98 @@ fn spark_reads_the_delta_sink_every_offset_once() {
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
+/// `--sink delta: --value-schema DDL`, read by Apache Spark (delta-spark): the table's
+/// schema is the DDL's fields (as Spark itself prints them: the DDL round-trips) then the
+/// Kafka columns, and every offset is one row holding its JSON value's fields (a missing
+/// field null, a field the schema does not name dropped).
+#[cfg(feature = "delta")]
+#[test]
+fn spark_reads_json_values_the_delta_sink_wrote_as_columns() {
+    let test = "spark_reads_json_values_the_delta_sink_wrote_as_columns";
+    let Some(spark) = service("KDIRECT_TEST_SPARK", test) else {
+        return;
+    };
+    let fake = FakeCluster::builder().topic("sj", 2).start().unwrap();
+    crate::lakehouse::produce_json(&fake, "sj", 0, 0, 40);
+    crate::lakehouse::produce_json(&fake, "sj", 1, 0, 25);
+    let tmp = tempdir("spark-json");
+    let table = tmp.join("table");
+    ok(&[
+        "consume",
+        "-b",
+        &fake.bootstrap(),
+        "-t",
+        "sj",
+        "--until-latest",
+        "--max-offsets-per-batch",
+        "30",
+        "--sink",
+        &format!("delta:{}", table.display()),
+        "--value-schema",
+        crate::lakehouse::VALUE_DDL,
+    ]);
+    let out = Command::new("bash")
+        .arg(&spark)
+        .args(["delta", "json"])
+        .arg(&table)
+        .arg("partition,offset,id,name,price,tags,at,who,key")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "Spark: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let schema = text
+        .lines()
+        .find_map(|l| l.strip_prefix("SCHEMA "))
+        .unwrap_or_else(|| panic!("no schema in {text}"));
+    assert_eq!(
+        schema,
+        "struct<id:bigint,name:string,price:double,tags:array<string>,at:timestamp,\
+         who:struct<city:string>,key:binary,topic:string,partition:int,offset:bigint,\
+         timestamp:timestamp,timestampType:int,headers:array<struct<key:string,value:binary>>>"
+    );
+    let mut seen = std::collections::BTreeMap::new();
+    for line in text.lines().filter_map(|l| l.strip_prefix("JSON ")) {
+        let row: serde_json::Value = serde_json::from_str(line).unwrap();
+        let (p, o) = (
+            row["partition"].as_i64().unwrap(),
+            row["offset"].as_i64().unwrap(),
+        );
+        assert!(seen.insert((p, o), row).is_none(), "{p}/{o} twice");
+    }
+    assert_eq!(seen.len(), 65);
+    for ((p, i), row) in &seen {
+        assert_eq!(row["id"], serde_json::json!(p * 1000 + i), "{row}");
+        let name = (i % 10 != 3).then(|| format!("n{i}"));
+        assert_eq!(
+            row.get("name").and_then(|n| n.as_str()),
+            name.as_deref(),
+            "{row}"
+        );
+        assert_eq!(row["price"], serde_json::json!(*i as f64 * 0.5), "{row}");
+        assert_eq!(
+            row["tags"],
+            serde_json::json!([format!("t{i}"), "x"]),
+            "{row}"
+        );
+        let at = row["at"].as_str().unwrap();
+        assert!(
+            at.starts_with(&format!("2026-12-08T01:02:{:02}", i % 60)),
+            "{row}"
+        );
+        assert_eq!(
+            row["who"]["city"],
+            serde_json::json!(format!("c{p}")),
+            "{row}"
+        );
+        assert!(row.get("extra").is_none(), "{row}");
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
 /// Issue 34 item 5, a table begun by Spark: Spark Structured Streaming's Kafka source
 /// (`includeHeaders`, so the same eight columns as kdirect's) into Spark's Delta sink, 30
 /// records per micro-batch, for the 100 records there were; then `kdirect consume --sink

@@ -8,6 +8,10 @@
 //       SetTransaction in the table's snapshot (what Spark's own streaming Delta sink and
 //       kafka-delta-ingest read back), and one `ROW <topic> <partition> <offset> <value hex>`
 //       per row (`-` for a null value).
+//   java ... SparkDelta json TABLE COLUMNS
+//       `SCHEMA <simpleString>`, then each row's COLUMNS (comma-separated) as Spark's toJSON
+//       writes them, one `JSON <object>` line per row (a null field is left out, as Spark
+//       does).
 //   java ... SparkDelta check TABLE
 //       per Kafka partition: `PART <partition> <rows> <distinct offsets> <min> <max>` (SQL over
 //       the table; every offset once when rows = distinct = max - min + 1).
@@ -54,6 +58,7 @@ public class SparkDelta {
         switch (args[0]) {
             case "read": read(spark, args[1]); break;
             case "check": check(spark, args[1]); break;
+            case "json": json(spark, args[1], args[2].split(",")); break;
             case "stream":
                 if (args.length != 6) {
                     System.err.println("stream BOOTSTRAP TOPIC MAX_OFFSETS CHECKPOINT TABLE");
@@ -66,6 +71,20 @@ public class SparkDelta {
                 System.exit(2);
         }
         spark.stop();
+    }
+
+    static void json(SparkSession spark, String table, String[] columns) {
+        Dataset<Row> df = spark.read().format("delta").load(table);
+        StringBuilder out = new StringBuilder();
+        out.append("SCHEMA ").append(df.schema().simpleString()).append('\n');
+        org.apache.spark.sql.Column[] cols = new org.apache.spark.sql.Column[columns.length];
+        for (int i = 0; i < columns.length; i++) {
+            cols[i] = df.col(columns[i]);
+        }
+        for (String line : df.select(cols).toJSON().collectAsList()) {
+            out.append("JSON ").append(line).append('\n');
+        }
+        System.out.print(out);
     }
 
     static void read(SparkSession spark, String table) {
