@@ -58,10 +58,15 @@ impl Source {
                 while !stop.load(Ordering::Relaxed) {
                     for p in 0..PARTITIONS {
                         let base = fake.high_watermark("k", p).unwrap();
-                        append(fake, p, base, base + 100);
+                        // At most as many again as the topic began with: the last run
+                        // reads what the killed runs left, and a loop's kills can take a
+                        // minute.
+                        if base < 2 * PER_PARTITION {
+                            append(fake, p, base, base + 100);
+                        }
                     }
-                    // The writer's pace (100 records per partition every 10 ms), not a wait.
-                    std::thread::sleep(Duration::from_millis(10));
+                    // The writer's pace (100 records per partition every 20 ms), not a wait.
+                    std::thread::sleep(Duration::from_millis(20));
                 }
             }
             Source::Kafka { kafka, topic } => {
@@ -159,6 +164,8 @@ fn spawn_env(
     args.extend_from_slice(extra);
     Command::new(env!("CARGO_BIN_EXE_kdirect"))
         .args(&args)
+        // Each commit logged (the loops count the kills that came after one).
+        .env("KDIRECT_LOG", "warn,kdirect::commit=debug")
         .envs(envs.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -167,11 +174,13 @@ fn spawn_env(
 }
 
 /// Kills the consumer at random points until `KILLS` kills happened, then lets it finish.
-/// Records keep arriving during the kill phase (so a fast consumer always has work), and the
-/// kill delay shrinks whenever a run finishes on its own before it is killed — the test does
-/// not depend on how fast the machine is. Returns each partition's end offset at the end.
+/// Records keep arriving during the kill phase (so a fast consumer always has work); the
+/// killed runs have no ending (each would read on forever), and the kill window adapts (see
+/// [`run_with_kills_from`]) — the test does not depend on how fast the machine is, and a
+/// quarter of the kills at least come after a commit. Returns each partition's end offset at
+/// the end (the last run reads with `--until-latest` after the writer stopped).
 fn run_with_kills(name: &str, source: &Source, extra: &[&str]) -> Vec<i64> {
-    run_with_kills_under(name, source, extra, true, &[])
+    run_with_kills_under(name, source, extra, false, &[])
 }
 
 /// [`run_with_kills`] with environment variables for every run, for a store whose runs take
@@ -185,7 +194,7 @@ fn run_with_kills_within(
     envs: &[(&str, &str)],
     within_ms: u64,
 ) -> Vec<i64> {
-    run_with_kills_from(name, source, extra, true, envs, within_ms)
+    run_with_kills_from(name, source, extra, false, envs, within_ms)
 }
 
 /// [`run_with_kills`], the killed runs with an ending (`--until-latest`) or without one (they
@@ -201,8 +210,10 @@ fn run_with_kills_under(
     run_with_kills_from(name, source, extra, ending, envs, 100)
 }
 
-/// [`run_with_kills_under`], each kill within the first `within_ms` of a run (halved each
-/// time a run finishes before its kill).
+/// [`run_with_kills_under`], each kill within the first `within_ms` of a run at first: the
+/// window doubles after a kill that came before the run's first commit (up to 20 s) and
+/// halves when a run finishes before its kill, so that kills land on both sides of the first
+/// commit whatever the machine's speed; at least a quarter of them must come after one.
 fn run_with_kills_from(
     name: &str,
     source: &Source,
@@ -220,6 +231,9 @@ fn run_with_kills_from(
     let topic = source.topic();
     let mut rng = Lcg(seed);
     let mut kills = 0;
+    // Kills that came after the run's first commit: a loop whose kills all fall before it
+    // (the store slow to open, the window too short) proves nothing about recovery.
+    let mut after_commit = 0;
     let mut hi = within_ms;
     let deadline = Instant::now() + Duration::from_secs(300);
     let stop = AtomicBool::new(false);
@@ -234,20 +248,29 @@ fn run_with_kills_from(
                 "{name}: only {kills} kills before the deadline"
             );
             let mut child = spawn_env(&boot, topic, extra, ending, envs);
+            // Drained while it runs (a full pipe would stall the consumer).
+            let mut stderr = child.stderr.take().unwrap();
+            let drain = std::thread::spawn(move || {
+                let mut text = String::new();
+                let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+                text
+            });
             // The random moment of the kill: the thing under test, not a wait.
             std::thread::sleep(Duration::from_millis(rng.next(1, hi + 1)));
             if child.try_wait().unwrap().is_some() {
-                let out = child.wait_with_output().unwrap();
-                assert!(
-                    out.status.success(),
-                    "{name}: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                let status = child.wait().unwrap();
+                let stderr = drain.join().unwrap();
+                assert!(status.success(), "{name}: {stderr}");
                 hi = (hi / 2).max(1);
                 continue;
             }
             child.kill().unwrap(); // SIGKILL
             child.wait().unwrap();
+            if committed_once(&drain.join().unwrap()) {
+                after_commit += 1;
+            } else {
+                hi = (hi * 2).min(20_000);
+            }
             kills += 1;
         }
         // `_stop` stops the writer here (and on a panic).
@@ -261,9 +284,21 @@ fn run_with_kills_from(
         "{name}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    println!("{name}: {kills} kills");
+    println!("{name}: {kills} kills, {after_commit} of them after the run's first commit");
+    assert!(
+        after_commit * 4 >= kills,
+        "{name}: only {after_commit} of {kills} kills came after a commit: the loop proves \
+         little about recovery (widen its kill window)"
+    );
     // --until-latest read up to the ends seen at its start, after the writer stopped.
     source.ends()
+}
+
+/// Whether a consumer's stderr (`KDIRECT_LOG=…,kdirect::commit=debug`) shows a commit.
+pub(crate) fn committed_once(stderr: &str) -> bool {
+    stderr
+        .lines()
+        .any(|l| l.contains("DEBUG batch ") && l.contains(" committed"))
 }
 
 /// Sets the flag when dropped, also while unwinding.
@@ -418,7 +453,12 @@ fn delta_sink_survives_kill_9_exactly_once() {
     let tmp = tempdir("delta-kill");
     let out = tmp.join("table");
     let sink = format!("delta:{}", out.display());
-    let n = run_with_kills("delta", &fake, &["--sink", &sink]);
+    // Batches of 1000 offsets: each batch is a Delta commit (tens of ms here).
+    let n = run_with_kills(
+        "delta",
+        &fake,
+        &["--sink", &sink, "--max-offsets-per-batch", "1000"],
+    );
     let app_ids: Vec<String> = (0..PARTITIONS).map(|p| format!("k-{p}")).collect();
     let app_ids: Vec<&str> = app_ids.iter().map(String::as_str).collect();
     let last: Vec<Option<i64>> = n.iter().map(|&e| Some(e - 1)).collect();

@@ -679,3 +679,114 @@ fn the_delta_sink_writes_json_values_as_the_columns_of_a_spark_ddl_schema() {
     assert_eq!(seen, json_rows([50, 30]));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--sink delta:PATH -G GROUP`: two members of one consumer group on Apache Kafka land a
+/// 4-partition topic in one Delta table, the second joining while the first reads (a
+/// rebalance), records arriving meanwhile; each member commits its own partitions' `txn`s.
+/// Every offset is in the table once, the `txn`s at each partition's last offset, and both
+/// members committed. `--sink parquet:` refuses a group (its log orders one writer's batches).
+#[cfg(feature = "delta")]
+#[test]
+fn two_group_members_land_one_topic_in_one_delta_table_every_offset_once() {
+    use std::process::Stdio;
+    use std::time::Duration;
+    let test = "two_group_members_land_one_topic_in_one_delta_table_every_offset_once";
+    let Some(kafka) = crate::real_kafka::Kafka::single(test) else {
+        return;
+    };
+    let t = crate::real_kafka::topic("delta-group");
+    kafka.create(&t, 4, &[]);
+    kafka.produce(&t, 4, 1200, &[]);
+    let dir = tempdir("delta-group");
+    let logs = tempdir("delta-group-logs");
+    let group = format!("{t}-g");
+    let member = |n: usize| {
+        let log = std::fs::File::create(logs.join(format!("m{n}.log"))).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_kdirect"))
+            .args(["consume", "-b", &kafka.bootstrap, "-t", &t, "-G", &group])
+            .args(["--starting", "earliest", "--max-offsets-per-batch", "100"])
+            .args([
+                "--session-timeout-ms",
+                "6000",
+                "-X",
+                "heartbeat.interval.ms=500",
+            ])
+            .arg("--sink")
+            .arg(format!("delta:{}", dir.display()))
+            .env("KDIRECT_LOG", "warn,kdirect::commit=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    };
+    let rows = || -> usize {
+        if !dir.join("_delta_log").exists() {
+            return 0;
+        }
+        delta_rows(&dir, &[]).0.len()
+    };
+    let mut first = member(1);
+    crate::support::wait_until(
+        Duration::from_secs(90),
+        "the first member's commits",
+        || rows() >= 100,
+    );
+    let mut second = member(2);
+    kafka.produce(&t, 4, 2000, &["--from", "1200"]);
+    let ends = kafka.end_offsets(&t);
+    let total: i64 = ends.iter().sum();
+    let log = |n: usize| std::fs::read_to_string(logs.join(format!("m{n}.log"))).unwrap();
+    crate::support::wait_until(
+        Duration::from_secs(180),
+        "every record in the table",
+        || rows() as i64 >= total,
+    );
+    for c in [&first, &second] {
+        let _ = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status();
+    }
+    let (s1, s2) = (first.wait().unwrap(), second.wait().unwrap());
+    assert!(s1.success() && s2.success(), "{}\n---\n{}", log(1), log(2));
+    let app_ids: Vec<String> = (0..4).map(|p| format!("{t}-{p}")).collect();
+    let app_ids: Vec<&str> = app_ids.iter().map(String::as_str).collect();
+    let (seen, txns) = delta_rows(&dir, &app_ids);
+    let once: Rows = (0..4)
+        .flat_map(|p| (0..ends[p as usize]).map(move |o| ((p, o), 1)))
+        .collect();
+    assert_eq!(seen, once, "{}\n---\n{}", log(1), log(2));
+    let last: Vec<Option<i64>> = ends.iter().map(|e| Some(e - 1)).collect();
+    assert_eq!(txns, last);
+    for n in [1, 2] {
+        assert!(
+            crate::kill::committed_once(&log(n)),
+            "member {n} committed nothing: {}",
+            log(n)
+        );
+    }
+    // The Parquet sink's log is one writer's.
+    let parquet = tempdir("parquet-group");
+    let out = Command::new(env!("CARGO_BIN_EXE_kdirect"))
+        .args([
+            "consume",
+            "-b",
+            &kafka.bootstrap,
+            "-t",
+            &t,
+            "-G",
+            "pq-group",
+        ])
+        .arg("--sink")
+        .arg(format!("parquet:{}", parquet.display()))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("cannot be shared by the members of a group"),
+        "{stderr}"
+    );
+    for d in [dir, logs, parquet] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}

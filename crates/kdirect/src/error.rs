@@ -56,7 +56,8 @@ pub enum Misuse {
         "{store} cannot be shared by the members of a group: it logs each batch's plan before \
          the batch runs (a checkpoint directory, ZooKeeper), and that log orders one stream's \
          batches (one writer, as in Spark). Use --store kafka (the group's offsets, \
-         at-least-once) or a SQL store (exactly-once) with --join, or drop --join"
+         at-least-once), a SQL store or --sink delta: (exactly-once) with --join, or drop \
+         --join"
     )]
     StoreNotForGroups {
         /// The store, as it describes itself.

@@ -242,8 +242,10 @@ pub struct Args {
     /// Parquet file and move its partitions' `txn` actions (kafka-delta-ingest's layout,
     /// `<topic>-<partition>`, or `delta:PATH?app_id=ID` for `<ID>-<partition>`) in one Delta
     /// transaction: the table is the store; PATH may be `s3://BUCKET/PREFIX` or
-    /// `az://CONTAINER/PREFIX` too. Replaces `--output`.
-    #[arg(long, value_name = "SPEC", conflicts_with_all = ["output", "output_dir", "sink_table", "store", "join", "join_group", "count"])]
+    /// `az://CONTAINER/PREFIX` too. With --join (-G) each member commits its own partitions'
+    /// `txn`s to the one table (parquet: refuses a group: its log orders one writer's
+    /// batches). Replaces `--output`.
+    #[arg(long, value_name = "SPEC", conflicts_with_all = ["output", "output_dir", "sink_table", "store", "count"])]
     sink: Option<String>,
     /// `--sink parquet:`'s page compression: zstd (level 3), snappy or none.
     #[arg(long, value_name = "CODEC", default_value = "zstd", requires = "sink")]

@@ -1621,6 +1621,12 @@ impl DirectStream {
         };
         if self.store.is_some() {
             metrics::histogram!("kdirect_commit_seconds").record(started.elapsed().as_secs_f64());
+            tracing::debug!(
+                target: "kdirect::commit",
+                "batch {} committed ({outcome:?}, {} ranges)",
+                batch.id,
+                batch.ranges().len()
+            );
         }
         if self.outstanding == Some(batch.id) {
             self.outstanding = None;
@@ -1687,6 +1693,12 @@ impl DirectStream {
             }
             None => CommitOutcome::AlreadyCommitted,
         };
+        tracing::debug!(
+            target: "kdirect::commit",
+            "batch {} committed in its transaction ({outcome:?}, {} ranges)",
+            batch.id,
+            batch.ranges().len()
+        );
         if self.outstanding == Some(batch.id) {
             self.outstanding = None;
         }
