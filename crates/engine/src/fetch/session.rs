@@ -60,13 +60,9 @@ pub struct FetchSession {
     ranges: Vec<OffsetRange>,
     /// The next offset to fetch per range.
     pos: Vec<i64>,
-    /// Ranges that came back empty while asked for less than `max.partition.fetch.bytes` (a
-    /// batch larger than any seen so far): asked for the full size from then on.
-    uncapped: Vec<bool>,
-    /// Ranges whose partition got no whole batch because another partition's data came first
-    /// in the answer: a broker returns a batch larger than the limits only for the first
-    /// partition with data (KIP-74), so these go first in the next round's requests.
-    starved: Vec<bool>,
+    /// Per range, what the session knows of it besides its position (one allocation for
+    /// all of them).
+    slots: Vec<Slot>,
     out: Vec<RangeData>,
     cfg: FetchConfig,
     isolation: IsolationLevel,
@@ -79,26 +75,38 @@ pub struct FetchSession {
     retry: Option<Error>,
     /// Whether this round moved a position or changed how the next one asks.
     changed: bool,
-    /// The broker each range was last asked of.
-    asked_of: Vec<Option<BrokerName>>,
-    /// KIP-320: per range, the `partition_leader_epoch` of the last batch read before its
-    /// position (-1: unknown), sent as the next fetch's `last_fetched_epoch`; what it was at
-    /// the range's `from`; the leader epoch the range was last asked under; and how many
-    /// diverging-epoch answers it had (a bound against a broker that keeps sending them).
-    last_epoch: Vec<i32>,
-    start_epoch: Vec<i32>,
-    asked_epoch: Vec<i32>,
-    divergences: Vec<u8>,
-    /// Per range, what it read past `until` (see [`Leftover`]): kept for the partition's
-    /// next range (see [`super::Carried`]).
-    straddling: Vec<Option<Leftover>>,
-    /// Ranges that are sub-ranges ending before the range they were cut from: where they
-    /// end is not where the partition's next fetch starts.
-    inner: Vec<bool>,
     /// Whether the ranges may end early to fit the session's room ([`Self::fit_to_room`]).
     fit: bool,
     /// Whether they did: the open ranges were cut at their positions.
     cut: bool,
+}
+
+/// What a [`FetchSession`] knows of one range besides its position.
+#[derive(Debug)]
+struct Slot {
+    /// Came back empty while asked for less than `max.partition.fetch.bytes` (a
+    /// batch larger than any seen so far): asked for the full size from then on.
+    uncapped: bool,
+    /// Its partition got no whole batch because another partition's data came first
+    /// in the answer: a broker returns a batch larger than the limits only for the first
+    /// partition with data (KIP-74), so these go first in the next round's requests.
+    starved: bool,
+    /// The broker it was last asked of.
+    asked_of: Option<BrokerName>,
+    /// KIP-320: per range, the `partition_leader_epoch` of the last batch read before its
+    /// position (-1: unknown), sent as the next fetch's `last_fetched_epoch`; what it was at
+    /// the range's `from`; the leader epoch the range was last asked under; and how many
+    /// diverging-epoch answers it had (a bound against a broker that keeps sending them).
+    last_epoch: i32,
+    start_epoch: i32,
+    asked_epoch: i32,
+    divergences: u8,
+    /// Per range, what it read past `until` (see [`Leftover`]): kept for the partition's
+    /// next range (see [`super::Carried`]).
+    straddling: Option<Leftover>,
+    /// A sub-range ending before the range they were cut from: where they
+    /// end is not where the partition's next fetch starts.
+    inner: bool,
 }
 
 /// What a range read past its `until`: the stored batch it ended inside of (its last batch
@@ -163,21 +171,31 @@ impl FetchSession {
         let isolation = cfg.params.isolation;
         // A range that starts where the last fetch of its partition ended knows the epoch of
         // the batch before it.
-        let start_epoch: Vec<i32> = ranges
+        let slots = ranges
             .iter()
             .map(|r| {
-                fetcher
+                let start_epoch = fetcher
                     .state()
                     .last_fetched(&r.topic, r.partition)
                     .filter(|f| f.position == r.from)
-                    .map_or(-1, |f| f.epoch)
+                    .map_or(-1, |f| f.epoch);
+                Slot {
+                    uncapped: false,
+                    starved: false,
+                    asked_of: None,
+                    last_epoch: start_epoch,
+                    start_epoch,
+                    asked_epoch: -1,
+                    divergences: 0,
+                    straddling: None,
+                    inner: false,
+                }
             })
             .collect();
         FetchSession {
             ranges: ranges.to_vec(),
             pos: ranges.iter().map(|r| r.from).collect(),
-            uncapped: vec![false; ranges.len()],
-            starved: vec![false; ranges.len()],
+            slots,
             out: ranges
                 .iter()
                 .map(|r| RangeData {
@@ -195,13 +213,6 @@ impl FetchSession {
             held: 0,
             retry: None,
             changed: false,
-            asked_of: vec![None; ranges.len()],
-            last_epoch: start_epoch.clone(),
-            start_epoch,
-            asked_epoch: vec![-1; ranges.len()],
-            divergences: vec![0; ranges.len()],
-            straddling: ranges.iter().map(|_| None).collect(),
-            inner: vec![false; ranges.len()],
             fit: false,
             cut: false,
         }
@@ -300,7 +311,7 @@ impl FetchSession {
                 .map(|b| b.header().partition_leader_epoch);
             if c.until > r.until && !rest.is_empty() {
                 // Whoever drops last of the chunk and the data carried on frees the bytes.
-                if let Some(s) = self.straddling.get_mut(i) {
+                if let Some(s) = self.slots.get_mut(i).map(|s| &mut s.straddling) {
                     *s = Some(Leftover {
                         batches: rest,
                         until: c.until,
@@ -311,7 +322,9 @@ impl FetchSession {
                 }
             }
             let bytes: usize = used.iter().map(|b| b.bytes().len()).sum();
-            if let (Some(e), Some(epoch)) = (self.last_epoch.get_mut(i), epoch) {
+            if let (Some(e), Some(epoch)) =
+                (self.slots.get_mut(i).map(|s| &mut s.last_epoch), epoch)
+            {
                 *e = epoch;
             }
             if let Some(out) = self.out.get_mut(i) {
@@ -329,7 +342,7 @@ impl FetchSession {
             if let Some(p) = self.pos.get_mut(i) {
                 *p = c.until.min(r.until);
             }
-            if let Some(e) = self.asked_epoch.get_mut(i) {
+            if let Some(e) = self.slots.get_mut(i).map(|s| &mut s.asked_epoch) {
                 *e = c.leader_epoch;
             }
             self.held += bytes;
@@ -340,19 +353,19 @@ impl FetchSession {
     /// (`inner[i]` for range `i`): neither their stored batch at the end nor their last epoch
     /// is kept for the partition's next fetch.
     pub(super) fn mark_inner(&mut self, inner: &[bool]) {
-        for (slot, &v) in self.inner.iter_mut().zip(inner) {
-            *slot = v;
+        for (slot, &v) in self.slots.iter_mut().zip(inner) {
+            slot.inner = v;
         }
     }
 
     /// The stored batches the ranges ended inside of, once [`is_done`](Self::is_done).
     pub(super) fn take_straddling(&mut self) -> Vec<Straddling> {
         let mut out = Vec::new();
-        for (i, s) in self.straddling.iter_mut().enumerate() {
-            let (Some(left), Some(r)) = (s.take(), self.ranges.get(i)) else {
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let (Some(left), Some(r)) = (slot.straddling.take(), self.ranges.get(i)) else {
                 continue;
             };
-            if self.inner.get(i).copied().unwrap_or(false) {
+            if slot.inner {
                 continue;
             }
             out.push(Straddling {
@@ -362,7 +375,7 @@ impl FetchSession {
                 until: left.until,
                 batches: left.batches,
                 broker: left.broker,
-                leader_epoch: self.asked_epoch.get(i).copied().unwrap_or(-1),
+                leader_epoch: slot.asked_epoch,
                 kept: left.kept,
                 frame: left.frame,
             });
@@ -406,7 +419,13 @@ impl FetchSession {
     /// The bytes to ask range `i` for.
     fn part_bytes(&self, state: &FetchState, i: usize) -> i32 {
         let max = self.cfg.partition_max_bytes;
-        if self.uncapped.get(i).copied().unwrap_or(true) {
+        if self
+            .slots
+            .get(i)
+            .map(|s| &s.uncapped)
+            .copied()
+            .unwrap_or(true)
+        {
             return max;
         }
         let (Some(r), Some(&p)) = (self.ranges.get(i), self.pos.get(i)) else {
@@ -445,7 +464,14 @@ impl FetchSession {
         let part_max = usize::try_from(self.cfg.partition_max_bytes.max(1)).unwrap_or(usize::MAX);
         let mut open: Vec<usize> = self.open().collect();
         // Starved partitions first (see `starved`); the rest in range order.
-        open.sort_by_key(|&i| !self.starved.get(i).copied().unwrap_or(false));
+        open.sort_by_key(|&i| {
+            !self
+                .slots
+                .get(i)
+                .map(|s| &s.starved)
+                .copied()
+                .unwrap_or(false)
+        });
         // The first fetch on a budget knows nothing of the data: asking every partition for
         // max.partition.fetch.bytes would fill the budget with bytes past the ranges' ends.
         // One partition goes first, and the others are asked for what their ranges need.
@@ -529,7 +555,7 @@ impl FetchSession {
                     .or_insert_with(|| Arc::<str>::from(&r.topic));
                 let bytes = self.part_bytes(state, i);
                 asked_items.push((i, usize::try_from(bytes).unwrap_or(0)));
-                if let Some(a) = self.asked_epoch.get_mut(i) {
+                if let Some(a) = self.slots.get_mut(i).map(|s| &mut s.asked_epoch) {
                     *a = epoch;
                 }
                 let at = match topics.iter().position(|t| t.name == r.topic) {
@@ -551,7 +577,12 @@ impl FetchSession {
                     fetch_offset: p,
                     partition_max_bytes: bytes,
                     current_leader_epoch: epoch,
-                    last_fetched_epoch: self.last_epoch.get(i).copied().unwrap_or(-1),
+                    last_fetched_epoch: self
+                        .slots
+                        .get(i)
+                        .map(|s| &s.last_epoch)
+                        .copied()
+                        .unwrap_or(-1),
                 });
             }
             // fetch.max.bytes limits the records; the response also carries per-partition
@@ -609,7 +640,7 @@ impl FetchSession {
             );
         }
         for &(i, _) in &req.items {
-            if let Some(a) = self.asked_of.get_mut(i) {
+            if let Some(a) = self.slots.get_mut(i).map(|s| &mut s.asked_of) {
                 *a = Some(broker.clone());
             }
         }
@@ -720,7 +751,7 @@ impl FetchSession {
                 // The range ends inside its last batch, or the answer holds the whole batch
                 // after its end (after a gap, or where the range ended at a batch's end):
                 // that batch starts the partition's next range.
-                if let Some(s) = self.straddling.get_mut(i) {
+                if let Some(s) = self.slots.get_mut(i).map(|s| &mut s.straddling) {
                     *s = batches
                         .last()
                         .filter(|b| next >= r.until && b.header().next_offset() > r.until)
@@ -747,10 +778,10 @@ impl FetchSession {
                 if let Some(pos) = self.pos.get_mut(i) {
                     *pos = next;
                 }
-                if let Some(s) = self.starved.get_mut(i) {
+                if let Some(s) = self.slots.get_mut(i).map(|s| &mut s.starved) {
                     *s = false;
                 }
-                if let Some(e) = self.last_epoch.get_mut(i) {
+                if let Some(e) = self.slots.get_mut(i).map(|s| &mut s.last_epoch) {
                     *e = next_epoch;
                 }
                 self.changed = true;
@@ -777,7 +808,7 @@ impl FetchSession {
                 // which a broker returns only for the first partition with data (KIP-74; 1 MB
                 // producer batches against max.partition.fetch.bytes 1 MiB). It goes first in
                 // the next round (was: a retry after a backoff, for each such partition).
-                if let Some(s) = self.starved.get_mut(i) {
+                if let Some(s) = self.slots.get_mut(i).map(|s| &mut s.starved) {
                     *s = true;
                 }
                 continue;
@@ -786,7 +817,7 @@ impl FetchSession {
                 usize::try_from(self.cfg.partition_max_bytes.max(1)).unwrap_or(usize::MAX);
             if asked < part_max {
                 // Asked for less than a batch that is larger than any seen so far.
-                if let Some(u) = self.uncapped.get_mut(i) {
+                if let Some(u) = self.slots.get_mut(i).map(|s| &mut s.uncapped) {
                     *u = true;
                 }
                 self.changed = true;
@@ -832,10 +863,9 @@ impl FetchSession {
             .get(i)
             .map_or((String::new(), -1), |r| (r.topic.to_string(), r.partition));
         let broker = self
-            .asked_of
+            .slots
             .get(i)
-            .cloned()
-            .flatten()
+            .and_then(|s| s.asked_of.clone())
             .unwrap_or(BrokerName {
                 node_id: None,
                 addr: "no broker".to_owned(),
@@ -869,8 +899,18 @@ impl FetchSession {
         broker: &BrokerName,
         node: i32,
     ) -> Result<(), Error> {
-        let sent = self.last_epoch.get(i).copied().unwrap_or(-1);
-        let tries = self.divergences.get(i).copied().unwrap_or(u8::MAX);
+        let sent = self
+            .slots
+            .get(i)
+            .map(|s| &s.last_epoch)
+            .copied()
+            .unwrap_or(-1);
+        let tries = self
+            .slots
+            .get(i)
+            .map(|s| &s.divergences)
+            .copied()
+            .unwrap_or(u8::MAX);
         let no_progress = |reason: String| -> Error {
             ErrorKind::NoProgress {
                 broker: broker.clone(),
@@ -889,7 +929,7 @@ impl FetchSession {
             )));
             return Ok(());
         }
-        if let Some(t) = self.divergences.get_mut(i) {
+        if let Some(t) = self.slots.get_mut(i).map(|s| &mut s.divergences) {
             *t += 1;
         }
         self.changed = true;
@@ -897,7 +937,7 @@ impl FetchSession {
             EpochVerdict::Valid => {
                 // The leader's log holds everything below `at`; only the epoch number
                 // differs. Fetch on with the leader's.
-                if let Some(e) = self.last_epoch.get_mut(i) {
+                if let Some(e) = self.slots.get_mut(i).map(|s| &mut s.last_epoch) {
                     *e = d.epoch;
                 }
                 Ok(())
@@ -916,14 +956,14 @@ impl FetchSession {
                 if let Some(out) = self.out.get_mut(i) {
                     out.chunks.clear();
                 }
-                if let Some(s) = self.straddling.get_mut(i) {
+                if let Some(s) = self.slots.get_mut(i).map(|s| &mut s.straddling) {
                     *s = None;
                 }
                 if let Some(p) = self.pos.get_mut(i) {
                     *p = r.from;
                 }
-                if let (Some(e), Some(&s)) = (self.last_epoch.get_mut(i), self.start_epoch.get(i)) {
-                    *e = s;
+                if let Some(s) = self.slots.get_mut(i) {
+                    s.last_epoch = s.start_epoch;
                 }
                 Ok(())
             }
@@ -953,14 +993,11 @@ impl FetchSession {
     /// and the epoch of its last batch, for the next fetch from there (KIP-320).
     pub fn finish(self, state: &mut FetchState) -> Vec<RangeData> {
         for (i, r) in self.ranges.iter().enumerate() {
-            let (Some(&position), Some(&epoch), Some(&leader_epoch)) = (
-                self.pos.get(i),
-                self.last_epoch.get(i),
-                self.asked_epoch.get(i),
-            ) else {
+            let (Some(&position), Some(slot)) = (self.pos.get(i), self.slots.get(i)) else {
                 continue;
             };
-            if r.is_empty() || self.inner.get(i).copied().unwrap_or(false) {
+            let (epoch, leader_epoch) = (slot.last_epoch, slot.asked_epoch);
+            if r.is_empty() || slot.inner {
                 continue;
             }
             let at = (epoch >= 0).then_some(super::LastFetched {
