@@ -211,9 +211,10 @@ fn run_with_kills_under(
 }
 
 /// [`run_with_kills_under`], each kill within the first `within_ms` of a run at first: the
-/// window doubles after a kill that came before the run's first commit (up to 20 s) and
-/// halves when a run finishes before its kill, so that kills land on both sides of the first
-/// commit whatever the machine's speed; at least a quarter of them must come after one.
+/// window doubles after a kill that came before the run's first commit, grows to twice the
+/// time a run took to its first commit (up to 20 s), and halves when a run finishes before
+/// its kill, so that kills land on both sides of the first commit whatever the machine's
+/// speed; at least a quarter of them must come after one.
 fn run_with_kills_from(
     name: &str,
     source: &Source,
@@ -247,29 +248,41 @@ fn run_with_kills_from(
                 Instant::now() < deadline,
                 "{name}: only {kills} kills before the deadline"
             );
+            let started = Instant::now();
             let mut child = spawn_env(&boot, topic, extra, ending, envs);
-            // Drained while it runs (a full pipe would stall the consumer).
-            let mut stderr = child.stderr.take().unwrap();
+            // Drained while it runs (a full pipe would stall the consumer), noting when the
+            // first commit's line came.
+            let stderr = child.stderr.take().unwrap();
             let drain = std::thread::spawn(move || {
-                let mut text = String::new();
-                let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
-                text
+                let (mut text, mut first_commit) = (String::new(), None);
+                for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
+                    let Ok(line) = line else { break };
+                    if first_commit.is_none() && committed_once(&line) {
+                        first_commit = Some(started.elapsed());
+                    }
+                    text.push_str(&line);
+                    text.push('\n');
+                }
+                (text, first_commit)
             });
             // The random moment of the kill: the thing under test, not a wait.
             std::thread::sleep(Duration::from_millis(rng.next(1, hi + 1)));
             if child.try_wait().unwrap().is_some() {
                 let status = child.wait().unwrap();
-                let stderr = drain.join().unwrap();
+                let (stderr, _) = drain.join().unwrap();
                 assert!(status.success(), "{name}: {stderr}");
                 hi = (hi / 2).max(1);
                 continue;
             }
             child.kill().unwrap(); // SIGKILL
             child.wait().unwrap();
-            if committed_once(&drain.join().unwrap()) {
-                after_commit += 1;
-            } else {
-                hi = (hi * 2).min(20_000);
+            match drain.join().unwrap().1 {
+                // Half the kills after the first commit, if runs keep that pace.
+                Some(t) => {
+                    after_commit += 1;
+                    hi = hi.max((2 * t.as_millis() as u64).min(20_000));
+                }
+                None => hi = (hi * 2).min(20_000),
             }
             kills += 1;
         }
@@ -383,21 +396,32 @@ fn checkpoint_and_file_sink_survive_kill_9_exactly_once() {
 /// pyarrow.dataset (when KDIRECT_TEST_PYARROW is set).
 #[test]
 fn parquet_sink_survives_kill_9_exactly_once() {
-    let fake = fake();
+    let test = "parquet_sink_survives_kill_9_exactly_once";
+    parquet_sink_survives_kill_9(&fake(), "parquet", test);
+}
+
+/// The same against Apache Kafka, Kafka's Java producer writing (issue 34 item 5).
+#[test]
+fn parquet_sink_survives_kill_9_against_kafka() {
+    let test = "parquet_sink_survives_kill_9_against_kafka";
+    if let Some(source) = kafka_source(test) {
+        parquet_sink_survives_kill_9(&source, "parquet (Kafka)", test);
+    }
+}
+
+fn parquet_sink_survives_kill_9(source: &Source, name: &str, test: &str) {
     let tmp = tempdir("parquet-kill");
     let out = tmp.join("lake");
     let sink = format!("parquet:{}", out.display());
     let n = run_with_kills(
-        "parquet",
-        &fake,
+        name,
+        source,
         &["--sink", &sink, "--parquet-compression", "snappy"],
     );
     let rows = crate::lakehouse::parquet_rows(&out);
-    assert_all(&rows, &n, true, "parquet sink (parquet crate)");
-    if let Some((_, seen)) =
-        crate::lakehouse::pyarrow_rows(&out, "parquet_sink_survives_kill_9_exactly_once")
-    {
-        assert_all(&seen, &n, true, "parquet sink (pyarrow)");
+    assert_all(&rows, &n, true, &format!("{name} (parquet crate)"));
+    if let Some((_, seen)) = crate::lakehouse::pyarrow_rows(&out, test) {
+        assert_all(&seen, &n, true, &format!("{name} (pyarrow)"));
     }
     let _ = std::fs::remove_dir_all(&tmp);
 }
@@ -409,7 +433,19 @@ fn parquet_sink_survives_kill_9_exactly_once() {
 fn parquet_sink_on_s3_survives_kill_9_exactly_once() {
     let test = "parquet_sink_on_s3_survives_kill_9_exactly_once";
     if let Some(t) = crate::lakehouse_object::s3(test) {
-        parquet_sink_on_survives_kill_9(&t, "parquet on s3", test);
+        parquet_sink_on_survives_kill_9(&fake(), &t, "parquet on s3", test);
+    }
+}
+
+/// The same against Apache Kafka, Kafka's Java producer writing (issue 34 item 5).
+#[test]
+fn parquet_sink_on_s3_survives_kill_9_against_kafka() {
+    let test = "parquet_sink_on_s3_survives_kill_9_against_kafka";
+    let Some(t) = crate::lakehouse_object::s3(test) else {
+        return;
+    };
+    if let Some(source) = kafka_source(test) {
+        parquet_sink_on_survives_kill_9(&source, &t, "parquet on s3 (Kafka)", test);
     }
 }
 
@@ -418,13 +454,17 @@ fn parquet_sink_on_s3_survives_kill_9_exactly_once() {
 fn parquet_sink_on_azure_survives_kill_9_exactly_once() {
     let test = "parquet_sink_on_azure_survives_kill_9_exactly_once";
     if let Some(t) = crate::lakehouse_object::azure(test) {
-        parquet_sink_on_survives_kill_9(&t, "parquet on azure", test);
+        parquet_sink_on_survives_kill_9(&fake(), &t, "parquet on azure", test);
     }
 }
 
 /// `--sink parquet:<target>/PREFIX` through the kill -9s, read back by pyarrow.dataset.
-fn parquet_sink_on_survives_kill_9(t: &crate::lakehouse_object::Target, name: &str, test: &str) {
-    let fake = fake();
+fn parquet_sink_on_survives_kill_9(
+    source: &Source,
+    t: &crate::lakehouse_object::Target,
+    name: &str,
+    test: &str,
+) {
     let prefix = crate::support::unique("pq-kill");
     let sink = format!("parquet:{}/{prefix}", t.root);
     let envs: Vec<(&str, &str)> = t.env.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -432,7 +472,7 @@ fn parquet_sink_on_survives_kill_9(t: &crate::lakehouse_object::Target, name: &s
     // batch), batches of 2000 offsets (each a file upload and a log commit).
     let n = run_with_kills_within(
         name,
-        &fake,
+        source,
         &["--sink", &sink, "--max-offsets-per-batch", "2000"],
         &envs,
         1500,
@@ -449,26 +489,42 @@ fn parquet_sink_on_survives_kill_9(t: &crate::lakehouse_object::Target, name: &s
 #[test]
 fn delta_sink_survives_kill_9_exactly_once() {
     let test = "delta_sink_survives_kill_9_exactly_once";
-    let fake = fake();
+    delta_sink_survives_kill_9(&fake(), "delta", test);
+}
+
+/// The same against Apache Kafka, Kafka's Java producer writing (issue 34 item 5).
+#[cfg(feature = "delta")]
+#[test]
+fn delta_sink_survives_kill_9_against_kafka() {
+    let test = "delta_sink_survives_kill_9_against_kafka";
+    if let Some(source) = kafka_source(test) {
+        delta_sink_survives_kill_9(&source, "delta (Kafka)", test);
+    }
+}
+
+#[cfg(feature = "delta")]
+fn delta_sink_survives_kill_9(source: &Source, name: &str, test: &str) {
     let tmp = tempdir("delta-kill");
     let out = tmp.join("table");
     let sink = format!("delta:{}", out.display());
     // Batches of 1000 offsets: each batch is a Delta commit (tens of ms here).
     let n = run_with_kills(
-        "delta",
-        &fake,
+        name,
+        source,
         &["--sink", &sink, "--max-offsets-per-batch", "1000"],
     );
-    let app_ids: Vec<String> = (0..PARTITIONS).map(|p| format!("k-{p}")).collect();
+    let app_ids: Vec<String> = (0..PARTITIONS)
+        .map(|p| format!("{}-{p}", source.topic()))
+        .collect();
     let app_ids: Vec<&str> = app_ids.iter().map(String::as_str).collect();
     let last: Vec<Option<i64>> = n.iter().map(|&e| Some(e - 1)).collect();
     let (rows, txns) = crate::lakehouse::delta_rows(&out, &app_ids);
-    assert_all(&rows, &n, true, "delta sink (delta-rs)");
-    assert_eq!(txns, last, "delta sink: txn versions");
+    assert_all(&rows, &n, true, &format!("{name} (delta-rs)"));
+    assert_eq!(txns, last, "{name}: txn versions");
     if let Some(python) = crate::lakehouse::delta_python(test) {
         let (_, seen, txns) = crate::lakehouse::deltalake_rows(&python, &out, &app_ids);
-        assert_all(&seen, &n, true, "delta sink (Python deltalake)");
-        assert_eq!(txns, last, "delta sink (Python deltalake): txn versions");
+        assert_all(&seen, &n, true, &format!("{name} (Python deltalake)"));
+        assert_eq!(txns, last, "{name} (Python deltalake): txn versions");
     }
     let _ = std::fs::remove_dir_all(&tmp);
 }
