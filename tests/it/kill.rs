@@ -58,15 +58,16 @@ impl Source {
                 while !stop.load(Ordering::Relaxed) {
                     for p in 0..PARTITIONS {
                         let base = fake.high_watermark("k", p).unwrap();
-                        // At most as many again as the topic began with: the last run
-                        // reads what the killed runs left, and a loop's kills can take a
-                        // minute.
-                        if base < 2 * PER_PARTITION {
+                        // At most three times as many again as the topic began with: the
+                        // last run reads what the killed runs left, and a loop's kills can
+                        // take a minute or two (killed runs that find nothing to read prove
+                        // little, so the writer goes on for that long).
+                        if base < 4 * PER_PARTITION {
                             append(fake, p, base, base + 100);
                         }
                     }
-                    // The writer's pace (100 records per partition every 20 ms), not a wait.
-                    std::thread::sleep(Duration::from_millis(20));
+                    // The writer's pace (100 records per partition every 50 ms), not a wait.
+                    std::thread::sleep(Duration::from_millis(50));
                 }
             }
             Source::Kafka { kafka, topic } => {
@@ -81,6 +82,10 @@ impl Source {
                         &(PARTITIONS as i64 * PER_PARTITION).to_string(),
                         "--value-size",
                         "80",
+                        // 2,000 records/s: the last run reads what the killed runs left,
+                        // and a loop's kills can take a minute or two.
+                        "--rate",
+                        "2000",
                         "--keep-going",
                     ],
                 );
@@ -212,7 +217,7 @@ fn run_with_kills_under(
 
 /// [`run_with_kills_under`], each kill within the first `within_ms` of a run at first: the
 /// window doubles after a kill that came before the run's first commit, grows to twice the
-/// time a run took to its first commit (up to 20 s), and halves when a run finishes before
+/// time a run took to its first commit (up to 30 s), and halves when a run finishes before
 /// its kill, so that kills land on both sides of the first commit whatever the machine's
 /// speed; at least a quarter of them must come after one.
 fn run_with_kills_from(
@@ -266,7 +271,8 @@ fn run_with_kills_from(
                 (text, first_commit)
             });
             // The random moment of the kill: the thing under test, not a wait.
-            std::thread::sleep(Duration::from_millis(rng.next(1, hi + 1)));
+            let at = rng.next(1, hi + 1);
+            std::thread::sleep(Duration::from_millis(at));
             if child.try_wait().unwrap().is_some() {
                 let status = child.wait().unwrap();
                 let (stderr, _) = drain.join().unwrap();
@@ -276,13 +282,15 @@ fn run_with_kills_from(
             }
             child.kill().unwrap(); // SIGKILL
             child.wait().unwrap();
-            match drain.join().unwrap().1 {
+            let first_commit = drain.join().unwrap().1;
+            println!("{name}: kill at {at} ms (window {hi} ms), first commit at {first_commit:?}");
+            match first_commit {
                 // Half the kills after the first commit, if runs keep that pace.
                 Some(t) => {
                     after_commit += 1;
-                    hi = hi.max((2 * t.as_millis() as u64).min(20_000));
+                    hi = hi.max((2 * t.as_millis() as u64).min(30_000));
                 }
-                None => hi = (hi * 2).min(20_000),
+                None => hi = (hi * 2).min(30_000),
             }
             kills += 1;
         }
