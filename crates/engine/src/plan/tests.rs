@@ -1672,3 +1672,180 @@ fn a_batch_ended_early_is_paced_by_what_it_read() {
     let b = batch(p.plan(ms(200), &logs(&[1000])));
     assert_eq!(spans(&b), [(0, 2, 12)]);
 }
+
+// ---------------------------------------------------------------------------------------
+// Found by cargo-mutants (docs/mutants.md): behaviour no test above pinned down
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn ranges_partitions_and_losses_print_as_kafka_names_them() {
+    let cases: [(String, &str); 4] = [
+        (tp(T, 3).to_string(), "t-3"),
+        (OffsetRange::new(T, 3, 5, 10).to_string(), "t-3 [5, 10)"),
+        (
+            DataLossReason::EndMovedBack { previous_end: 42 }.to_string(),
+            "end offset moved back from 42 (topic recreated or log truncated)",
+        ),
+        (
+            PlanError::MissingTimestampLookup {
+                timestamp: 7,
+                partitions: vec![tp(T, 0), tp(T, 1)],
+            }
+            .to_string(),
+            "partitions [t-0, t-1] need the offset for timestamp 7 but it was not looked up",
+        ),
+    ];
+    for (got, want) in cases {
+        assert_eq!(got, want);
+    }
+}
+
+#[test]
+fn a_plan_is_empty_only_when_no_range_holds_an_offset() {
+    let plan = |ranges: &[(i64, i64)]| BatchPlan {
+        batch_id: 0,
+        ranges: (0..)
+            .zip(ranges)
+            .map(|(p, &(from, until))| r(p, from, until))
+            .collect(),
+        lost: Vec::new(),
+        moved_back: BTreeMap::new(),
+        planned_at: secs(0),
+    };
+    for (ranges, empty, offsets) in [
+        (&[][..], true, 0),
+        (&[(5, 5), (7, 7)][..], true, 0),
+        (&[(5, 5), (7, 9)][..], false, 2),
+        (&[(0, 3)][..], false, 3),
+    ] {
+        let plan = plan(ranges);
+        assert_eq!(
+            (plan.is_empty(), plan.offset_count()),
+            (empty, offsets),
+            "{ranges:?}"
+        );
+    }
+}
+
+/// A published rate below 1 record/s is stored as 0 (Spark's `toLong`), which is "no rate
+/// yet": the planner reports none and plans at the initial rate, as
+/// `maxMessagesPerPartition` does with `if (lr > 0) lr else initialRate`.
+#[test]
+fn a_published_rate_truncated_to_zero_counts_as_no_rate() {
+    let mut p = earliest(
+        secs(1),
+        RatePolicy::default().with_backpressure(PidConfig::default().with_min_rate(0.5)),
+    );
+    // Seeds 2000/s; then 1 record in 10 s: 0.1/s, new rate max(2000 − 1999.9, 0.5) = 0.5.
+    p.on_batch_completed(&BatchCompletion::new(ms(1000), 1000, ms(500), ms(0)));
+    let rate = p.on_batch_completed(&BatchCompletion::new(ms(2000), 1, ms(10_000), ms(0)));
+    assert_eq!(rate, Some(0));
+    assert_eq!(p.latest_rate(), None);
+    // The initial rate (1000/s) × 1 s.
+    assert_eq!(takes(&batch(p.plan(secs(2), &logs(&[10_000])))), [1000]);
+}
+
+#[test]
+fn max_offsets_per_trigger_changes_from_the_next_plan_on() {
+    let mut p = earliest(secs(1), RatePolicy::default());
+    p.set_max_offsets_per_trigger(Some(30));
+    assert_eq!(takes(&batch(p.plan(secs(0), &logs(&[100, 100])))), [15, 15]);
+    p.set_max_offsets_per_trigger(None);
+    assert_eq!(takes(&batch(p.plan(secs(1), &logs(&[100, 100])))), [85, 85]);
+}
+
+/// `set_position` at the position itself is no move back, even when the data-loss check
+/// then moves the partition forward to the log start.
+#[test]
+fn setting_a_position_to_itself_is_no_move_back() {
+    let mut p = resumed(DataLossPolicy::Earliest, 50);
+    p.set_position(tp(T, 0), 50);
+    let b = batch(p.plan(secs(0), &[snap(0, 100, 200)]));
+    assert_eq!(spans(&b), [(0, 100, 200)]);
+    assert_eq!(b.lost.len(), 1);
+    assert!(b.moved_back.is_empty(), "{b:?}");
+}
+
+/// After the first plan a partition without a position is new: it starts at its log start,
+/// so it needs no look-up by timestamp.
+#[test]
+fn new_partitions_need_no_timestamp_lookup() {
+    let mut p = start(StartPolicy::Timestamp(5));
+    let parts = [snap(0, 0, 10).with_timestamp_lookup(TimestampLookup::Offset(4))];
+    batch(p.plan(secs(0), &parts));
+    assert!(p.timestamp_lookups(&[tp(T, 0), tp(T, 1)]).is_empty());
+}
+
+/// A zero maximum per range is no maximum (as `None`), not a division by zero.
+#[test]
+fn split_with_a_zero_max_records_per_range_keeps_ranges_whole() {
+    assert_eq!(
+        cut(
+            &[r(0, 0, 10), r(1, 5, 8)],
+            SplitPolicy::default().with_max_records_per_range(0)
+        ),
+        [(0, 0, 10), (1, 5, 8)]
+    );
+}
+
+/// As many ranges as `minPartitions` already: nothing is cut (Spark returns the ranges as
+/// they are), though the proportional shares would give one range 2 parts: sizes 1 × 6, 90
+/// and 30 (total 126), minPartitions 8: 90 → round(5.7) = 6 and 30 → round(1.9) = 2 are not
+/// whole; the 8 − 6 = 2 parts split 120 offsets as round(1.5) = 2 and round(0.5) = 1.
+#[test]
+fn split_cuts_nothing_when_there_are_min_partitions_ranges_already() {
+    let mut ranges: Vec<OffsetRange> = (0..6).map(|p| r(p, 0, 1)).collect();
+    ranges.extend([r(6, 0, 90), r(7, 0, 30)]);
+    let want: Vec<(i32, i64, i64)> = ranges
+        .iter()
+        .map(|r| (r.partition, r.from, r.until))
+        .collect();
+    assert_eq!(
+        cut(&ranges, SplitPolicy::default().with_min_partitions(8)),
+        want
+    );
+    // One more wanted (9): the 90 is cut in round(90/120 × 3) = 2, the 30 stays whole.
+    assert_eq!(
+        cut(&ranges, SplitPolicy::default().with_min_partitions(9)).len(),
+        9
+    );
+}
+
+/// The top-up gives the next part to the piece with the most offsets per part, compared
+/// exactly, the first on ties: sizes 4/3/3, minPartitions 8: round(4/10 × 8) = 3 and
+/// round(3/10 × 8) = 2 twice (7); the eighth goes to the first 3/2 (1.5 > 4/3).
+#[test]
+fn split_top_up_takes_the_most_offsets_per_part_first_on_ties() {
+    assert_eq!(
+        cut(
+            &[r(0, 0, 4), r(1, 0, 3), r(2, 0, 3)],
+            SplitPolicy::default().with_min_partitions(8)
+        ),
+        [
+            (0, 0, 1),
+            (0, 1, 2),
+            (0, 2, 4),
+            (1, 0, 1),
+            (1, 1, 2),
+            (1, 2, 3),
+            (2, 0, 1),
+            (2, 1, 3)
+        ]
+    );
+}
+
+/// `divide` hands out non-empty pieces only: an empty range gives none, whatever the parts.
+#[test]
+fn divide_drops_empty_pieces() {
+    for (range, parts, want) in [
+        (r(0, 5, 5), 3, vec![]),
+        (r(0, 5, 7), 3, vec![(0, 5, 6), (0, 6, 7)]),
+        (r(0, 5, 8), 0, vec![(0, 5, 8)]),
+    ] {
+        let got: Vec<(i32, i64, i64)> = divide(&range, parts)
+            .iter()
+            .map(|r| (r.partition, r.from, r.until))
+            .collect();
+        assert_eq!(got, want, "{range} in {parts}");
+    }
+}

@@ -904,3 +904,176 @@ fn chunked_batches_take_every_partition_when_the_backlog_fits_and_long_turns_whe
     assert_eq!(served.len(), 31, "{:?}", next.want);
     assert!(served.iter().all(|r| r.len() >= 16 * 980), "{:?}", served);
 }
+
+// Found by cargo-mutants (docs/mutants.md): behaviour no test above pinned down.
+
+#[test]
+fn a_truncated_partition_with_nothing_new_is_re_read_in_another_partition_s_batch() {
+    let mut core = resumed(
+        config(DataLossPolicy::Earliest),
+        &[("t", 0, 50), ("t", 1, 10)],
+    );
+    let s = snap(&[("t", 0, 0, 50), ("t", 1, 0, 20)]);
+    core.on_truncations(vec![truncation("t", 0, 45, 50)], &s)
+        .unwrap();
+    let fetch = fetch_of(core.plan(ms(0), &s).unwrap());
+    assert_eq!(
+        fetch.ranges,
+        vec![range("t", 0, 50, 50), range("t", 1, 10, 20)]
+    );
+    // t-0's plan is empty; its fetch reads the new leader's [45, 50), exactly.
+    assert_eq!(
+        fetch.want,
+        vec![range("t", 1, 10, 20), range("t", 0, 45, 50)]
+    );
+    assert!(!fetch.fit);
+}
+
+/// `fetch.max.wait.ms` is 500 ms: an answer after 250 ms was held (not "at once"), however
+/// many in a row.
+#[test]
+fn a_long_poll_held_half_its_wait_never_falls_back_to_polling() {
+    let mut core = resumed(config(DataLossPolicy::Fail), &[("t", 0, 10)]);
+    let asked = core.long_poll_asks(&snap(&[("t", 0, 0, 10)]));
+    let same = vec![(
+        TopicPartition::new("t", 0),
+        ObservedEnds {
+            log_start: 0,
+            end: 10,
+        },
+    )];
+    for i in 0..5 {
+        assert!(
+            core.on_long_poll(ms(i), &asked, ms(250), same.clone()),
+            "poll {i}"
+        );
+    }
+    assert_eq!(core.interval_polls(), 0);
+}
+
+#[test]
+fn caught_up_partitions_plan_however_old_while_every_partition_is() {
+    let mut core = core_with(config(DataLossPolicy::Fail));
+    let s = snap(&[("t", 0, 0, 10), ("t", 1, 0, 300)]);
+    let fetch = fetch_of(core.plan(ms(0), &s).unwrap());
+    let (r0, r1) = (range("t", 0, 0, 10), range("t", 1, 0, 100));
+    core.finish(
+        ms(1),
+        fetch,
+        &[got(&r0, Some(10)), got(&r1, Some(300))],
+        SIZING,
+    );
+    // t-1 read to its end two batches later: every partition is caught up, t-0 since batch 0.
+    for (at, from) in [(2, 100), (4, 200)] {
+        let fetch = fetch_of(core.plan(ms(at), &s).unwrap());
+        let r1 = range("t", 1, from, from + 100);
+        core.finish(ms(at + 1), fetch, &[got(&r1, Some(300))], SIZING);
+    }
+    let parts = [TopicPartition::new("t", 0), TopicPartition::new("t", 1)];
+    let known = core.known_ends(ms(6), &parts);
+    assert_eq!(known.len(), 2, "{known:?}");
+}
+
+/// Before the budget knows the data's bytes per offset, the first batch's own give it.
+#[test]
+fn the_first_adaptive_size_comes_from_the_batch_s_own_bytes_per_offset() {
+    let mut cfg = config(DataLossPolicy::Fail);
+    cfg.adaptive = true;
+    let mut core = core_with(cfg);
+    let s = snap(&[("t", 0, 0, 10_000_000)]);
+    let fetch = fetch_of(core.plan(ms(0), &s).unwrap());
+    let r = range("t", 0, 0, 16);
+    let read = [Read {
+        range: &r,
+        observed: None,
+        bytes: 16 * 200,
+    }];
+    core.finish(ms(1), fetch, &read, SIZING);
+    let next = fetch_of(core.plan(ms(2), &s).unwrap());
+    assert_eq!(next.want[0].len(), adaptive_offsets(false, 64 << 20, 200.0));
+}
+
+#[test]
+fn an_unbounded_stream_outside_a_group_has_no_until_and_no_assignment() {
+    let core = core_with(config(DataLossPolicy::Fail));
+    assert_eq!((core.until(), core.assigned()), (None, None));
+    let cfg = config(DataLossPolicy::Fail);
+    let planner = Planner::new(cfg.planner.clone()).unwrap();
+    let mut member = StreamCore::new(cfg, planner, None, BTreeMap::new(), true);
+    assert_eq!(member.assigned(), Some(&BTreeSet::new()));
+    let t1 = BTreeSet::from([TopicPartition::new("t", 1)]);
+    member
+        .reassign(t1.clone(), &Committed::default(), BTreeMap::new())
+        .unwrap();
+    assert_eq!(member.assigned(), Some(&t1));
+}
+
+#[test]
+fn the_positions_checked_for_truncation_are_the_snapshot_s_with_a_position() {
+    let core = resumed(config(DataLossPolicy::Fail), &[("t", 0, 10), ("t", 2, 30)]);
+    assert_eq!(
+        core.positions_in(&snap(&[("t", 0, 0, 20), ("t", 1, 0, 20)])),
+        vec![(TopicPartition::new("t", 0), 10)]
+    );
+}
+
+/// A ListOffsets answer whose log start is past its end makes no sense: the partition is not
+/// caught up from it (the next snapshot asks again).
+#[test]
+fn a_listed_log_start_past_the_end_is_not_caught_up() {
+    let mut core = resumed(config(DataLossPolicy::Fail), &[("t", 0, 10)]);
+    core.listed_ends(ms(0), &offsets(&[("t", 0, 30)]), &offsets(&[("t", 0, 10)]));
+    assert!(core
+        .known_ends(ms(1), &[TopicPartition::new("t", 0)])
+        .is_empty());
+}
+
+/// The range widened back to the stored position is the lost partition's own, though another
+/// partition's range starts where the loss ends.
+#[test]
+fn retention_widens_only_the_lost_partition_s_range() {
+    let mut core = resumed(
+        config(DataLossPolicy::Earliest),
+        &[("t", 0, 25), ("t", 1, 10)],
+    );
+    let s = snap(&[("t", 0, 0, 60), ("t", 1, 25, 60)]);
+    let fetch = fetch_of(core.plan(ms(0), &s).unwrap());
+    assert_eq!(
+        fetch.ranges,
+        vec![range("t", 0, 25, 60), range("t", 1, 10, 60)]
+    );
+    assert_eq!(
+        fetch.want,
+        vec![range("t", 0, 25, 60), range("t", 1, 25, 60)]
+    );
+    // A broker without topic ids: none handed out with the batch.
+    let done = read_all(&mut core, ms(1), fetch, None);
+    assert!(done.topic_ids.is_empty(), "{:?}", done.topic_ids);
+}
+
+/// A member keeps the committed topic ids of the topics it was assigned only: a topic it does
+/// not read is not checked against an old id.
+#[test]
+fn a_member_keeps_the_committed_topic_ids_of_its_assignment_only() {
+    let cfg = config(DataLossPolicy::Fail);
+    let planner = Planner::new(cfg.planner.clone()).unwrap();
+    let mut core = StreamCore::new(cfg, planner, None, BTreeMap::new(), true);
+    let committed = Committed {
+        positions: BTreeMap::from([
+            (TopicPartition::new("t", 0), 5),
+            (TopicPartition::new("u", 0), 5),
+        ]),
+        topic_ids: BTreeMap::from([("t".to_owned(), [1; 16]), ("u".to_owned(), [2; 16])]),
+        ..Committed::default()
+    };
+    core.reassign(
+        BTreeSet::from([TopicPartition::new("t", 0)]),
+        &committed,
+        BTreeMap::new(),
+    )
+    .unwrap();
+    // t's id was kept: another one is a re-created topic (an error by default).
+    assert!(core.check_topic_id("t", [3; 16]).is_err());
+    // u is not read: its committed id is not kept, so any id is the first seen.
+    assert!(!core.check_topic_id("u", [3; 16]).unwrap());
+}
