@@ -1,7 +1,8 @@
 //! A table schema written as Spark SQL's DDL (`id BIGINT NOT NULL, name STRING, tags
 //! ARRAY<STRING>`), as Spark's `from_json(value, 'id BIGINT, ...')` and
-//! `StructType.fromDDL` take it: the schema [`ArrowConverter::with_json_values`] decodes each
-//! record's value with (the CLI's `--value-schema`).
+//! `StructType.fromDDL` take it: the schema
+//! [`ArrowConverter::with_json_values`](super::arrow::ArrowConverter::with_json_values)
+//! decodes each record's value with (the CLI's `--value-schema`).
 //!
 //! A column is `name type [NOT NULL] [COMMENT 'text']`, columns separated by commas; names
 //! are case-sensitive and may be quoted with backquotes (`` `a b` ``, a backquote in one
@@ -20,8 +21,8 @@
 //! | `STRING`, `VARCHAR(n)`, `CHAR(n)`     | utf8                                          |
 //! | `BINARY`                              | binary                                        |
 //! | `DATE`                                | date32                                        |
-//! | `TIMESTAMP`, `TIMESTAMP_LTZ`          | timestamp[us, tz=UTC] (Spark's and Delta's `timestamp`) |
-//! | `TIMESTAMP_NTZ`                       | timestamp[us] (`timestamp_ntz`)               |
+//! | `TIMESTAMP`, `TIMESTAMP_LTZ`          | `timestamp[us, tz=UTC]` (Spark's and Delta's `timestamp`) |
+//! | `TIMESTAMP_NTZ`                       | `timestamp[us]` (`timestamp_ntz`)             |
 //! | `ARRAY<t>`                            | list of `element: t` (nullable)               |
 //! | `MAP<k, v>`                           | map of `key_value: struct<key: k not null, value: v>` |
 //! | `STRUCT<a: t, b t, …>`                | struct (the colon is optional, as in Spark)   |
