@@ -44,6 +44,7 @@ pub fn parse(ddl: &str) -> Result<SchemaRef, SinkError> {
         ddl,
         tokens: tokenize(ddl)?,
         at: 0,
+        depth: 0,
     };
     let fields = p.fields(None)?;
     if let Some(t) = p.peek() {
@@ -181,7 +182,13 @@ struct Parser<'a> {
     ddl: &'a str,
     tokens: Vec<Token>,
     at: usize,
+    /// How deep in nested types the parser is (bounded: the parser recurses).
+    depth: usize,
 }
+
+/// Types nested deeper than this are refused (Spark's own parser has no such bound, but no
+/// schema needs it, and the recursion must not overflow the stack on hostile input).
+const MAX_DEPTH: usize = 64;
 
 impl Parser<'_> {
     fn peek(&self) -> Option<&Token> {
@@ -303,6 +310,16 @@ impl Parser<'_> {
 
     fn data_type(&mut self) -> Result<DataType, SinkError> {
         let start = self.here();
+        if self.depth >= MAX_DEPTH {
+            return Err(self.error_at(start, format!("types nested more than {MAX_DEPTH} deep")));
+        }
+        self.depth += 1;
+        let t = self.data_type_here(start);
+        self.depth -= 1;
+        t
+    }
+
+    fn data_type_here(&mut self, start: usize) -> Result<DataType, SinkError> {
         let word = match self.next() {
             Some(Token {
                 tok: Tok::Word(w), ..
@@ -518,6 +535,14 @@ mod tests {
             ("a INT; DROP", "character 6: unexpected ';'"),
             ("a MAP<STRING>", "expected ',', found '>'"),
             ("a DECIMAL(99999999999999999999999)", "is too large"),
+            (
+                &format!("a {}INT", "ARRAY<".repeat(100_000)),
+                "types nested more than 64 deep",
+            ),
+            (
+                &format!("a {}INT", "STRUCT<x: ".repeat(100_000)),
+                "types nested more than 64 deep",
+            ),
         ] {
             let e = parse(ddl).unwrap_err().to_string();
             assert!(e.contains(says), "{ddl:?}: {e}");
