@@ -104,8 +104,8 @@ struct Slot {
     /// Per range, what it read past `until` (see [`Leftover`]): kept for the partition's
     /// next range (see [`super::Carried`]).
     straddling: Option<Leftover>,
-    /// A sub-range ending before the range they were cut from: where they
-    /// end is not where the partition's next fetch starts.
+    /// A sub-range that ends before the range it was cut from: where it ends is not where
+    /// the partition's next fetch starts.
     inner: bool,
 }
 
@@ -311,8 +311,8 @@ impl FetchSession {
                 .map(|b| b.header().partition_leader_epoch);
             if c.until > r.until && !rest.is_empty() {
                 // Whoever drops last of the chunk and the data carried on frees the bytes.
-                if let Some(s) = self.slots.get_mut(i).map(|s| &mut s.straddling) {
-                    *s = Some(Leftover {
+                if let Some(slot) = self.slots.get_mut(i) {
+                    slot.straddling = Some(Leftover {
                         batches: rest,
                         until: c.until,
                         broker: c.broker.clone(),
@@ -322,10 +322,8 @@ impl FetchSession {
                 }
             }
             let bytes: usize = used.iter().map(|b| b.bytes().len()).sum();
-            if let (Some(e), Some(epoch)) =
-                (self.slots.get_mut(i).map(|s| &mut s.last_epoch), epoch)
-            {
-                *e = epoch;
+            if let (Some(slot), Some(epoch)) = (self.slots.get_mut(i), epoch) {
+                slot.last_epoch = epoch;
             }
             if let Some(out) = self.out.get_mut(i) {
                 out.chunks.push(Chunk {
@@ -342,8 +340,8 @@ impl FetchSession {
             if let Some(p) = self.pos.get_mut(i) {
                 *p = c.until.min(r.until);
             }
-            if let Some(e) = self.slots.get_mut(i).map(|s| &mut s.asked_epoch) {
-                *e = c.leader_epoch;
+            if let Some(slot) = self.slots.get_mut(i) {
+                slot.asked_epoch = c.leader_epoch;
             }
             self.held += bytes;
         }
@@ -419,13 +417,7 @@ impl FetchSession {
     /// The bytes to ask range `i` for.
     fn part_bytes(&self, state: &FetchState, i: usize) -> i32 {
         let max = self.cfg.partition_max_bytes;
-        if self
-            .slots
-            .get(i)
-            .map(|s| &s.uncapped)
-            .copied()
-            .unwrap_or(true)
-        {
+        if self.slots.get(i).is_none_or(|s| s.uncapped) {
             return max;
         }
         let (Some(r), Some(&p)) = (self.ranges.get(i), self.pos.get(i)) else {
@@ -464,14 +456,7 @@ impl FetchSession {
         let part_max = usize::try_from(self.cfg.partition_max_bytes.max(1)).unwrap_or(usize::MAX);
         let mut open: Vec<usize> = self.open().collect();
         // Starved partitions first (see `starved`); the rest in range order.
-        open.sort_by_key(|&i| {
-            !self
-                .slots
-                .get(i)
-                .map(|s| &s.starved)
-                .copied()
-                .unwrap_or(false)
-        });
+        open.sort_by_key(|&i| !self.slots.get(i).is_some_and(|s| s.starved));
         // The first fetch on a budget knows nothing of the data: asking every partition for
         // max.partition.fetch.bytes would fill the budget with bytes past the ranges' ends.
         // One partition goes first, and the others are asked for what their ranges need.
@@ -555,8 +540,8 @@ impl FetchSession {
                     .or_insert_with(|| Arc::<str>::from(&r.topic));
                 let bytes = self.part_bytes(state, i);
                 asked_items.push((i, usize::try_from(bytes).unwrap_or(0)));
-                if let Some(a) = self.slots.get_mut(i).map(|s| &mut s.asked_epoch) {
-                    *a = epoch;
+                if let Some(slot) = self.slots.get_mut(i) {
+                    slot.asked_epoch = epoch;
                 }
                 let at = match topics.iter().position(|t| t.name == r.topic) {
                     Some(at) => at,
@@ -577,12 +562,7 @@ impl FetchSession {
                     fetch_offset: p,
                     partition_max_bytes: bytes,
                     current_leader_epoch: epoch,
-                    last_fetched_epoch: self
-                        .slots
-                        .get(i)
-                        .map(|s| &s.last_epoch)
-                        .copied()
-                        .unwrap_or(-1),
+                    last_fetched_epoch: self.slots.get(i).map_or(-1, |s| s.last_epoch),
                 });
             }
             // fetch.max.bytes limits the records; the response also carries per-partition
@@ -640,8 +620,8 @@ impl FetchSession {
             );
         }
         for &(i, _) in &req.items {
-            if let Some(a) = self.slots.get_mut(i).map(|s| &mut s.asked_of) {
-                *a = Some(broker.clone());
+            if let Some(slot) = self.slots.get_mut(i) {
+                slot.asked_of = Some(broker.clone());
             }
         }
         let mut kept = false;
@@ -751,8 +731,8 @@ impl FetchSession {
                 // The range ends inside its last batch, or the answer holds the whole batch
                 // after its end (after a gap, or where the range ended at a batch's end):
                 // that batch starts the partition's next range.
-                if let Some(s) = self.slots.get_mut(i).map(|s| &mut s.straddling) {
-                    *s = batches
+                if let Some(slot) = self.slots.get_mut(i) {
+                    slot.straddling = batches
                         .last()
                         .filter(|b| next >= r.until && b.header().next_offset() > r.until)
                         .cloned()
@@ -778,11 +758,11 @@ impl FetchSession {
                 if let Some(pos) = self.pos.get_mut(i) {
                     *pos = next;
                 }
-                if let Some(s) = self.slots.get_mut(i).map(|s| &mut s.starved) {
-                    *s = false;
+                if let Some(slot) = self.slots.get_mut(i) {
+                    slot.starved = false;
                 }
-                if let Some(e) = self.slots.get_mut(i).map(|s| &mut s.last_epoch) {
-                    *e = next_epoch;
+                if let Some(slot) = self.slots.get_mut(i) {
+                    slot.last_epoch = next_epoch;
                 }
                 self.changed = true;
                 kept = true;
@@ -808,8 +788,8 @@ impl FetchSession {
                 // which a broker returns only for the first partition with data (KIP-74; 1 MB
                 // producer batches against max.partition.fetch.bytes 1 MiB). It goes first in
                 // the next round (was: a retry after a backoff, for each such partition).
-                if let Some(s) = self.slots.get_mut(i).map(|s| &mut s.starved) {
-                    *s = true;
+                if let Some(slot) = self.slots.get_mut(i) {
+                    slot.starved = true;
                 }
                 continue;
             }
@@ -817,8 +797,8 @@ impl FetchSession {
                 usize::try_from(self.cfg.partition_max_bytes.max(1)).unwrap_or(usize::MAX);
             if asked < part_max {
                 // Asked for less than a batch that is larger than any seen so far.
-                if let Some(u) = self.slots.get_mut(i).map(|s| &mut s.uncapped) {
-                    *u = true;
+                if let Some(slot) = self.slots.get_mut(i) {
+                    slot.uncapped = true;
                 }
                 self.changed = true;
                 continue;
@@ -899,18 +879,8 @@ impl FetchSession {
         broker: &BrokerName,
         node: i32,
     ) -> Result<(), Error> {
-        let sent = self
-            .slots
-            .get(i)
-            .map(|s| &s.last_epoch)
-            .copied()
-            .unwrap_or(-1);
-        let tries = self
-            .slots
-            .get(i)
-            .map(|s| &s.divergences)
-            .copied()
-            .unwrap_or(u8::MAX);
+        let sent = self.slots.get(i).map_or(-1, |s| s.last_epoch);
+        let tries = self.slots.get(i).map_or(u8::MAX, |s| s.divergences);
         let no_progress = |reason: String| -> Error {
             ErrorKind::NoProgress {
                 broker: broker.clone(),
@@ -929,16 +899,16 @@ impl FetchSession {
             )));
             return Ok(());
         }
-        if let Some(t) = self.slots.get_mut(i).map(|s| &mut s.divergences) {
-            *t += 1;
+        if let Some(slot) = self.slots.get_mut(i) {
+            slot.divergences += 1;
         }
         self.changed = true;
         match judge_epoch_end(at, d, log_start) {
             EpochVerdict::Valid => {
                 // The leader's log holds everything below `at`; only the epoch number
                 // differs. Fetch on with the leader's.
-                if let Some(e) = self.slots.get_mut(i).map(|s| &mut s.last_epoch) {
-                    *e = d.epoch;
+                if let Some(slot) = self.slots.get_mut(i) {
+                    slot.last_epoch = d.epoch;
                 }
                 Ok(())
             }
@@ -956,8 +926,8 @@ impl FetchSession {
                 if let Some(out) = self.out.get_mut(i) {
                     out.chunks.clear();
                 }
-                if let Some(s) = self.slots.get_mut(i).map(|s| &mut s.straddling) {
-                    *s = None;
+                if let Some(slot) = self.slots.get_mut(i) {
+                    slot.straddling = None;
                 }
                 if let Some(p) = self.pos.get_mut(i) {
                     *p = r.from;
