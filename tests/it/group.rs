@@ -14,7 +14,7 @@ use kdirect::{DirectStream, ErrorKind, StartPolicy};
 use crate::real_kafka::{topic, Kafka};
 use crate::support::{rt, service, tempdir, wait_until};
 
-fn signal(child: &Child, sig: &str) {
+pub(crate) fn signal(child: &Child, sig: &str) {
     let _ = Command::new("kill")
         .args([sig, &child.id().to_string()])
         .status();

@@ -51,6 +51,38 @@ pub(crate) fn parquet_rows(dir: &Path) -> Rows {
     seen
 }
 
+/// Runs `script` with `python` and `args`, failing the test (naming `what`) if it fails: the
+/// schema it printed (its `field NAME TYPE` lines, each as `NAME TYPE\n`) and its other lines.
+fn run_python(
+    python: &str,
+    script: &str,
+    args: &[&std::ffi::OsStr],
+    what: &str,
+) -> (String, Vec<String>) {
+    let out = Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: running {python}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (mut schema, mut lines) = (String::new(), Vec::new());
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        match line.strip_prefix("field ") {
+            Some(f) => {
+                schema.push_str(f);
+                schema.push('\n');
+            }
+            None => lines.push(line.to_owned()),
+        }
+    }
+    (schema, lines)
+}
+
 /// What pyarrow.dataset sees in `dir`: the schema (one line per field) and every
 /// (partition, offset), counted. `None` (after a printed reason) without pyarrow.
 pub(crate) fn pyarrow_rows(dir: &Path, test: &str) -> Option<(String, Rows)> {
@@ -67,26 +99,14 @@ offs = t.column("offset").to_pylist()
 for p, o in zip(parts, offs):
     print(p, o)
 "#;
-    let out = Command::new(&python)
-        .arg("-c")
-        .arg(script)
-        .arg(dir)
-        .output()
-        .unwrap_or_else(|e| panic!("{test}: running {python}: {e}"));
-    assert!(
-        out.status.success(),
-        "{test}: pyarrow: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let (schema, lines) = run_python(
+        &python,
+        script,
+        &[dir.as_os_str()],
+        &format!("{test}: pyarrow"),
     );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let mut schema = String::new();
     let mut seen = BTreeMap::new();
-    for line in text.lines() {
-        if let Some(f) = line.strip_prefix("field ") {
-            schema.push_str(f);
-            schema.push('\n');
-            continue;
-        }
+    for line in lines {
         let (p, o) = line.split_once(' ').unwrap();
         *seen
             .entry((p.parse().unwrap(), o.parse().unwrap()))
@@ -325,24 +345,12 @@ for p, o in zip(t.column("partition").to_pylist(), t.column("offset").to_pylist(
 for app in sys.argv[2:]:
     print("txn", app, dt.transaction_version(app))
 "#;
-    let out = Command::new(python)
-        .arg("-c")
-        .arg(script)
-        .arg(dir)
-        .args(app_ids)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "deltalake: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let (mut schema, mut rows, mut txns) = (String::new(), Rows::new(), Vec::new());
-    for line in String::from_utf8(out.stdout).unwrap().lines() {
-        if let Some(f) = line.strip_prefix("field ") {
-            schema.push_str(f);
-            schema.push('\n');
-        } else if let Some(t) = line.strip_prefix("txn ") {
+    let mut args = vec![dir.as_os_str()];
+    args.extend(app_ids.iter().map(std::ffi::OsStr::new));
+    let (schema, lines) = run_python(python, script, &args, "deltalake");
+    let (mut rows, mut txns) = (Rows::new(), Vec::new());
+    for line in lines {
+        if let Some(t) = line.strip_prefix("txn ") {
             let (_, v) = t.rsplit_once(' ').unwrap();
             txns.push(v.parse().ok());
         } else {
@@ -486,28 +494,12 @@ for r in t.to_pylist():
     print(json.dumps([r["partition"], r["offset"], r["id"], r["name"], r["price"], r["tags"],
         r["at"].isoformat(), r["who"]["city"], r["key"].decode()]))
 "#;
-    let out = Command::new(python)
-        .arg("-c")
-        .arg(script)
-        .arg(dir)
-        .arg(if delta { "delta" } else { "parquet" })
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let (mut schema, mut rows) = (String::new(), Vec::new());
-    for line in String::from_utf8(out.stdout).unwrap().lines() {
-        match line.strip_prefix("field ") {
-            Some(f) => {
-                schema.push_str(f);
-                schema.push('\n');
-            }
-            None => rows.push(serde_json::from_str(line).unwrap()),
-        }
-    }
+    let kind = std::ffi::OsStr::new(if delta { "delta" } else { "parquet" });
+    let (schema, lines) = run_python(python, script, &[dir.as_os_str(), kind], "python");
+    let mut rows: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     rows.sort_by_key(|r: &serde_json::Value| (r[0].as_i64(), r[1].as_i64()));
     (schema, rows)
 }
@@ -743,9 +735,7 @@ fn two_group_members_land_one_topic_in_one_delta_table_every_offset_once() {
         || rows() as i64 >= total,
     );
     for c in [&first, &second] {
-        let _ = Command::new("kill")
-            .args(["-TERM", &c.id().to_string()])
-            .status();
+        crate::group::signal(c, "-TERM");
     }
     let (s1, s2) = (first.wait().unwrap(), second.wait().unwrap());
     assert!(s1.success() && s2.success(), "{}\n---\n{}", log(1), log(2));
